@@ -1,0 +1,53 @@
+"""The contract: everything that decides what the agent sees and how a score counts.
+
+Two results are comparable only when their contracts hash the same. Evaluation always
+reports the raw Atari score of full games; reward clipping and life-loss episodes apply
+to training only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Contract:
+    """Frozen description of the Breakout environment as the agent experiences it."""
+
+    name: str = "breakout-v2"
+    game: str = "breakout"
+    frame_skip: int = 4  # emulator frames per agent step
+    max_pool: bool = True  # max over the last two frames of each skip
+    screen_size: int = 84  # square, grayscale
+    frame_stack: int = 4  # observations are uint8 (frame_stack, screen_size, screen_size)
+    noop_max: int = 30  # up to this many NOOP agent steps after reset, drawn from the seed
+    repeat_action_probability: float = 0.0  # sticky actions
+    fire_on_reset: bool = True  # press FIRE once at reset (not after a lost life)
+    life_loss_episodes_in_training: bool = False  # training episodes end at a lost life
+    clip_rewards_in_training: bool = True  # sign(reward) in training only
+    max_episode_frames: int = 108_000  # emulator frames; 30 minutes of play at 60 Hz
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def hash(self) -> str:
+        """Short sha256 of every field, name included, in a canonical JSON form."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def replace(self, **changes: object) -> "Contract":
+        return dataclasses.replace(self, **changes)
+
+
+CONTRACTS: dict[str, Contract] = {"breakout-v2": Contract()}
+
+
+def contract_by_name(name: str) -> Contract:
+    try:
+        return CONTRACTS[name]
+    except KeyError:
+        raise KeyError(f"unknown contract {name!r}; known: {', '.join(sorted(CONTRACTS))}") from None

@@ -1,0 +1,56 @@
+"""Breakout on the real ALE emulator (ale-py's bundled ROM), single or vectorized.
+
+Both come from ale-py's native vector env, configured from a Contract, so a single env is
+exactly one slot of a vector env: the same preprocessing code path plays an episode alone
+or inside a batch.
+"""
+
+from __future__ import annotations
+
+from ale_py.vector_env import AtariVectorEnv
+
+from breakout_core.contract import Contract
+
+ACTION_NAMES = ("NOOP", "FIRE", "RIGHT", "LEFT")
+NUM_ACTIONS = len(ACTION_NAMES)
+
+
+def make_vector_env(
+    contract: Contract,
+    num_envs: int,
+    *,
+    training: bool = False,
+    num_threads: int = 0,
+) -> AtariVectorEnv:
+    """Native vector env of `num_envs` independent games, synchronous (all step together).
+
+    Autoreset is NEXT_STEP: the step that ends an episode returns its final observation, and
+    the caller either resets that slot itself (with a seed) or lets the next step reset it.
+    Rewards are raw unless `training` and the contract clips them in training.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    return AtariVectorEnv(
+        contract.game,
+        num_envs,
+        num_threads=num_threads,
+        max_num_frames_per_episode=contract.max_episode_frames,
+        repeat_action_probability=contract.repeat_action_probability,
+        full_action_space=False,
+        autoreset_mode="NextStep",
+        img_height=contract.screen_size,
+        img_width=contract.screen_size,
+        grayscale=True,
+        stack_num=contract.frame_stack,
+        frameskip=contract.frame_skip,
+        maxpool=contract.max_pool,
+        noop_max=contract.noop_max,
+        episodic_life=training and contract.life_loss_episodes_in_training,
+        reward_clipping=training and contract.clip_rewards_in_training,
+        use_fire_reset=contract.fire_on_reset,
+    )
+
+
+def make_single_env(contract: Contract, *, training: bool = False) -> AtariVectorEnv:
+    """One game: a vector env with one slot, so observations are (1, 4, 84, 84)."""
+    return make_vector_env(contract, 1, training=training, num_threads=1)

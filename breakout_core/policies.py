@@ -1,0 +1,74 @@
+"""Policies that choose actions for a batch of observations.
+
+Every slot of a batch carries its own random generator, seeded from the episode seed, so
+an episode's actions depend only on its seed and the policy, never on which other
+episodes share the batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from breakout_core.envs import NUM_ACTIONS
+
+
+class Policy(Protocol):
+    name: str
+
+    def act(self, obs: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+        """obs uint8 (B, 4, 84, 84) -> int64 actions (B,), one generator per row."""
+        ...
+
+
+def episode_rng(policy_seed: int, episode_seed: int) -> np.random.Generator:
+    """The generator a policy uses for one episode: a function of both seeds only."""
+    return np.random.default_rng([policy_seed, episode_seed])
+
+
+class RandomPolicy:
+    """Uniform over the four actions: the baseline every agent must beat."""
+
+    name = "random"
+
+    def act(self, obs: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+        return np.fromiter((rng.integers(NUM_ACTIONS) for rng in rngs), dtype=np.int64, count=len(rngs))
+
+
+class QNetworkPolicy:
+    """Epsilon-greedy over a Q-network; epsilon 0 is the greedy policy used in evaluation.
+
+    Each row draws one uniform number per step whatever epsilon is, so the random stream of
+    an episode does not depend on earlier greedy/random choices.
+    """
+
+    def __init__(self, network, epsilon: float = 0.0, name: str = "qnetwork"):
+        import torch
+
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+        self._torch = torch
+        self.network = network.eval()
+        self.epsilon = float(epsilon)
+        self.name = name
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, epsilon: float = 0.0) -> "QNetworkPolicy":
+        from breakout_core.qnetwork import load_checkpoint
+
+        network, meta = load_checkpoint(path)
+        policy = cls(network, epsilon, name=Path(path).stem)
+        policy.checkpoint_meta = meta
+        return policy
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        with self._torch.inference_mode():
+            return self.network(self._torch.from_numpy(np.ascontiguousarray(obs))).numpy()
+
+    def act(self, obs: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+        greedy = self.q_values(obs).argmax(axis=1)
+        explore = np.fromiter((rng.random() for rng in rngs), dtype=np.float64, count=len(rngs))
+        random_actions = np.fromiter((rng.integers(NUM_ACTIONS) for rng in rngs), dtype=np.int64, count=len(rngs))
+        return np.where(explore < self.epsilon, random_actions, greedy).astype(np.int64)

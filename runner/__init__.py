@@ -1,0 +1,1 @@
+"""The experiment-spec runner: specs, the results store, verdicts and reports."""

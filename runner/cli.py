@@ -1,0 +1,194 @@
+"""`runner`: validate and run specs, query the results database, write reports.
+
+Heavy modules (torch, duckdb, altair) are imported inside the commands, so `runner
+--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+EXIT_USAGE = 2  # a spec or an argument is wrong
+EXIT_FAILED = 1  # the run itself failed, or the database refused
+EXIT_INTERRUPTED = 130
+
+db_option = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                         help="results database (default: $RUNNER_DB or ./results.duckdb)")
+reports_option = click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path),
+                              default=Path("reports"), show_default=True, help="where HTML reports go")
+
+
+def _fail(message: str, code: int = EXIT_FAILED) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _load(spec_path: Path):
+    from runner.spec import SpecError, load_spec
+
+    try:
+        return load_spec(spec_path)
+    except SpecError as exc:
+        for problem in exc.problems:
+            click.echo(f"error: {problem}", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+def _store(db: Path | None):
+    from runner.store import Store
+
+    return Store(db)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Declarative experiments on a Breakout DQN: specs in, DuckDB rows and verdicts out."""
+
+
+@main.command()
+@click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
+def validate(specs: tuple[Path, ...]) -> None:
+    """Check spec files; print one line per problem (file:line: field: message)."""
+    from runner.spec import SpecError, load_spec
+
+    bad = False
+    for spec_path in specs:
+        try:
+            load_spec(spec_path)
+            click.echo(f"ok: {spec_path}")
+        except SpecError as exc:
+            bad = True
+            for problem in exc.problems:
+                click.echo(f"error: {problem}", err=True)
+    sys.exit(EXIT_USAGE if bad else 0)
+
+
+@main.command()
+def schema() -> None:
+    """Print the JSON schema of specs (for editors' YAML checking)."""
+    import json
+
+    from runner.spec import spec_json_schema
+
+    click.echo(json.dumps(spec_json_schema(), indent=2))
+
+
+@main.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@db_option
+@reports_option
+@click.option("--report/--no-report", default=True, show_default=True, help="write the run's HTML report at the end")
+def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool) -> None:
+    """Validate SPEC, execute its measurements, store every row, decide its verdicts."""
+    from rich.console import Console
+
+    from runner.execute import run_spec
+    from runner.store import StoreError
+
+    loaded = _load(spec_path)
+    console = Console(stderr=True)
+    store = _store(db)
+    try:
+        run_id, verdicts = run_spec(loaded, store, reports_dir, console)
+    except KeyboardInterrupt:
+        _fail("run interrupted; it is stored with status 'interrupted' and nothing stored before is lost", EXIT_INTERRUPTED)
+    except StoreError as exc:
+        _fail(str(exc))
+    except Exception as exc:  # noqa: BLE001 - the run row already records it as failed
+        _fail(f"run failed: {exc.__class__.__name__}: {exc}")
+    click.echo(f"run {run_id} ({loaded.spec.name}) done; database {store.path}")
+    for v in verdicts:
+        click.echo(f"  verdict {v['verdict']}: {v['outcome']} — {v['reason']}")
+    if report:
+        from runner.report import build_run_report
+
+        click.echo(f"  report {build_run_report(store, reports_dir, run_id=run_id)}")
+
+
+@main.command()
+@db_option
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
+def runs(db: Path | None, limit: int) -> None:
+    """List the latest runs."""
+    _print_query(db, "SELECT run_id, spec_name, status, started_at, ended_at, contract_hash, error "
+                     f"FROM runs ORDER BY started_at DESC LIMIT {int(limit)}")
+
+
+@main.command()
+@click.argument("query")
+@db_option
+@click.option("--csv", "as_csv", is_flag=True, help="print CSV instead of a table")
+def sql(query: str, db: Path | None, as_csv: bool) -> None:
+    """Run a read-only SQL QUERY over the results (tables: runs, episodes, verdicts, ...)."""
+    _print_query(db, query, as_csv=as_csv)
+
+
+def _print_query(db: Path | None, query: str, as_csv: bool = False) -> None:
+    import duckdb
+
+    from runner.store import StoreError
+
+    try:
+        with _store(db).reader() as con:
+            cursor = con.execute(query)
+            if cursor.description is None:
+                return
+            columns = [d[0] for d in cursor.description]
+            rows = cursor.fetchall()
+    except StoreError as exc:
+        _fail(str(exc))
+    except duckdb.Error as exc:
+        _fail(f"SQL: {str(exc).splitlines()[0]}", EXIT_USAGE)
+    if as_csv:
+        import csv
+
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        writer.writerows(rows)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*columns, show_lines=False)
+    for row in rows:
+        table.add_row(*("" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
+    Console(width=max(120, Console().width)).print(table)
+    click.echo(f"{len(rows)} row(s)")
+
+
+@main.command()
+@click.argument("run_id", required=False)
+@click.option("--spec", "spec_name", default=None, help="report the latest run of this spec")
+@click.option("--verdicts", "verdicts_only", is_flag=True, help="the latest verdict of every spec: terminal table + verdicts.html")
+@db_option
+@reports_option
+def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: Path | None, reports_dir: Path) -> None:
+    """Write the HTML report of RUN_ID (default: the latest run), or the verdicts page."""
+    from runner.report import build_run_report, build_verdicts_report
+    from runner.store import StoreError
+
+    store = _store(db)
+    try:
+        if verdicts_only:
+            path, frame = build_verdicts_report(store, reports_dir)
+            _print_verdicts(frame)
+        else:
+            path = build_run_report(store, reports_dir, run_id=run_id, spec_name=spec_name)
+    except StoreError as exc:
+        _fail(str(exc))
+    click.echo(f"wrote {path}")
+
+
+def _print_verdicts(frame) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    colours = {"deployment-worthy": "green", "rejected": "red", "inconclusive": "yellow", "unavailable": "bright_black"}
+    table = Table("spec", "verdict", "candidate vs baseline", "outcome", "reason", "run")
+    for r in frame.itertuples(index=False):
+        table.add_row(r.spec_name, r.verdict, f"{r.candidate} vs {r.baseline}",
+                      f"[{colours[r.outcome]}]{r.outcome}[/]", r.reason, r.run_id)
+    Console(width=max(140, Console().width)).print(table)

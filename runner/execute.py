@@ -1,0 +1,85 @@
+"""Run a validated spec: record the run, execute each measurement, decide its verdicts.
+
+The run row is written first with status 'running' and always closed: 'done', 'failed'
+with the error, or 'interrupted' on Ctrl-C / SIGTERM. A run killed outright (SIGKILL)
+is closed as interrupted by the next process that opens the database for writing.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from runner.spec import LoadedSpec
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Raised in the main thread on SIGTERM, so it ends a run like Ctrl-C does."""
+
+
+@contextmanager
+def _sigterm_interrupts():
+    def handler(signum, frame):
+        raise RunInterrupted(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console) -> tuple[str, list[dict]]:
+    """Execute every measurement of `loaded`; returns the run id and its verdict rows."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from runner.kinds import KINDS
+    from runner.kinds.base import RunContext
+    from runner.provenance import provenance
+    from runner.verdicts import evaluate_verdicts
+
+    spec = loaded.spec
+    contract = spec.contract.build()
+    run_id = new_run_id()
+    store.begin_run({
+        "run_id": run_id, "spec_name": spec.name, "spec_path": str(loaded.path), "spec_hash": loaded.hash,
+        "spec_text": loaded.text, "contract_hash": contract.hash, "contract": json.dumps(contract.to_dict()),
+        **provenance(loaded.path),
+    })
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[unit]}"),
+        TextColumn("{task.fields[transitions]} transitions"), TimeElapsedColumn(), TimeRemainingColumn(),
+        console=console, transient=False,
+    )
+    progress.add_task = _with_defaults(progress.add_task)
+    ctx = RunContext(run_id=run_id, spec=spec, contract=contract, store=store,
+                     reports_dir=Path(reports_dir), progress=progress)
+    try:
+        with _sigterm_interrupts(), progress:
+            for measurement in spec.measurements:
+                KINDS[measurement.kind].execute(measurement, ctx)
+        verdicts = evaluate_verdicts(store, run_id, spec)
+    except KeyboardInterrupt as exc:
+        reason = "interrupted by SIGTERM" if isinstance(exc, RunInterrupted) else "interrupted by the user (Ctrl-C)"
+        store.finish_run(run_id, "interrupted", reason)
+        raise
+    except BaseException as exc:
+        store.finish_run(run_id, "failed", f"{exc.__class__.__name__}: {exc}")
+        raise
+    store.finish_run(run_id, "done")
+    return run_id, verdicts
+
+
+def _with_defaults(add_task):
+    def add(description: str, *, unit: str = "", transitions: int = 0, **kwargs):
+        return add_task(description, unit=unit, transitions=transitions, **kwargs)
+
+    return add

@@ -1,0 +1,74 @@
+"""Where and with what a run was made: recorded with every run."""
+
+from __future__ import annotations
+
+import json
+import platform
+import socket
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+PACKAGES = ("torch", "numpy", "gymnasium", "ale-py", "onnx", "onnxruntime", "duckdb", "pydantic", "scipy", "altair")
+
+
+def git_commit(where: Path) -> str | None:
+    """HEAD of the repository holding `where`, with '-dirty' when tracked files changed."""
+    try:
+        cwd = where if where.is_dir() else where.parent
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=5)
+        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_name() -> str:
+    """The CUDA device torch sees, or 'none'; never initialises CUDA when torch is a CPU build."""
+    try:
+        import torch
+
+        if torch.version.cuda and torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+    except Exception:  # a broken driver must not stop provenance
+        pass
+    return "none"
+
+
+def package_versions() -> str:
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return json.dumps(versions)
+
+
+def provenance(spec_path: Path) -> dict:
+    return {
+        "git_commit": git_commit(spec_path.resolve()),
+        "host": socket.gethostname(),
+        "cpu": f"{cpu_name()} ({_cpu_count()} logical CPUs)",
+        "gpu": gpu_name(),
+        "packages": package_versions(),
+    }
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -1,0 +1,103 @@
+"""Reports are pure functions of the database: a run's page and the verdicts page."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from runner.kinds.base import Section
+from runner.report_html import render_page, table_html
+from runner.store import Store, StoreError
+
+
+def _run_row(con, run_id: str | None, spec_name: str | None) -> dict:
+    if run_id:
+        query, args = "SELECT * FROM runs WHERE run_id = ?", [run_id]
+    elif spec_name:
+        query, args = "SELECT * FROM runs WHERE spec_name = ? ORDER BY started_at DESC LIMIT 1", [spec_name]
+    else:
+        query, args = "SELECT * FROM runs ORDER BY started_at DESC LIMIT 1", []
+    cursor = con.execute(query, args)
+    row = cursor.fetchone()
+    if row is None:
+        what = f"run {run_id!r}" if run_id else f"a run of spec {spec_name!r}" if spec_name else "any run"
+        raise StoreError(f"no {what} in the database")
+    return dict(zip([d[0] for d in cursor.description], row))
+
+
+def verdict_rows(con, run_id: str | None = None):
+    if run_id:
+        return con.execute(
+            "SELECT verdict, measurement, candidate, baseline, outcome, reason, evidence FROM verdicts "
+            "WHERE run_id = ? ORDER BY verdict", [run_id]).df()
+    return con.execute(
+        "SELECT spec_name, verdict, candidate, baseline, outcome, reason, run_id, decided_at FROM latest_verdicts "
+        "ORDER BY spec_name, verdict").df()
+
+
+def _verdict_section(frame) -> Section:
+    if frame.empty:
+        return Section("Verdicts", html="<p>This spec declares no verdicts.</p>")
+    rows = []
+    for r in frame.itertuples(index=False):
+        rules = json.loads(r.evidence).get("rules", [])
+        rule_text = "<br>".join(
+            html.escape(f"{x['metric']} = {x['value']:.4g} {x['rule']} → {'pass' if x['passed'] else 'fail'}")
+            if x["value"] is not None else html.escape(f"{x['metric']}: not computed") for x in rules)
+        rows.append(
+            f"<tr class='{r.outcome}'><td>{html.escape(r.verdict)}</td><td>{html.escape(r.candidate)} vs "
+            f"{html.escape(r.baseline)}</td><td><b>{r.outcome}</b></td><td>{html.escape(r.reason)}</td><td>{rule_text}</td></tr>")
+    table = ("<table><thead><tr><th>verdict</th><th>candidate vs baseline</th><th>outcome</th><th>reason</th>"
+             f"<th>rules and evidence</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    return Section("Verdicts", html=table)
+
+
+def build_run_report(store: Store, out_dir: Path, run_id: str | None = None, spec_name: str | None = None) -> Path:
+    from runner.kinds import KINDS
+    from runner.spec import Spec
+
+    with store.reader() as con:
+        run = _run_row(con, run_id, spec_name)
+        run_id = run["run_id"]
+        try:
+            import yaml
+
+            spec = Spec.model_validate(yaml.safe_load(run["spec_text"]), context={"check_files": False})
+        except Exception as exc:  # a spec the current code no longer accepts: show rows, not charts
+            spec, spec_problem = None, f"{exc.__class__.__name__}: {str(exc).splitlines()[0]}"
+        sections = [_verdict_section(verdict_rows(con, run_id))]
+        if spec is not None:
+            for m in spec.measurements:
+                sections += KINDS[m.kind].report(con, run_id, m)
+        else:
+            sections.append(Section("Measurements", html=f"<p>The stored spec no longer validates ({html.escape(spec_problem)}).</p>"))
+    packages = json.loads(run["packages"] or "{}")
+    intro = (
+        f"<p><b>run</b> {html.escape(run_id)} · <b>status</b> {html.escape(run['status'])}"
+        + (f" ({html.escape(run['error'] or '')})" if run["error"] else "")
+        + f" · <b>started</b> {run['started_at']} · <b>ended</b> {run['ended_at']}</p>"
+        f"<p><b>contract</b> {html.escape(run['contract_hash'] or '')} · <b>commit</b> {html.escape(str(run['git_commit']))}"
+        f" · <b>host</b> {html.escape(run['host'])} · <b>cpu</b> {html.escape(str(run['cpu']))} · <b>gpu</b> {html.escape(str(run['gpu']))}</p>"
+        f"<p><b>packages</b> {html.escape(', '.join(f'{k} {v}' for k, v in packages.items()))}</p>"
+        f"<details><summary>spec {html.escape(run['spec_path'] or '')} ({html.escape(run['spec_hash'])})</summary>"
+        f"<pre>{html.escape(run['spec_text'])}</pre></details>"
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{run['spec_name']}-{run_id}.html"
+    path.write_text(render_page(f"{run['spec_name']} — {run_id}", intro, sections), encoding="utf-8")
+    return path
+
+
+def build_verdicts_report(store: Store, out_dir: Path):
+    """The latest verdict of every spec; returns (path, the rows as a DataFrame)."""
+    with store.reader() as con:
+        frame = verdict_rows(con)
+    rows = frame.drop(columns=["decided_at"])
+    body = table_html(rows)
+    for outcome in ("deployment-worthy", "rejected", "inconclusive", "unavailable"):
+        body = body.replace(f"<td>{outcome}</td>", f"<td class='{outcome}'><b>{outcome}</b></td>")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "verdicts.html"
+    path.write_text(render_page("Verdicts (latest per spec)", "", [Section("Verdicts", html=body)]), encoding="utf-8")
+    return path, frame

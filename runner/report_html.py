@@ -1,0 +1,58 @@
+"""A self-contained HTML page: Vega-Lite charts with their JavaScript inlined (opens offline)."""
+
+from __future__ import annotations
+
+import html
+import json
+from functools import lru_cache
+
+from runner.kinds.base import Section
+
+
+@lru_cache(maxsize=1)
+def vega_bundle() -> str:
+    """vega, vega-lite and vega-embed as one script, from vl-convert's bundled copies."""
+    import vl_convert
+
+    return vl_convert.javascript_bundle()
+
+
+def table_html(frame, *, float_format: str = "{:.3f}") -> str:
+    """A pandas DataFrame as an HTML table (values escaped)."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    body = []
+    for row in frame.itertuples(index=False):
+        cells = []
+        for value in row:
+            text = float_format.format(value) if isinstance(value, float) else str(value)
+            cells.append(f"<td>{html.escape(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 1100px; color: #222; }
+table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.9rem; }
+th, td { border: 1px solid #ccc; padding: 0.25rem 0.6rem; text-align: right; }
+th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+.deployment-worthy { background: #d8f5d8; } .rejected { background: #f9d6d6; }
+.inconclusive { background: #fff2c4; } .unavailable { background: #e6e6e6; }
+code, pre { background: #f6f6f6; padding: 0.1rem 0.3rem; } pre { padding: 0.6rem; overflow-x: auto; }
+"""
+
+
+def render_page(title: str, intro_html: str, sections: list[Section]) -> str:
+    parts, scripts = [], []
+    for i, section in enumerate(sections):
+        parts.append(f"<h2>{html.escape(section.title)}</h2>{section.html}")
+        for j, chart in enumerate(section.charts):
+            div = f"chart-{i}-{j}"
+            parts.append(f'<div id="{div}"></div>')
+            scripts.append(f"vegaEmbed('#{div}', {json.dumps(chart)}, {{actions: false}});")
+    charts_js = ""
+    if scripts:
+        charts_js = f"<script>{vega_bundle()}</script><script>{''.join(scripts)}</script>"
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{intro_html}{''.join(parts)}{charts_js}</body></html>"
+    )

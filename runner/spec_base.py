@@ -1,0 +1,120 @@
+"""Pieces of the spec language shared by every measurement kind."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"  # safe as a file name and a SQL string
+Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
+
+
+class StrictModel(BaseModel):
+    """Every spec model refuses unknown keys and is immutable once validated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SeedRange(StrictModel):
+    start: int = Field(ge=0, description="first episode seed")
+    count: int = Field(gt=0, le=100_000, description="how many consecutive seeds")
+
+    def values(self) -> list[int]:
+        return list(range(self.start, self.start + self.count))
+
+
+def seed_list(seeds: "list[int] | SeedRange") -> list[int]:
+    return seeds.values() if isinstance(seeds, SeedRange) else list(seeds)
+
+
+def check_seeds(value: "list[int] | SeedRange") -> "list[int] | SeedRange":
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("the seed list is empty")
+        if any(s < 0 for s in value):
+            raise ValueError("seeds must be >= 0")
+        if len(set(value)) != len(value):
+            raise ValueError("seeds must be distinct")
+    return value
+
+
+class ContractSpec(StrictModel):
+    """A named contract, optionally with fields changed (the hash records the change)."""
+
+    name: str = "breakout-v2"
+    max_episode_frames: int | None = Field(default=None, gt=0)
+    noop_max: int | None = Field(default=None, ge=0)
+    repeat_action_probability: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        from breakout_core.contract import CONTRACTS
+
+        if name not in CONTRACTS:
+            raise ValueError(f"unknown contract {name!r}; known: {', '.join(sorted(CONTRACTS))}")
+        return name
+
+    def build(self):
+        from breakout_core.contract import contract_by_name
+
+        changes = {k: v for k, v in self.model_dump(exclude={"name"}).items() if v is not None}
+        return contract_by_name(self.name).replace(**changes)
+
+
+class RandomPolicySpec(StrictModel):
+    type: Literal["random"]
+
+
+class CheckpointPolicySpec(StrictModel):
+    type: Literal["checkpoint"]
+    path: str = Field(description="checkpoint file, relative to the spec file")
+    epsilon: float = Field(default=0.0, ge=0.0, le=1.0)
+    runtime: Literal["torch"] = "torch"
+
+    @field_validator("path")
+    @classmethod
+    def _exists(cls, path: str, info: ValidationInfo) -> str:
+        context = info.context or {}
+        base = context.get("base_dir")
+        resolved = Path(base, path) if base is not None else Path(path)
+        if context.get("check_files", True) and not resolved.is_file():
+            raise ValueError(f"model file not found: {resolved}")
+        return str(resolved)
+
+
+PolicySpec = Annotated[Union[RandomPolicySpec, CheckpointPolicySpec], Field(discriminator="type")]
+
+_RULE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*$")
+
+
+def parse_rule(text: str) -> tuple[str, float]:
+    """'>= 1.0' -> ('>=', 1.0). Rules are comparisons with a number, never code."""
+    match = _RULE.match(text)
+    if match is None:
+        raise ValueError(f"rule {text!r} is not '<op> <number>' with op one of >= <= > < == !=")
+    return match.group(1), float(match.group(2))
+
+
+class VerdictSpec(StrictModel):
+    name: Name
+    measurement: Name
+    candidate: Name
+    baseline: Name
+    deployment_worthy_when: dict[str, str] = Field(min_length=1)
+
+    @field_validator("deployment_worthy_when")
+    @classmethod
+    def _rules_parse(cls, rules: dict[str, str]) -> dict[str, str]:
+        for rule in rules.values():
+            parse_rule(rule)
+        return rules
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "VerdictSpec":
+        if self.candidate == self.baseline:
+            raise ValueError("candidate and baseline must differ")
+        return self

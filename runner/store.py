@@ -1,0 +1,254 @@
+"""The results database: an append-only DuckDB file with ordered, recorded migrations.
+
+DuckDB lets one process hold a file for writing and then no other process may open it,
+not even to read. So nothing keeps a connection open: a writer opens the file, appends a
+batch and closes it; a reader opens it read-only for one query. A long `runner run`
+therefore leaves the file free between its batches, and a second process waits (up to
+`busy_timeout_s`) for its turn instead of failing or corrupting anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import duckdb
+
+DEFAULT_DB = "results.duckdb"
+RUN_STATUSES = ("running", "done", "failed", "interrupted")
+
+CORE_MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "0001_runs",
+        """
+        CREATE TABLE runs (
+            run_id VARCHAR PRIMARY KEY,
+            spec_name VARCHAR NOT NULL,
+            spec_path VARCHAR,
+            spec_hash VARCHAR NOT NULL,
+            spec_text VARCHAR NOT NULL,
+            git_commit VARCHAR,
+            contract_hash VARCHAR,
+            contract JSON,
+            host VARCHAR NOT NULL,
+            pid INTEGER NOT NULL,
+            cpu VARCHAR,
+            gpu VARCHAR,
+            packages JSON,
+            started_at TIMESTAMPTZ NOT NULL,
+            ended_at TIMESTAMPTZ,
+            status VARCHAR NOT NULL CHECK (status IN ('running', 'done', 'failed', 'interrupted')),
+            error VARCHAR
+        );
+        CREATE TABLE verdicts (
+            run_id VARCHAR NOT NULL,
+            verdict VARCHAR NOT NULL,
+            measurement VARCHAR NOT NULL,
+            candidate VARCHAR NOT NULL,
+            baseline VARCHAR NOT NULL,
+            outcome VARCHAR NOT NULL CHECK (outcome IN ('deployment-worthy', 'rejected', 'inconclusive', 'unavailable')),
+            reason VARCHAR NOT NULL,
+            evidence JSON NOT NULL,
+            decided_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE TABLE artifacts (
+            run_id VARCHAR NOT NULL,
+            measurement VARCHAR NOT NULL,
+            label VARCHAR NOT NULL,
+            path VARCHAR NOT NULL,
+            bytes BIGINT NOT NULL
+        );
+        """,
+    ),
+]
+
+CORE_VIEWS = [
+    """
+    CREATE OR REPLACE VIEW latest_verdicts AS
+    SELECT v.*, r.spec_name, r.started_at
+    FROM verdicts v JOIN runs r USING (run_id)
+    QUALIFY row_number() OVER (PARTITION BY r.spec_name, v.verdict ORDER BY v.decided_at DESC) = 1
+    """,
+]
+
+
+class StoreError(RuntimeError):
+    """A database problem a user can act on (busy, missing, newer schema)."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    name: str
+    sql: str
+
+
+def _all_migrations() -> list[Migration]:
+    from runner.kinds import KINDS
+
+    migrations = [Migration(n, s) for n, s in CORE_MIGRATIONS]
+    for kind in KINDS.values():
+        migrations += [Migration(n, s) for n, s in kind.migrations]
+    return migrations
+
+
+def _all_views() -> list[str]:
+    from runner.kinds import KINDS
+
+    return CORE_VIEWS + [v for kind in KINDS.values() for v in kind.views]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "lock" in text and ("conflicting" in text or "could not set" in text)
+
+
+class Store:
+    def __init__(self, path: str | Path | None = None, *, busy_timeout_s: float = 60.0):
+        self.path = Path(path or os.environ.get("RUNNER_DB") or DEFAULT_DB)
+        self.busy_timeout_s = busy_timeout_s
+        self._prepared = False
+
+    # -- connections ---------------------------------------------------------------
+    def _connect(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        deadline = time.monotonic() + self.busy_timeout_s
+        delay = 0.02
+        while True:
+            try:
+                return duckdb.connect(str(self.path), read_only=read_only)
+            except duckdb.IOException as exc:
+                if not _is_lock_error(exc):
+                    raise StoreError(f"{self.path}: cannot open ({exc})") from None
+                if time.monotonic() >= deadline:
+                    raise StoreError(
+                        f"{self.path}: busy — another process has held it for over "
+                        f"{self.busy_timeout_s:.0f} s ({str(exc).splitlines()[0]})"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+            except duckdb.Error as exc:
+                raise StoreError(f"{self.path}: not a usable DuckDB database ({exc})") from None
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short read-write connection; migrations run on the first one."""
+        con = self._connect(read_only=False)
+        try:
+            if not self._prepared:
+                self._migrate(con)
+                self._recover_stale_runs(con)
+                self._prepared = True
+            yield con
+        finally:
+            con.close()
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        if not self.path.exists():
+            raise StoreError(f"{self.path}: no results database here yet (run a spec first, or pass --db)")
+        con = self._connect(read_only=True)
+        try:
+            self._check_version(con)
+            yield con
+        finally:
+            con.close()
+
+    # -- schema --------------------------------------------------------------------
+    def _applied(self, con: duckdb.DuckDBPyConnection) -> list[str]:
+        con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMPTZ)")
+        return [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
+
+    def _check_version(self, con: duckdb.DuckDBPyConnection) -> None:
+        known = {m.name for m in _all_migrations()}
+        try:
+            applied = [r[0] for r in con.execute("SELECT name FROM schema_migrations").fetchall()]
+        except duckdb.CatalogException:
+            raise StoreError(f"{self.path}: not a runner results database (no schema_migrations table)") from None
+        unknown = sorted(set(applied) - known)
+        if unknown:
+            raise StoreError(
+                f"{self.path}: written by a newer runner (unknown migrations: {', '.join(unknown)}); upgrade runner"
+            )
+
+    def _migrate(self, con: duckdb.DuckDBPyConnection) -> None:
+        applied = set(self._applied(con))
+        self._check_version(con)
+        for migration in sorted(_all_migrations(), key=lambda m: m.name):
+            if migration.name in applied:
+                continue
+            con.execute("BEGIN")
+            try:
+                con.execute(migration.sql)
+                con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [migration.name, utcnow()])
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
+        for view in _all_views():
+            con.execute(view)
+
+    def schema_version(self) -> list[str]:
+        with self.reader() as con:
+            return [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
+
+    # -- runs ----------------------------------------------------------------------
+    def _recover_stale_runs(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Runs left 'running' by a process of this host that no longer exists end as interrupted."""
+        host = socket.gethostname()
+        rows = con.execute("SELECT run_id, pid FROM runs WHERE status = 'running' AND host = ?", [host]).fetchall()
+        for run_id, pid in rows:
+            if not _process_alive(pid):
+                con.execute(
+                    "UPDATE runs SET status = 'interrupted', ended_at = ?, error = ? WHERE run_id = ?",
+                    [utcnow(), f"process {pid} on {host} ended without finishing the run (killed?)", run_id],
+                )
+
+    def begin_run(self, row: dict) -> None:
+        self.append_rows("runs", [dict(row, status="running", started_at=utcnow(), pid=os.getpid())])
+
+    def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
+        if status not in RUN_STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        with self.writer() as con:
+            con.execute(
+                "UPDATE runs SET status = ?, ended_at = ?, error = ? WHERE run_id = ?",
+                [status, utcnow(), error, run_id],
+            )
+
+    # -- appends -------------------------------------------------------------------
+    def append_rows(self, table: str, rows: Sequence[dict]) -> int:
+        """Append dict rows by column name in one transaction."""
+        if not rows:
+            return 0
+        import pyarrow as pa
+
+        return self.append_arrow(table, pa.Table.from_pylist(list(rows)))
+
+    def append_arrow(self, table: str, data) -> int:
+        """Append an Arrow table (or anything DuckDB can scan) by column name."""
+        with self.writer() as con:
+            con.register("incoming_rows", data)
+            try:
+                con.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM incoming_rows')
+            finally:
+                con.unregister("incoming_rows")
+        return len(data)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,77 @@
+"""Turn measurements into decisions with the rules a spec declares.
+
+A rule compares one metric with a number. A rule on an interval bound (`*_ci_low`,
+`*_ci_high`) that fails while the other bound would pass means the interval straddles
+the threshold: the data cannot decide, and the verdict is inconclusive rather than
+rejected. Any failed rule whose whole interval is on the wrong side rejects.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+
+from runner.spec_base import VerdictSpec, parse_rule
+
+OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq, "!=": operator.ne}
+OUTCOMES = ("deployment-worthy", "rejected", "inconclusive", "unavailable")
+
+
+def _other_bound(metric: str) -> str | None:
+    if metric.endswith("_ci_low"):
+        return metric.removesuffix("_ci_low") + "_ci_high"
+    if metric.endswith("_ci_high"):
+        return metric.removesuffix("_ci_high") + "_ci_low"
+    return None
+
+
+def decide(verdict: VerdictSpec, found: dict, unavailable_reason: str | None = None) -> tuple[str, str, dict]:
+    """(outcome, one-line reason, evidence) for one verdict given its metrics."""
+    evidence: dict = {"metrics": found, "rules": []}
+    if unavailable_reason:
+        return "unavailable", unavailable_reason, evidence
+    failed, undecided = [], []
+    for metric, rule in verdict.deployment_worthy_when.items():
+        op, threshold = parse_rule(rule)
+        value = found.get(metric)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            evidence["rules"].append({"metric": metric, "rule": rule, "value": None, "passed": None})
+            return "unavailable", f"{metric} could not be computed from the stored rows", evidence
+        passed = bool(OPERATORS[op](value, threshold))
+        evidence["rules"].append({"metric": metric, "rule": rule, "value": value, "passed": passed})
+        if passed:
+            continue
+        other = _other_bound(metric)
+        text = f"{metric} = {value:.4g} (needs {op} {threshold:g})"
+        if other is not None and other in found and OPERATORS[op](found[other], threshold):
+            undecided.append(f"{text}, but {other} = {found[other]:.4g}: the interval straddles the threshold")
+        else:
+            failed.append(text)
+    if failed:
+        return "rejected", "; ".join(failed), evidence
+    if undecided:
+        return "inconclusive", "; ".join(undecided), evidence
+    passed_text = ", ".join(f"{r['metric']} = {r['value']:.4g} {r['rule']}" for r in evidence["rules"])
+    return "deployment-worthy", passed_text, evidence
+
+
+def evaluate_verdicts(store, run_id: str, spec) -> list[dict]:
+    """Compute every verdict of a finished run's spec and append them to the store."""
+    from runner.kinds import KINDS
+    from runner.store import utcnow
+
+    by_name = {m.name: m for m in spec.measurements}
+    rows = []
+    with store.reader() as con:
+        for verdict in spec.verdicts:
+            m = by_name[verdict.measurement]
+            found = KINDS[m.kind].metrics(con, run_id, m, verdict.candidate, verdict.baseline)
+            outcome, reason, evidence = decide(verdict, found)
+            rows.append({
+                "run_id": run_id, "verdict": verdict.name, "measurement": m.name,
+                "candidate": verdict.candidate, "baseline": verdict.baseline,
+                "outcome": outcome, "reason": reason, "evidence": json.dumps(evidence), "decided_at": utcnow(),
+            })
+    store.append_rows("verdicts", rows)
+    return rows

@@ -1,0 +1,95 @@
+"""Safe YAML loading that remembers where every value came from.
+
+Only the plain YAML types are accepted: an explicit tag (``!!python/object``, ``!foo``)
+is an error, and so is a document with more than MAX_ALIASES aliases (a "billion laughs"
+file expands exponentially through aliases).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_ALIASES = 50
+_STANDARD_TAG_PREFIX = "tag:yaml.org,2002:"
+
+
+class SpecSourceError(ValueError):
+    """A YAML file that cannot be read as a spec; the message names file and line."""
+
+
+@dataclass
+class YamlSource:
+    path: Path
+    text: str
+    data: Any
+    lines: dict[tuple, int] = field(default_factory=dict)  # value path -> 1-based line
+
+    def line_of(self, loc: tuple) -> int | None:
+        """Line of the deepest known prefix of `loc` (a pydantic error location)."""
+        for end in range(len(loc), -1, -1):
+            if loc[:end] in self.lines:
+                return self.lines[loc[:end]]
+        return None
+
+
+class _BoundedSafeLoader(yaml.SafeLoader):
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self.alias_count = 0
+
+    def compose_node(self, parent, index):  # noqa: D102 - counts aliases as they are met
+        if self.check_event(yaml.AliasEvent):
+            self.alias_count += 1
+            if self.alias_count > MAX_ALIASES:
+                mark = self.peek_event().start_mark
+                raise SpecSourceError(f"line {mark.line + 1}: more than {MAX_ALIASES} YAML aliases")
+        return super().compose_node(parent, index)
+
+
+def _check_tags_and_map_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int], where: str) -> None:
+    if not node.tag.startswith(_STANDARD_TAG_PREFIX):
+        raise SpecSourceError(f"{where}:{node.start_mark.line + 1}: YAML tag {node.tag!r} is not allowed in a spec")
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            _check_tags_and_map_lines(key_node, path + ("<key>",), {}, where)
+            key = key_node.value
+            lines[path + (key,)] = key_node.start_mark.line + 1
+            _check_tags_and_map_lines(value_node, path + (key,), lines, where)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_tags_and_map_lines(item, path + (i,), lines, where)
+
+
+def load_yaml(path: str | Path) -> YamlSource:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecSourceError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecSourceError(f"{path}: cannot read ({exc})") from None
+    loader = _BoundedSafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise SpecSourceError(f"{path}:1: the file is empty")
+        lines: dict[tuple, int] = {}
+        _check_tags_and_map_lines(node, (), lines, str(path))
+        data = loader.construct_document(node)
+    except SpecSourceError as exc:
+        message = str(exc)
+        raise SpecSourceError(message if message.startswith(str(path)) else f"{path}:{message.removeprefix('line ')}") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 1
+        raise SpecSourceError(f"{path}:{line}: invalid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise SpecSourceError(f"{path}: invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+    return YamlSource(path=path, text=text, data=data, lines=lines)
