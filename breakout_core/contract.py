@@ -26,7 +26,6 @@ class Contract:
     noop_max: int = 30  # up to this many NOOP agent steps after reset, drawn from the seed
     repeat_action_probability: float = 0.0  # sticky actions
     fire_on_reset: bool = True  # press FIRE once at reset (not after a lost life)
-    life_loss_episodes_in_training: bool = False  # training episodes end at a lost life
     clip_rewards_in_training: bool = True  # sign(reward) in training only
     max_episode_frames: int = 108_000  # emulator frames; 30 minutes of play at 60 Hz
 

@@ -19,14 +19,15 @@ def make_vector_env(
     contract: Contract,
     num_envs: int,
     *,
-    training: bool = False,
     num_threads: int = 0,
 ) -> AtariVectorEnv:
     """Native vector env of `num_envs` independent games, synchronous (all step together).
 
     Autoreset is NEXT_STEP: the step that ends an episode returns its final observation, and
     the caller either resets that slot itself (with a seed) or lets the next step reset it.
-    Rewards are raw unless `training` and the contract clips them in training.
+    Rewards are always raw: a trainer clips what it learns from (the contract says whether)
+    and still reports raw episode returns. Episodes are always full games; a trainer that
+    treats a lost life as terminal for its targets does so from `info["lives"]`.
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -45,12 +46,12 @@ def make_vector_env(
         frameskip=contract.frame_skip,
         maxpool=contract.max_pool,
         noop_max=contract.noop_max,
-        episodic_life=training and contract.life_loss_episodes_in_training,
-        reward_clipping=training and contract.clip_rewards_in_training,
+        episodic_life=False,
+        reward_clipping=False,
         use_fire_reset=contract.fire_on_reset,
     )
 
 
-def make_single_env(contract: Contract, *, training: bool = False) -> AtariVectorEnv:
+def make_single_env(contract: Contract) -> AtariVectorEnv:
     """One game: a vector env with one slot, so observations are (1, 4, 84, 84)."""
-    return make_vector_env(contract, 1, training=training, num_threads=1)
+    return make_vector_env(contract, 1, num_threads=1)

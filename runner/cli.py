@@ -81,18 +81,23 @@ def schema() -> None:
 @db_option
 @reports_option
 @click.option("--report/--no-report", default=True, show_default=True, help="write the run's HTML report at the end")
-def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool) -> None:
+@click.option("--resume", is_flag=True, help="go on with this spec's last interrupted or failed run")
+@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
+              help="where checkpoints and other run files go")
+def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resume: bool, runs_dir: Path) -> None:
     """Validate SPEC, execute its measurements, store every row, decide its verdicts."""
     from rich.console import Console
 
-    from runner.execute import run_spec
+    from runner.execute import NothingToResume, run_spec
     from runner.store import StoreError
 
     loaded = _load(spec_path)
     console = Console(stderr=True)
     store = _store(db)
     try:
-        run_id, verdicts = run_spec(loaded, store, reports_dir, console)
+        run_id, verdicts = run_spec(loaded, store, reports_dir, console, resume=resume, runs_dir=runs_dir)
+    except NothingToResume as exc:
+        _fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
         _fail("run interrupted; it is stored with status 'interrupted' and nothing stored before is lost", EXIT_INTERRUPTED)
     except StoreError as exc:

@@ -37,8 +37,16 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
-def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console) -> tuple[str, list[dict]]:
-    """Execute every measurement of `loaded`; returns the run id and its verdict rows."""
+class NothingToResume(ValueError):
+    pass
+
+
+def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: bool = False,
+             runs_dir: Path = Path("runs")) -> tuple[str, list[dict]]:
+    """Execute every measurement of `loaded`; returns the run id and its verdict rows.
+
+    With `resume`, the latest interrupted or failed run of the same spec text goes on under
+    its own run id; each kind skips or continues the work that run already stored."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from runner.kinds import KINDS
@@ -48,12 +56,18 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console) -> tuple[str
 
     spec = loaded.spec
     contract = spec.contract.build()
-    run_id = new_run_id()
-    store.begin_run({
-        "run_id": run_id, "spec_name": spec.name, "spec_path": str(loaded.path), "spec_hash": loaded.hash,
-        "spec_text": loaded.text, "contract_hash": contract.hash, "contract": json.dumps(contract.to_dict()),
-        **provenance(loaded.path),
-    })
+    if resume:
+        run_id = store.unfinished_run(spec.name, loaded.hash)
+        if run_id is None:
+            raise NothingToResume(f"no interrupted or failed run of spec {spec.name!r} with this exact text to resume")
+        store.reopen_run(run_id)
+    else:
+        run_id = new_run_id()
+        store.begin_run({
+            "run_id": run_id, "spec_name": spec.name, "spec_path": str(loaded.path), "spec_hash": loaded.hash,
+            "spec_text": loaded.text, "contract_hash": contract.hash, "contract": json.dumps(contract.to_dict()),
+            **provenance(loaded.path),
+        })
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[unit]}"),
         TextColumn("{task.fields[transitions]} transitions"), TimeElapsedColumn(), TimeRemainingColumn(),
@@ -61,7 +75,8 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console) -> tuple[str
     )
     progress.add_task = _with_defaults(progress.add_task)
     ctx = RunContext(run_id=run_id, spec=spec, contract=contract, store=store,
-                     reports_dir=Path(reports_dir), progress=progress)
+                     reports_dir=Path(reports_dir), progress=progress,
+                     artifacts_dir=Path(runs_dir) / run_id, resume=resume)
     try:
         with _sigterm_interrupts(), progress:
             for measurement in spec.measurements:

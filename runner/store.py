@@ -215,6 +215,21 @@ class Store:
     def begin_run(self, row: dict) -> None:
         self.append_rows("runs", [dict(row, status="running", started_at=utcnow(), pid=os.getpid())])
 
+    def unfinished_run(self, spec_name: str, spec_hash: str) -> str | None:
+        """The latest interrupted or failed run of this exact spec text, if any."""
+        if not self.path.exists():
+            return None
+        with self.writer() as con:  # a writer first closes runs whose process is gone
+            row = con.execute(
+                "SELECT run_id FROM runs WHERE spec_name = ? AND spec_hash = ? AND status IN ('interrupted', 'failed') "
+                "ORDER BY started_at DESC LIMIT 1", [spec_name, spec_hash]).fetchone()
+        return row[0] if row else None
+
+    def reopen_run(self, run_id: str) -> None:
+        with self.writer() as con:
+            con.execute("UPDATE runs SET status = 'running', pid = ?, ended_at = NULL, error = NULL WHERE run_id = ?",
+                        [os.getpid(), run_id])
+
     def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
         if status not in RUN_STATUSES:
             raise ValueError(f"unknown status {status!r}")

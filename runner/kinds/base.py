@@ -24,6 +24,8 @@ class RunContext:
     store: "Store"
     reports_dir: Path
     progress: "Progress"
+    artifacts_dir: Path  # runs/<run_id>: checkpoints and other files a run makes
+    resume: bool = False  # continuing an unfinished run: kinds skip or go on with finished work
 
 
 @dataclass

@@ -123,6 +123,8 @@ def execute(m: EvaluateMeasurement, ctx: RunContext) -> None:
 
     seeds = seed_list(m.seeds)
     for policy_name in m.policies:
+        if ctx.resume and _already_stored(ctx, m.name, policy_name):
+            continue
         policy = build_policy(ctx.spec.policies[policy_name], policy_name)
         task = ctx.progress.add_task(f"{m.name} · {policy_name}", total=len(seeds), unit="episodes")
         record_seed = m.gif.seed if m.gif is not None and m.gif.policy == policy_name else None
@@ -144,6 +146,12 @@ def execute(m: EvaluateMeasurement, ctx: RunContext) -> None:
                 [{"run_id": ctx.run_id, "measurement": m.name, "label": f"gif {policy_name} seed {record_seed}",
                   "path": str(path), "bytes": path.stat().st_size}],
             )
+
+
+def _already_stored(ctx: RunContext, measurement: str, policy: str) -> bool:
+    with ctx.store.reader() as con:
+        return con.execute("SELECT count(*) FROM episodes WHERE run_id = ? AND measurement = ? AND policy = ?",
+                           [ctx.run_id, measurement, policy]).fetchone()[0] > 0
 
 
 def episode_row(ctx: RunContext, measurement: str, policy: str, e) -> dict:

@@ -1,0 +1,301 @@
+"""DQN, Double DQN and Dueling Double DQN on N vectorized Breakout envs.
+
+Everything is counted in transitions (one env step of one env), whatever N is: epsilon,
+learning start, update frequency, target sync, diagnostics and checkpoints all fire when
+the transition count crosses their multiples. The trainer yields plain records and knows
+nothing of specs or databases.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from breakout_core.contract import Contract
+from breakout_core.envs import NUM_ACTIONS, make_vector_env
+from breakout_core.qnetwork import QNetwork, save_checkpoint
+from breakout_core.replay import FrameReplay
+
+ALGORITHMS = ("dqn", "double", "dueling")  # dueling = dueling head + double targets
+STATE_FORMAT = "breakout-trainer-state/1"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    algorithm: str = "dqn"
+    total_transitions: int = 100_000  # transitions (env steps summed over envs)
+    num_envs: int = 1
+    learning_rate: float = 1e-4
+    batch_size: int = 32
+    gamma: float = 0.99
+    replay_capacity: int = 100_000  # transitions, split evenly over the envs
+    replay_device: str = "numpy"  # "numpy", or a torch device ("cpu", "cuda")
+    learning_starts: int = 1_000  # transitions before the first update
+    train_every: int = 4  # transitions per gradient update
+    target_sync_every: int = 1_000  # transitions between target-network copies
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    epsilon_decay_transitions: int = 10_000  # linear from start to end over this many transitions
+    max_grad_norm: float = 10.0
+    life_loss_terminal: bool = True  # a lost life ends bootstrapping (the game itself goes on)
+    seed: int = 42
+    torch_threads: int | None = None  # None leaves torch's default
+    channels_last: bool = False
+    fused_adam: bool = True  # where the torch build supports it
+    diagnostics_every: int = 1_000  # transitions between diagnostics records
+    checkpoint_at: tuple[int, ...] = ()  # transitions at which to save a checkpoint
+    learner_device: str = "cpu"
+
+    def __post_init__(self):
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {self.algorithm!r}; known: {', '.join(ALGORITHMS)}")
+
+    def epsilon(self, transitions: int) -> float:
+        fraction = min(1.0, transitions / max(1, self.epsilon_decay_transitions))
+        return self.epsilon_start + fraction * (self.epsilon_end - self.epsilon_start)
+
+
+@dataclass(frozen=True)
+class EpisodeEnd:
+    env_index: int
+    transition: int  # global transition count when it ended
+    episode_return: float  # raw score
+    length: int  # transitions
+    ended_by: str  # game_over / time_limit
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    transition: int
+    update: int
+    loss: float
+    q_mean: float
+    target_mean: float
+    td_abs_mean: float
+    td_abs_max: float
+    grad_norm: float
+    epsilon: float
+    replay_frames: int
+
+
+@dataclass(frozen=True)
+class CheckpointSaved:
+    transition: int
+    path: str
+
+
+@dataclass(frozen=True)
+class TrainDone:
+    transitions: int
+    updates: int
+    target_syncs: int
+    wall_s: float
+    transitions_per_s: float
+
+
+class TrainingDiverged(RuntimeError):
+    pass
+
+
+def _crossings(before: int, after: int, every: int) -> int:
+    return after // every - before // every
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, contract: Contract, out_dir: str | Path):
+        self.config = config
+        self.contract = contract
+        self.out_dir = Path(out_dir)
+        if config.torch_threads:
+            torch.set_num_threads(config.torch_threads)
+        torch.manual_seed(config.seed)
+        self.device = torch.device(config.learner_device)
+        arch = "dueling" if config.algorithm == "dueling" else "nature"
+        self.online = QNetwork(arch).to(self.device)
+        self.target = QNetwork(arch).to(self.device)
+        self.target.load_state_dict(self.online.state_dict())
+        self.target.eval()
+        if config.channels_last:
+            self.online = self.online.to(memory_format=torch.channels_last)
+            self.target = self.target.to(memory_format=torch.channels_last)
+        self.optimizer = _adam(self.online.parameters(), config.learning_rate, config.fused_adam)
+        self.transitions = 0
+        self.updates = 0
+        self.target_syncs = 0
+        self.resumes = 0
+        self.rng = np.random.default_rng([config.seed, 0])
+
+    # -- state -----------------------------------------------------------------------
+    def state_path(self) -> Path:
+        return self.out_dir / "trainer_state.pt"
+
+    def save_state(self) -> None:
+        """Everything but the replay and the emulators: enough to go on from here."""
+        payload = {
+            "format": STATE_FORMAT, "config": asdict(self.config), "contract_hash": self.contract.hash,
+            "online": self.online.state_dict(), "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "transitions": self.transitions,
+            "updates": self.updates, "target_syncs": self.target_syncs, "resumes": self.resumes,
+        }
+        tmp = self.state_path().with_suffix(".tmp")
+        torch.save(payload, tmp)
+        tmp.replace(self.state_path())
+
+    def load_state(self) -> None:
+        payload = torch.load(self.state_path(), map_location=self.device, weights_only=True)
+        if payload.get("format") != STATE_FORMAT:
+            raise ValueError(f"{self.state_path()}: not a {STATE_FORMAT} file")
+        if payload["contract_hash"] != self.contract.hash:
+            raise ValueError(f"{self.state_path()}: saved under contract {payload['contract_hash']}, not {self.contract.hash}")
+        self.online.load_state_dict(payload["online"])
+        self.target.load_state_dict(payload["target"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.transitions, self.updates = payload["transitions"], payload["updates"]
+        self.target_syncs, self.resumes = payload["target_syncs"], payload["resumes"] + 1
+        self.rng = np.random.default_rng([self.config.seed, self.resumes])
+
+    def checkpoint_path(self, transitions: int) -> Path:
+        return self.out_dir / f"checkpoint_{transitions:09d}.pt"
+
+    # -- acting ----------------------------------------------------------------------
+    def _act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
+        with torch.inference_mode():
+            x = torch.from_numpy(obs).to(self.device)
+            if self.config.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            greedy = self.online(x).argmax(dim=1).cpu().numpy()
+        explore = self.rng.random(len(obs)) < epsilon
+        return np.where(explore, self.rng.integers(NUM_ACTIONS, size=len(obs)), greedy).astype(np.int64)
+
+    # -- learning --------------------------------------------------------------------
+    def _update(self, replay: FrameReplay, want_diagnostics: bool) -> dict | None:
+        cfg = self.config
+        batch = replay.sample(cfg.batch_size, self.device)
+        obs, next_obs = batch.obs, batch.next_obs
+        if cfg.channels_last:
+            obs = obs.contiguous(memory_format=torch.channels_last)
+            next_obs = next_obs.contiguous(memory_format=torch.channels_last)
+        q = self.online(obs).gather(1, batch.actions[:, None]).squeeze(1)
+        with torch.no_grad():
+            if cfg.algorithm == "dqn":
+                next_q = self.target(next_obs).max(dim=1).values
+            else:
+                best = self.online(next_obs).argmax(dim=1, keepdim=True)
+                next_q = self.target(next_obs).gather(1, best).squeeze(1)
+            target = batch.rewards + cfg.gamma * (1.0 - batch.terminal) * next_q
+        loss = F.smooth_l1_loss(q, target)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.online.parameters(), cfg.max_grad_norm)
+        loss_value = float(loss.detach())
+        if not math.isfinite(loss_value) or not math.isfinite(float(grad_norm)):
+            bad = "loss" if not math.isfinite(loss_value) else "grad_norm"
+            raise TrainingDiverged(
+                f"non-finite {bad} ({loss_value if bad == 'loss' else float(grad_norm)}) at transition "
+                f"{self.transitions}, update {self.updates + 1}")
+        self.optimizer.step()
+        self.updates += 1
+        if not want_diagnostics:
+            return None
+        td = (target - q).detach().abs()
+        values = {"loss": loss_value, "q_mean": float(q.detach().mean()), "target_mean": float(target.mean()),
+                  "td_abs_mean": float(td.mean()), "td_abs_max": float(td.max()), "grad_norm": float(grad_norm)}
+        for name, value in values.items():
+            if not math.isfinite(value):
+                raise TrainingDiverged(f"non-finite {name} ({value}) at transition {self.transitions}, update {self.updates}")
+        return values
+
+    # -- the loop --------------------------------------------------------------------
+    def run(self, *, resume: bool = False) -> Iterator[EpisodeEnd | Diagnostics | CheckpointSaved | TrainDone]:
+        cfg = self.config
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if resume:
+            self.load_state()
+        n = cfg.num_envs
+        replay = FrameReplay(cfg.replay_capacity, n, frame_shape=(self.contract.screen_size,) * 2,
+                             stack=self.contract.frame_stack, device=cfg.replay_device, seed=cfg.seed + self.resumes)
+        # after a resume the replay starts empty: refill before learning again
+        learn_from = self.transitions + cfg.learning_starts if resume else cfg.learning_starts
+        env = make_vector_env(self.contract, n)
+        started = time.perf_counter()
+        start_transitions = self.transitions
+        try:
+            seeds = np.array([cfg.seed * 1_000 + 100 * self.resumes + i for i in range(n)], dtype=np.int64)
+            obs, info = env.reset(seed=seeds)
+            lives = info["lives"].copy()
+            first_of_episode = np.ones(n, dtype=bool)
+            resetting = np.zeros(n, dtype=bool)  # this step is an autoreset for these envs
+            returns = np.zeros(n)
+            lengths = np.zeros(n, dtype=np.int64)
+            while self.transitions < cfg.total_transitions:
+                epsilon = cfg.epsilon(self.transitions)
+                actions = self._act(obs, epsilon)
+                next_obs, reward, terminated, truncated, info = env.step(actions)
+                record = ~resetting
+                record[np.cumsum(record) > cfg.total_transitions - self.transitions] = False  # exact total
+                idx = np.flatnonzero(record)
+                done = terminated | truncated
+                life_lost = info["lives"] < lives
+                learn_reward = np.sign(reward) if self.contract.clip_rewards_in_training else reward
+                terminal = terminated | (life_lost & cfg.life_loss_terminal)
+                if len(idx):
+                    replay.add(idx, obs[idx, -1], actions[idx], learn_reward[idx].astype(np.float32),
+                               terminal[idx], first_of_episode[idx])
+                    ended = idx[done[idx]]
+                    if len(ended):
+                        replay.add_final_frames(ended, next_obs[ended, -1])
+                before = self.transitions
+                self.transitions += len(idx)
+                returns[idx] += reward[idx]
+                lengths[idx] += 1
+                for i in idx[done[idx]]:
+                    yield EpisodeEnd(int(i), self.transitions, float(returns[i]), int(lengths[i]),
+                                     "game_over" if terminated[i] else "time_limit")
+                    returns[i], lengths[i] = 0.0, 0
+                first_of_episode = resetting  # an autoreset step returns an episode's first obs
+                resetting = done & ~resetting
+                lives = info["lives"].copy()
+                obs = next_obs
+                if self.transitions >= learn_from:
+                    updates_due = _crossings(max(before, learn_from - 1), self.transitions, cfg.train_every)
+                    diag_due = _crossings(before, self.transitions, cfg.diagnostics_every) > 0
+                    for k in range(updates_due):
+                        values = self._update(replay, want_diagnostics=diag_due and k == updates_due - 1)
+                        if values is not None:
+                            yield Diagnostics(self.transitions, self.updates, epsilon=epsilon,
+                                              replay_frames=int(np.minimum(replay.written, replay.stream_capacity).sum()),
+                                              **values)
+                if _crossings(before, self.transitions, cfg.target_sync_every):
+                    self.target.load_state_dict(self.online.state_dict())
+                    self.target_syncs += 1
+                for mark in cfg.checkpoint_at:
+                    if before < mark <= self.transitions:
+                        path = save_checkpoint(self.checkpoint_path(mark), self.online, self.contract,
+                                               transitions=self.transitions, train_config=asdict(cfg))
+                        self.save_state()
+                        yield CheckpointSaved(self.transitions, str(path))
+        finally:
+            env.close()
+        wall = time.perf_counter() - started
+        path = save_checkpoint(self.out_dir / "final.pt", self.online, self.contract,
+                               transitions=self.transitions, train_config=asdict(cfg))
+        self.save_state()
+        yield CheckpointSaved(self.transitions, str(path))
+        made = self.transitions - start_transitions
+        yield TrainDone(self.transitions, self.updates, self.target_syncs, wall, made / wall if wall > 0 else 0.0)
+
+
+def _adam(params, lr: float, fused: bool) -> torch.optim.Optimizer:
+    if fused:
+        try:
+            return torch.optim.Adam(params, lr=lr, fused=True)
+        except (RuntimeError, TypeError):
+            pass
+    return torch.optim.Adam(params, lr=lr)

@@ -1,0 +1,297 @@
+"""`train`: DQN-family training trials; every episode, diagnostics row and checkpoint stored.
+
+A sweep lists values for any training field; each combination is a trial with its own
+rows. `runner run SPEC --resume` continues the spec's last unfinished run: each trial
+goes on from its last checkpoint (its replay refilled first), and rows the killed
+attempt wrote past that checkpoint are superseded in the *_valid views.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from runner.kinds.base import Kind, RunContext, Section
+from runner.spec_base import Name, StrictModel
+from runner.sweeps import expand_sweep
+
+FLUSH_EVERY_S = 5.0  # seconds between appends while training: readers get the file in between
+
+
+class TrainSettings(StrictModel):
+    """Training fields; units are transitions (one env step of one env) unless named."""
+
+    algorithm: Literal["dqn", "double", "dueling"] = "dqn"
+    total_transitions: int = Field(default=100_000, gt=0)
+    num_envs: int = Field(default=1, ge=1, le=64)
+    learning_rate: float = Field(default=1e-4, gt=0, lt=1)
+    batch_size: int = Field(default=32, ge=1, le=4096)
+    gamma: float = Field(default=0.99, gt=0, le=1)
+    replay_capacity: int = Field(default=100_000, ge=1_000)
+    replay_device: str = Field(default="numpy", pattern=r"^(numpy|cpu|cuda(:\d+)?)$")
+    learning_starts: int = Field(default=1_000, ge=0)
+    train_every: int = Field(default=4, ge=1)
+    target_sync_every: int = Field(default=1_000, ge=1)
+    epsilon_start: float = Field(default=1.0, ge=0, le=1)
+    epsilon_end: float = Field(default=0.05, ge=0, le=1)
+    epsilon_decay_transitions: int = Field(default=10_000, ge=1)
+    max_grad_norm: float = Field(default=10.0, gt=0)
+    life_loss_terminal: bool = True
+    seed: int = Field(default=42, ge=0)
+    torch_threads: int | None = Field(default=None, ge=1, le=256)
+    channels_last: bool = False
+    fused_adam: bool = True
+    diagnostics_every: int = Field(default=1_000, ge=1)
+    checkpoint_at: list[int] = Field(default_factory=list)
+    learner_device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
+
+    @field_validator("checkpoint_at")
+    @classmethod
+    def _positive_sorted(cls, marks: list[int]) -> list[int]:
+        if any(m <= 0 for m in marks):
+            raise ValueError("checkpoint transitions must be > 0")
+        return sorted(set(marks))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TrainSettings":
+        if self.replay_capacity < self.num_envs * 64:
+            raise ValueError(f"replay_capacity {self.replay_capacity} is too small for {self.num_envs} envs")
+        too_late = [m for m in self.checkpoint_at if m > self.total_transitions]
+        if too_late:
+            raise ValueError(f"checkpoint_at {too_late} beyond total_transitions {self.total_transitions}")
+        return self
+
+    def to_config(self):
+        from breakout_core.trainer import TrainConfig
+
+        values = self.model_dump()
+        values["checkpoint_at"] = tuple(values["checkpoint_at"])
+        return TrainConfig(**values)
+
+
+SWEEPABLE = tuple(TrainSettings.model_fields)
+
+
+class TrainMeasurement(TrainSettings):
+    kind: Literal["train"]
+    name: Name
+    sweep: dict[str, list[Any]] = Field(default_factory=dict, description="field -> values; one trial per combination")
+
+    @model_validator(mode="after")
+    def _sweep_valid(self) -> "TrainMeasurement":
+        for key, values in self.sweep.items():
+            if key not in SWEEPABLE:
+                raise ValueError(f"sweep key {key!r} is not a training field; fields: {', '.join(SWEEPABLE)}")
+            if not values:
+                raise ValueError(f"sweep {key!r} lists no values")
+        for trial in expand_sweep(self.sweep):
+            self.settings_for(trial.overrides)
+        return self
+
+    def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:
+        base = self.model_dump(exclude={"kind", "name", "sweep"})
+        return TrainSettings.model_validate({**base, **overrides})
+
+
+MIGRATIONS = [
+    (
+        "0200_train",
+        """
+        CREATE TABLE train_attempts (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, trial VARCHAR NOT NULL,
+            attempt INTEGER NOT NULL, from_transition BIGINT NOT NULL, config JSON NOT NULL,
+            out_dir VARCHAR NOT NULL, started_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE TABLE train_episodes (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, trial VARCHAR NOT NULL, attempt INTEGER NOT NULL,
+            env_index INTEGER NOT NULL, transition BIGINT NOT NULL, episode_return DOUBLE NOT NULL,
+            length INTEGER NOT NULL, ended_by VARCHAR NOT NULL
+        );
+        CREATE TABLE train_diagnostics (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, trial VARCHAR NOT NULL, attempt INTEGER NOT NULL,
+            transition BIGINT NOT NULL, "update" BIGINT NOT NULL, loss DOUBLE, q_mean DOUBLE, target_mean DOUBLE,
+            td_abs_mean DOUBLE, td_abs_max DOUBLE, grad_norm DOUBLE, epsilon DOUBLE, replay_frames BIGINT
+        );
+        CREATE TABLE train_checkpoints (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, trial VARCHAR NOT NULL, attempt INTEGER NOT NULL,
+            transition BIGINT NOT NULL, path VARCHAR NOT NULL
+        );
+        CREATE TABLE train_results (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, trial VARCHAR NOT NULL, attempt INTEGER NOT NULL,
+            transitions BIGINT NOT NULL, updates BIGINT NOT NULL, target_syncs BIGINT NOT NULL,
+            wall_s DOUBLE NOT NULL, transitions_per_s DOUBLE NOT NULL
+        );
+        """,
+    )
+]
+
+_SUPERSEDED = """
+    NOT EXISTS (SELECT 1 FROM train_attempts a
+                WHERE a.run_id = t.run_id AND a.measurement = t.measurement AND a.trial = t.trial
+                  AND a.attempt > t.attempt AND t.transition > a.from_transition)
+"""
+
+VIEWS = [
+    f"CREATE OR REPLACE VIEW train_episodes_valid AS SELECT t.* FROM train_episodes t WHERE {_SUPERSEDED}",
+    f"CREATE OR REPLACE VIEW train_diagnostics_valid AS SELECT t.* FROM train_diagnostics t WHERE {_SUPERSEDED}",
+    """
+    CREATE OR REPLACE VIEW train_curve AS
+    SELECT *, avg(episode_return) OVER (
+               PARTITION BY run_id, measurement, trial ORDER BY transition, env_index
+               ROWS BETWEEN 19 PRECEDING AND CURRENT ROW) AS moving_avg_20
+    FROM train_episodes_valid
+    """,
+    """
+    CREATE OR REPLACE VIEW train_trial_summary AS
+    WITH ranked AS (
+        SELECT *, row_number() OVER (PARTITION BY run_id, measurement, trial
+                                     ORDER BY transition DESC, env_index DESC) AS back
+        FROM train_episodes_valid)
+    SELECT run_id, measurement, trial, count(*) AS episodes, max(transition) AS last_episode_transition,
+           avg(episode_return) FILTER (WHERE back <= 20) AS last20_mean,
+           median(episode_return) FILTER (WHERE back <= 20) AS last20_median,
+           avg(episode_return) FILTER (WHERE back <= 10) - avg(episode_return) FILTER (WHERE back BETWEEN 11 AND 20)
+               AS last20_trend,
+           max(episode_return) AS best_return
+    FROM ranked GROUP BY run_id, measurement, trial
+    """,
+]
+
+
+def _flush(ctx: RunContext, pending: dict[str, list[dict]]) -> None:
+    for table, rows in pending.items():
+        if rows:
+            ctx.store.append_rows(table, rows)
+            rows.clear()
+
+
+def _previous_attempts(ctx: RunContext, measurement: str, trial: str) -> tuple[int, bool]:
+    """(attempts so far, whether one of them finished) for this trial of this run."""
+    with ctx.store.reader() as con:
+        attempts = con.execute(
+            "SELECT count(*) FROM train_attempts WHERE run_id = ? AND measurement = ? AND trial = ?",
+            [ctx.run_id, measurement, trial]).fetchone()[0]
+        finished = con.execute(
+            "SELECT count(*) FROM train_results WHERE run_id = ? AND measurement = ? AND trial = ?",
+            [ctx.run_id, measurement, trial]).fetchone()[0]
+    return attempts, finished > 0
+
+
+def execute(m: TrainMeasurement, ctx: RunContext) -> None:
+    from breakout_core.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, Trainer, TrainDone
+
+    from runner.store import utcnow
+
+    for trial in expand_sweep(m.sweep):
+        settings = m.settings_for(trial.overrides)
+        config = settings.to_config()
+        out_dir = ctx.artifacts_dir / m.name / trial.name
+        attempt, finished = _previous_attempts(ctx, m.name, trial.name)
+        if finished:
+            continue
+        trainer = Trainer(config, ctx.contract, out_dir)
+        resume = attempt > 0 and trainer.state_path().exists()
+        from_transition = _state_transitions(trainer) if resume else 0
+        ctx.store.append_rows("train_attempts", [{
+            "run_id": ctx.run_id, "measurement": m.name, "trial": trial.name, "attempt": attempt,
+            "from_transition": from_transition, "config": json.dumps(asdict(config)), "out_dir": str(out_dir),
+            "started_at": utcnow()}])
+        key = {"run_id": ctx.run_id, "measurement": m.name, "trial": trial.name, "attempt": attempt}
+        pending: dict[str, list[dict]] = {"train_episodes": [], "train_diagnostics": [], "train_checkpoints": [],
+                                          "train_results": []}
+        task = ctx.progress.add_task(f"{m.name} · {trial.name}", total=config.total_transitions,
+                                     completed=from_transition, unit="transitions")
+        last_flush = time.monotonic()
+        try:
+            for record in trainer.run(resume=resume):
+                if isinstance(record, EpisodeEnd):
+                    pending["train_episodes"].append({**key, **asdict(record)})
+                    ctx.progress.update(task, completed=record.transition, transitions=record.transition)
+                elif isinstance(record, Diagnostics):
+                    pending["train_diagnostics"].append({**key, **asdict(record)})
+                elif isinstance(record, CheckpointSaved):
+                    pending["train_checkpoints"].append({**key, **asdict(record)})
+                    _flush(ctx, pending)  # what a checkpoint covers is stored with it
+                    last_flush = time.monotonic()
+                elif isinstance(record, TrainDone):
+                    pending["train_results"].append({
+                        **key, "transitions": record.transitions, "updates": record.updates,
+                        "target_syncs": record.target_syncs, "wall_s": record.wall_s,
+                        "transitions_per_s": record.transitions_per_s})
+                    ctx.progress.update(task, completed=record.transitions, transitions=record.transitions)
+                if time.monotonic() - last_flush >= FLUSH_EVERY_S:
+                    _flush(ctx, pending)
+                    last_flush = time.monotonic()
+        finally:
+            _flush(ctx, pending)
+
+
+def _state_transitions(trainer) -> int:
+    import torch
+
+    return int(torch.load(trainer.state_path(), map_location="cpu", weights_only=True)["transitions"])
+
+
+METRIC_NAMES: tuple[str, ...] = ()  # training verdicts (health, learning-rate studies) come with their specs
+
+
+def participants(m: TrainMeasurement) -> list[str]:
+    return [t.name for t in expand_sweep(m.sweep)]
+
+
+def metrics(con, run_id: str, m: TrainMeasurement, candidate: str, baseline: str) -> dict[str, float]:
+    return {}
+
+
+def report(con, run_id: str, m: TrainMeasurement) -> list[Section]:
+    import altair as alt
+
+    from runner.report_html import table_html
+
+    summary = con.execute(
+        "SELECT s.trial, s.episodes, s.last_episode_transition, s.last20_mean, s.last20_median, s.last20_trend, "
+        "s.best_return, r.transitions, r.updates, r.wall_s, r.transitions_per_s FROM train_trial_summary s "
+        "LEFT JOIN train_results r USING (run_id, measurement, trial) WHERE s.run_id = ? AND s.measurement = ? "
+        "ORDER BY s.trial", [run_id, m.name]).df()
+    sections = [Section(f"{m.name}: trials (last 20 episodes; trend = mean of last 10 − mean of the 10 before)",
+                        html=table_html(summary))]
+    curve = con.execute(
+        "SELECT trial, transition, episode_return, moving_avg_20 FROM train_curve WHERE run_id = ? AND measurement = ? "
+        "ORDER BY trial, transition", [run_id, m.name]).df()
+    if not curve.empty:
+        if len(curve) > 20_000:
+            curve = curve.iloc[:: len(curve) // 20_000 + 1]
+        base = alt.Chart(curve).encode(x=alt.X("transition:Q", title="transitions"), color="trial:N")
+        chart = base.mark_circle(size=12, opacity=0.25).encode(y=alt.Y("episode_return:Q", title="raw episode return")) + \
+            base.mark_line(strokeWidth=2).encode(y="moving_avg_20:Q")
+        sections.append(Section(f"{m.name}: learning curves (points: episodes; lines: 20-episode moving average)",
+                                charts=[chart.properties(width=720, height=320).to_dict()]))
+    diagnostics = con.execute(
+        "SELECT trial, transition, loss, q_mean, target_mean, td_abs_mean, td_abs_max, grad_norm, epsilon "
+        "FROM train_diagnostics_valid WHERE run_id = ? AND measurement = ? ORDER BY trial, transition",
+        [run_id, m.name]).df()
+    if not diagnostics.empty:
+        long = diagnostics.melt(id_vars=["trial", "transition"], var_name="quantity", value_name="value")
+        chart = alt.Chart(long).mark_line().encode(
+            x=alt.X("transition:Q", title="transitions"), y=alt.Y("value:Q", title=None), color="trial:N"
+        ).properties(width=330, height=140).facet(facet="quantity:N", columns=2).resolve_scale(y="independent")
+        sections.append(Section(f"{m.name}: diagnostics over time", charts=[chart.to_dict()]))
+    return sections
+
+
+KIND = Kind(
+    name="train",
+    model=TrainMeasurement,
+    migrations=MIGRATIONS,
+    views=VIEWS,
+    execute=execute,
+    participants=participants,
+    metric_names=METRIC_NAMES,
+    metrics=metrics,
+    report=report,
+)

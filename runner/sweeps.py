@@ -1,0 +1,29 @@
+"""Expanding a sweep into trials: a pure function, tested on its own."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Trial:
+    name: str  # safe as a folder name: "learning_rate=0.0002,seed=42" or "base"
+    overrides: dict[str, Any]
+
+
+def _text(value: Any) -> str:
+    return format(value, "g") if isinstance(value, float) else str(value)
+
+
+def expand_sweep(sweep: dict[str, list[Any]]) -> list[Trial]:
+    """Every combination of the listed values, in the order the keys and values are given."""
+    if not sweep:
+        return [Trial("base", {})]
+    keys = list(sweep)
+    trials = []
+    for values in itertools.product(*(sweep[k] for k in keys)):
+        overrides = dict(zip(keys, values))
+        trials.append(Trial(",".join(f"{k}={_text(v)}" for k, v in overrides.items()), overrides))
+    return trials

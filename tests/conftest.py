@@ -1,0 +1,32 @@
+"""Shared fixtures: an untrained checkpoint and a way to write spec files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> Path:
+    """An untrained Nature-DQN checkpoint at tmp_path/model.pt (deterministic weights)."""
+    import torch
+
+    from breakout_core.contract import Contract
+    from breakout_core.qnetwork import QNetwork, save_checkpoint
+
+    torch.manual_seed(0)
+    return save_checkpoint(tmp_path / "model.pt", QNetwork(), Contract(), transitions=0)
+
+
+@pytest.fixture
+def write_spec(tmp_path: Path) -> Callable[..., Path]:
+    """write_spec(text, name="spec.yaml") -> path of a spec file in tmp_path."""
+
+    def write(text: str, name: str = "spec.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return write

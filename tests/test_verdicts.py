@@ -1,0 +1,142 @@
+"""Verdict rules and the statistics behind them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from breakout_core.stats import paired_bootstrap_ci, summarize
+from runner.spec_base import VerdictSpec, parse_rule
+from runner.verdicts import decide
+
+
+def verdict(**rules: str) -> VerdictSpec:
+    return VerdictSpec(name="v", measurement="m", candidate="cand", baseline="base", deployment_worthy_when=rules)
+
+
+CI_RULE = {"paired_score_diff_ci_low": ">= -1.0"}
+
+
+def test_all_rules_pass_is_deployment_worthy():
+    outcome, reason, evidence = decide(
+        verdict(candidate_mean_score=">= 10", **CI_RULE),
+        {"candidate_mean_score": 12.0, "paired_score_diff_ci_low": -0.5, "paired_score_diff_ci_high": 2.0},
+    )
+    assert outcome == "deployment-worthy"
+    assert "candidate_mean_score = 12 >= 10" in reason
+    assert "paired_score_diff_ci_low = -0.5 >= -1.0" in reason
+    assert [r["passed"] for r in evidence["rules"]] == [True, True]
+
+
+def test_plain_metric_failing_is_rejected_with_its_numbers():
+    outcome, reason, evidence = decide(
+        verdict(candidate_mean_score=">= 10", candidate_time_limit_fraction="<= 0.1"),
+        {"candidate_mean_score": 8.25, "candidate_time_limit_fraction": 0.0},
+    )
+    assert outcome == "rejected"
+    assert reason == "candidate_mean_score = 8.25 (needs >= 10)"  # only the failed rule, with both numbers
+    assert evidence["rules"][0] == {"metric": "candidate_mean_score", "rule": ">= 10", "value": 8.25, "passed": False}
+
+
+def test_interval_straddling_the_threshold_is_inconclusive():
+    outcome, reason, _ = decide(
+        verdict(**CI_RULE), {"paired_score_diff_ci_low": -2.5, "paired_score_diff_ci_high": 1.5}
+    )
+    assert outcome == "inconclusive"
+    assert "paired_score_diff_ci_low = -2.5 (needs >= -1)" in reason
+    assert "paired_score_diff_ci_high = 1.5" in reason and "straddles" in reason
+
+
+def test_upper_bound_rule_straddling_is_inconclusive():
+    outcome, _, _ = decide(
+        verdict(paired_score_diff_ci_high="<= 1.0"), {"paired_score_diff_ci_low": 0.5, "paired_score_diff_ci_high": 2.0}
+    )
+    assert outcome == "inconclusive"
+
+
+def test_whole_interval_on_the_wrong_side_is_rejected():
+    outcome, reason, _ = decide(
+        verdict(**CI_RULE), {"paired_score_diff_ci_low": -5.0, "paired_score_diff_ci_high": -2.0}
+    )
+    assert outcome == "rejected"
+    assert reason == "paired_score_diff_ci_low = -5 (needs >= -1)"
+
+
+def test_a_plain_failure_outweighs_an_inconclusive_interval():
+    outcome, reason, _ = decide(
+        verdict(candidate_mean_score=">= 10", **CI_RULE),
+        {"candidate_mean_score": 3.0, "paired_score_diff_ci_low": -2.0, "paired_score_diff_ci_high": 1.0},
+    )
+    assert outcome == "rejected"
+    assert "candidate_mean_score = 3" in reason
+
+
+@pytest.mark.parametrize("found", [{}, {"candidate_mean_score": float("nan")}], ids=["missing", "nan"])
+def test_missing_metric_is_unavailable(found):
+    outcome, reason, evidence = decide(verdict(candidate_mean_score=">= 10"), found)
+    assert outcome == "unavailable"
+    assert "candidate_mean_score" in reason
+    assert evidence["rules"] == [{"metric": "candidate_mean_score", "rule": ">= 10", "value": None, "passed": None}]
+
+
+def test_unavailable_reason_wins():
+    outcome, reason, _ = decide(verdict(candidate_mean_score=">= 10"), {"candidate_mean_score": 99.0}, "no GPU here")
+    assert (outcome, reason) == ("unavailable", "no GPU here")
+
+
+@pytest.mark.parametrize("text, parsed", [(">= 1.0", (">=", 1.0)), ("<-2", ("<", -2.0)), (" != 1e-3 ", ("!=", 0.001))])
+def test_parse_rule(text, parsed):
+    assert parse_rule(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["import os", ">= x", "1 >= 2", ">= 1; import os", "=> 1", ""])
+def test_parse_rule_refuses_anything_but_a_comparison(text):
+    with pytest.raises(ValueError, match="is not '<op> <number>'"):
+        parse_rule(text)
+
+
+SAMPLE = np.array([3.0, -1.0, 0.0, 4.0, 2.0, -2.0, 5.0, 1.0, 0.0, 6.0, -3.0, 2.0])
+
+
+@pytest.mark.parametrize("confidence, n_resamples, seed", [(0.95, 2000, 0), (0.9, 5000, 123)])
+def test_paired_bootstrap_ci_equals_scipy(confidence, n_resamples, seed):
+    interval = paired_bootstrap_ci(SAMPLE, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    direct = stats.bootstrap(
+        (SAMPLE,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
+        method="percentile", rng=np.random.default_rng(seed),
+    ).confidence_interval
+    assert interval.low == pytest.approx(direct.low, abs=1e-12)
+    assert interval.high == pytest.approx(direct.high, abs=1e-12)
+    assert interval.low < SAMPLE.mean() < interval.high
+    assert (interval.confidence, interval.n_resamples, interval.seed, interval.method) == (
+        confidence, n_resamples, seed, "percentile")
+
+
+def test_paired_bootstrap_ci_needs_two_differences():
+    with pytest.raises(ValueError, match="at least 2"):
+        paired_bootstrap_ci(np.array([1.0]))
+
+
+def test_paired_bootstrap_ci_of_equal_differences_is_a_point():
+    interval = paired_bootstrap_ci(np.full(10, 2.0), n_resamples=1000)
+    assert interval.low == pytest.approx(2.0) and interval.high == pytest.approx(2.0)
+
+
+def test_summarize_known_values():
+    s = summarize(np.arange(10))
+    assert s["n"] == 10
+    assert s["mean"] == pytest.approx(4.5)
+    assert s["median"] == pytest.approx(4.5)
+    assert s["p10"] == pytest.approx(0.9)  # linear interpolation: 0.1 * (10 - 1)
+    assert s["p90"] == pytest.approx(8.1)
+    assert s["std"] == pytest.approx(math.sqrt(82.5 / 9))  # sum of squared deviations 82.5, ddof=1
+    assert (s["min"], s["max"]) == (0.0, 9.0)
+
+
+def test_summarize_edge_cases():
+    assert math.isnan(summarize(np.array([7.0]))["std"])
+    with pytest.raises(ValueError, match="empty"):
+        summarize(np.array([]))
