@@ -48,6 +48,7 @@ class TrainSettings(StrictModel):
     fused_adam: bool = True
     diagnostics_every: int = Field(default=1_000, ge=1)
     checkpoint_at: list[int] = Field(default_factory=list)
+    checkpoint_every: int | None = Field(default=None, gt=0, description="also checkpoint at every multiple")
     learner_device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
 
     @field_validator("checkpoint_at")
@@ -70,7 +71,11 @@ class TrainSettings(StrictModel):
         from breakout_core.trainer import TrainConfig
 
         values = self.model_dump()
-        values["checkpoint_at"] = tuple(values["checkpoint_at"])
+        every = values.pop("checkpoint_every")
+        marks = set(values["checkpoint_at"])
+        if every:
+            marks |= set(range(every, self.total_transitions + 1, every))
+        values["checkpoint_at"] = tuple(sorted(marks))
         return TrainConfig(**values)
 
 
@@ -218,6 +223,7 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
                     pending["train_checkpoints"].append({**key, **asdict(record)})
                     _flush(ctx, pending)  # what a checkpoint covers is stored with it
                     last_flush = time.monotonic()
+                    _log_checkpoint(ctx, m.name, trial.name, record)
                 elif isinstance(record, TrainDone):
                     pending["train_results"].append({
                         **key, "transitions": record.transitions, "updates": record.updates,
@@ -229,6 +235,17 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
                     last_flush = time.monotonic()
         finally:
             _flush(ctx, pending)
+
+
+def _log_checkpoint(ctx: RunContext, measurement: str, trial: str, record) -> None:
+    """One plain line per checkpoint, readable in a log file where no progress bar draws."""
+    with ctx.store.reader() as con:
+        row = con.execute(
+            "SELECT last20_mean, episodes FROM train_trial_summary WHERE run_id = ? AND measurement = ? AND trial = ?",
+            [ctx.run_id, measurement, trial]).fetchone()
+    mean = f"{row[0]:.2f} over the last 20 of {row[1]} episodes" if row and row[0] is not None else "no episode yet"
+    ctx.progress.console.log(f"{measurement} · {trial}: checkpoint at {record.transition} transitions "
+                             f"({record.path}); training return {mean}")
 
 
 def _state_transitions(trainer) -> int:
