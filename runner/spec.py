@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Union
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from runner.kinds import KINDS
 from runner.spec_base import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
@@ -25,31 +25,42 @@ class Spec(StrictModel):
     verdicts: list[VerdictSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _references(self) -> "Spec":
-        names = [m.name for m in self.measurements]
-        if len(set(names)) != len(names):
-            raise ValueError("measurement names must be distinct")
-        for m in self.measurements:
-            unknown = [p for p in getattr(m, "policies", []) if p not in self.policies]
-            if unknown:
-                raise ValueError(
-                    f"measurement {m.name!r} names unknown policies {unknown}; defined: {sorted(self.policies)}"
-                )
-        by_name = {m.name: m for m in self.measurements}
-        for v in self.verdicts:
-            m = by_name.get(v.measurement)
-            if m is None:
-                raise ValueError(f"verdict {v.name!r}: unknown measurement {v.measurement!r}; defined: {sorted(by_name)}")
-            kind = KINDS[m.kind]
-            for who in (v.candidate, v.baseline):
-                if who not in kind.participants(m):
-                    raise ValueError(f"verdict {v.name!r}: {who!r} is not in measurement {m.name!r} ({kind.participants(m)})")
-            for metric in v.deployment_worthy_when:
-                if metric not in kind.metric_names:
-                    raise ValueError(
-                        f"verdict {v.name!r}: unknown metric {metric!r} for kind {m.kind}; known: {', '.join(kind.metric_names)}"
-                    )
+    def _references(self, info: ValidationInfo) -> "Spec":
+        if not (info.context or {}).get("defer_references"):  # load_spec reports them with their lines
+            problems = reference_problems(self)
+            if problems:
+                raise ValueError("; ".join(f"{_format_path(loc)}: {message}" for loc, message in problems))
         return self
+
+
+def reference_problems(spec: Spec) -> list[tuple[tuple, str]]:
+    """Names that point nowhere: (location in the file, message) for each."""
+    problems: list[tuple[tuple, str]] = []
+    names = [m.name for m in spec.measurements]
+    for i, m in enumerate(spec.measurements):
+        if names.index(m.name) != i:
+            problems.append((("measurements", i, "name"), f"measurement name {m.name!r} is used twice"))
+        for j, policy in enumerate(getattr(m, "policies", [])):
+            if policy not in spec.policies:
+                problems.append((("measurements", i, "policies", j),
+                                 f"unknown policy {policy!r}; defined: {', '.join(sorted(spec.policies)) or 'none'}"))
+    by_name = {m.name: m for m in spec.measurements}
+    for i, v in enumerate(spec.verdicts):
+        m = by_name.get(v.measurement)
+        if m is None:
+            problems.append((("verdicts", i, "measurement"),
+                             f"unknown measurement {v.measurement!r}; defined: {', '.join(sorted(by_name))}"))
+            continue
+        kind = KINDS[m.kind]
+        for role, who in (("candidate", v.candidate), ("baseline", v.baseline)):
+            if who not in kind.participants(m):
+                problems.append((("verdicts", i, role),
+                                 f"{who!r} is not in measurement {m.name!r}; choose from {', '.join(kind.participants(m))}"))
+        for metric in v.deployment_worthy_when:
+            if metric not in kind.metric_names:
+                problems.append((("verdicts", i, "deployment_worthy_when", metric),
+                                 f"unknown metric for kind {m.kind}; known: {', '.join(kind.metric_names) or 'none yet'}"))
+    return problems
 
 
 class SpecError(ValueError):
@@ -71,11 +82,15 @@ class LoadedSpec:
         return hashlib.sha256(self.text.encode()).hexdigest()[:16]
 
 
-def _data_path(loc: tuple, data) -> tuple:
-    """Drop the union tags pydantic inserts into error locations, keeping the file's own keys."""
+def _data_path(loc: tuple, data, missing: bool = False) -> tuple:
+    """Drop the union tags pydantic inserts into error locations, keeping the file's own keys
+    (and, for a missing key, its name, which the file cannot contain)."""
     kept: list = []
     node = data
-    for part in loc:
+    for n, part in enumerate(loc):
+        if missing and n == len(loc) - 1:
+            kept.append(part)
+            break
         if isinstance(node, dict) and part in node:
             node = node[part]
             kept.append(part)
@@ -109,11 +124,15 @@ def _message(error: dict) -> str:
 def format_validation_error(exc: ValidationError, source: YamlSource) -> list[str]:
     problems = []
     for error in exc.errors():
-        path = _data_path(tuple(error["loc"]), source.data)
-        line = source.line_of(path)
-        where = f"{source.path}:{line}" if line else str(source.path)
-        problems.append(f"{where}: {_format_path(path)}: {_message(error)}")
+        path = _data_path(tuple(error["loc"]), source.data, missing=error["type"] == "missing")
+        problems.append(_problem(source, path, _message(error)))
     return problems
+
+
+def _problem(source: YamlSource, path: tuple, message: str) -> str:
+    line = source.line_of(path)
+    where = f"{source.path}:{line}" if line else str(source.path)
+    return f"{where}: {_format_path(path)}: {message}"
 
 
 def load_spec(path: str | Path) -> LoadedSpec:
@@ -125,9 +144,12 @@ def load_spec(path: str | Path) -> LoadedSpec:
     if not isinstance(source.data, dict):
         raise SpecError([f"{source.path}:1: a spec is a mapping of keys (name, measurements, ...), not {type(source.data).__name__}"])
     try:
-        spec = Spec.model_validate(source.data, context={"base_dir": source.path.parent})
+        spec = Spec.model_validate(source.data, context={"base_dir": source.path.parent, "defer_references": True})
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, source)) from None
+    problems = reference_problems(spec)
+    if problems:
+        raise SpecError([_problem(source, loc, message) for loc, message in problems])
     return LoadedSpec(spec=spec, path=source.path, text=source.text)
 
 

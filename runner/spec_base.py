@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
+                      model_validator)
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"  # safe as a file name and a SQL string
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
@@ -15,7 +16,7 @@ Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
 class StrictModel(BaseModel):
     """Every spec model refuses unknown keys and is immutable once validated."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # "4" or true is not a count
 
 
 class SeedRange(StrictModel):
@@ -26,19 +27,26 @@ class SeedRange(StrictModel):
         return list(range(self.start, self.start + self.count))
 
 
+def _check_seed_list(value: list[int]) -> list[int]:
+    if not value:
+        raise ValueError("the seed list is empty")
+    if any(s < 0 for s in value):
+        raise ValueError("seeds must be >= 0")
+    if len(set(value)) != len(value):
+        raise ValueError("seeds must be distinct")
+    return value
+
+
+# a list of seeds or {start, count}; the input's own shape picks the branch, so a bad
+# range is not also reported as "not a list"
+Seeds = Annotated[
+    Union[Annotated[list[int], AfterValidator(_check_seed_list), Tag("list")], Annotated[SeedRange, Tag("range")]],
+    Discriminator(lambda v: "list" if isinstance(v, list) else "range"),
+]
+
+
 def seed_list(seeds: "list[int] | SeedRange") -> list[int]:
     return seeds.values() if isinstance(seeds, SeedRange) else list(seeds)
-
-
-def check_seeds(value: "list[int] | SeedRange") -> "list[int] | SeedRange":
-    if isinstance(value, list):
-        if not value:
-            raise ValueError("the seed list is empty")
-        if any(s < 0 for s in value):
-            raise ValueError("seeds must be >= 0")
-        if len(set(value)) != len(value):
-            raise ValueError("seeds must be distinct")
-    return value
 
 
 class ContractSpec(StrictModel):
@@ -99,19 +107,20 @@ def parse_rule(text: str) -> tuple[str, float]:
     return match.group(1), float(match.group(2))
 
 
+def _check_rule(text: str) -> str:
+    parse_rule(text)
+    return text
+
+
+Rule = Annotated[str, AfterValidator(_check_rule)]
+
+
 class VerdictSpec(StrictModel):
     name: Name
     measurement: Name
     candidate: Name
     baseline: Name
-    deployment_worthy_when: dict[str, str] = Field(min_length=1)
-
-    @field_validator("deployment_worthy_when")
-    @classmethod
-    def _rules_parse(cls, rules: dict[str, str]) -> dict[str, str]:
-        for rule in rules.values():
-            parse_rule(rule)
-        return rules
+    deployment_worthy_when: dict[str, Rule] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _distinct(self) -> "VerdictSpec":

@@ -130,8 +130,8 @@ class Store:
                     raise StoreError(f"{self.path}: cannot open ({exc})") from None
                 if time.monotonic() >= deadline:
                     raise StoreError(
-                        f"{self.path}: busy — another process has held it for over "
-                        f"{self.busy_timeout_s:.0f} s ({str(exc).splitlines()[0]})"
+                        f"{self.path}: busy — waited {self.busy_timeout_s:g} s for another process to release it "
+                        f"({str(exc).splitlines()[0]})"
                     ) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)

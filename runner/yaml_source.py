@@ -7,6 +7,7 @@ file expands exponentially through aliases).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,10 @@ from typing import Any
 import yaml
 
 MAX_ALIASES = 50
-_STANDARD_TAG_PREFIX = "tag:yaml.org,2002:"
+_CORE = "tag:yaml.org,2002:"
+ALLOWED_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "merge")}
+# YAML 1.2 floats such as 1e-4, which PyYAML's YAML 1.1 resolver would read as strings
+_FLOAT_12 = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 class SpecSourceError(ValueError):
@@ -50,19 +54,35 @@ class _BoundedSafeLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def _check_tags_and_map_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int], where: str) -> None:
-    if not node.tag.startswith(_STANDARD_TAG_PREFIX):
-        raise SpecSourceError(f"{where}:{node.start_mark.line + 1}: YAML tag {node.tag!r} is not allowed in a spec")
-    lines.setdefault(path, node.start_mark.line + 1)
+_BoundedSafeLoader.add_implicit_resolver(_CORE + "float", _FLOAT_12, list("-+0123456789."))
+
+
+def _check_tags_and_map_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int], where: str,
+                              seen: set[int]) -> None:
+    """Refuse non-core tags and duplicate keys; map each value path to its line.
+
+    An aliased node is visited once (`seen`): walking it again at every alias would make
+    a small file of nested aliases cost exponential time and memory."""
+    line = node.start_mark.line + 1
+    if node.tag not in ALLOWED_TAGS:
+        raise SpecSourceError(f"{where}:{line}: YAML tag {node.tag!r} is not allowed in a spec (plain values only)")
+    lines.setdefault(path, line)
+    if id(node) in seen:
+        return
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
+        keys: set = set()
         for key_node, value_node in node.value:
-            _check_tags_and_map_lines(key_node, path + ("<key>",), {}, where)
+            _check_tags_and_map_lines(key_node, path + ("<key>",), {}, where, seen)
             key = key_node.value
+            if key in keys:
+                raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: key {key!r} appears twice in one mapping")
+            keys.add(key)
             lines[path + (key,)] = key_node.start_mark.line + 1
-            _check_tags_and_map_lines(value_node, path + (key,), lines, where)
+            _check_tags_and_map_lines(value_node, path + (key,), lines, where, seen)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _check_tags_and_map_lines(item, path + (i,), lines, where)
+            _check_tags_and_map_lines(item, path + (i,), lines, where, seen)
 
 
 def load_yaml(path: str | Path) -> YamlSource:
@@ -79,7 +99,7 @@ def load_yaml(path: str | Path) -> YamlSource:
         if node is None:
             raise SpecSourceError(f"{path}:1: the file is empty")
         lines: dict[tuple, int] = {}
-        _check_tags_and_map_lines(node, (), lines, str(path))
+        _check_tags_and_map_lines(node, (), lines, str(path), set())
         data = loader.construct_document(node)
     except SpecSourceError as exc:
         message = str(exc)

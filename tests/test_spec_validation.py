@@ -70,8 +70,6 @@ class Case:
     message: str  # substring the problem must contain
     line: int  # line the problem must report
     field: str | None  # field path; None for a file-level (YAML) problem
-    bad_message: str | None = None  # FIXME(code): the code gives no (or the wrong) message
-    bad_location: str | None = None  # FIXME(code): right message, wrong line or field
 
 
 CASES = [
@@ -98,39 +96,22 @@ CASES = [
          "'evaluat' found using 'kind' does not match any of the expected tags", 10, "measurements[0]"),
     Case("policy-type-unknown", edit("type: random", "type: greedy"),
          "'greedy' found using 'type' does not match any of the expected tags", 4, "policies.random"),
-    # FIXME(code): cross-reference errors from Spec._references land at '(top level)', line 1
     Case("measurement-names-undefined-policy", edit("policies: [random, agent]", "policies: [random, agnt]"),
-         "names unknown policies ['agnt']", 12, "measurements[0].policies",
-         bad_location="FIXME(code): runner/spec.py Spec._references raises a plain ValueError from a model "
-                      "validator, so the problem says '(top level)' at line 1; report the offending reference's "
-                      "own location (e.g. check references after validation, or raise a pydantic error with loc)"),
-    # FIXME(code): same: should point at verdicts[0].measurement
+         "unknown policy 'agnt'; defined: agent, random", 12, "measurements[0].policies[1]"),
     Case("verdict-unknown-measurement", edit("measurement: scores", "measurement: score"),
-         "unknown measurement 'score'", 17, "verdicts[0].measurement",
-         bad_location="FIXME(code): Spec._references reports '(top level)' at line 1 instead of verdicts[0].measurement"),
-    # FIXME(code): same: should point at the metric's key
+         "unknown measurement 'score'", 17, "verdicts[0].measurement"),
     Case("verdict-unknown-metric", edit("paired_score_diff_ci_low:", "accuracy:"),
-         "unknown metric 'accuracy'", 21, "verdicts[0].deployment_worthy_when.accuracy",
-         bad_location="FIXME(code): Spec._references reports '(top level)' at line 1 instead of the metric's key"),
-    # FIXME(code): the bad rule's own key/line, not the whole deployment_worthy_when mapping
+         "unknown metric for kind evaluate; known: candidate_mean_score", 21, "verdicts[0].deployment_worthy_when.accuracy"),
     Case("verdict-rule-is-code", edit('">= 0"', '"import os"'),
-         "rule 'import os' is not '<op> <number>'", 21, "verdicts[0].deployment_worthy_when.paired_score_diff_ci_low",
-         bad_location="FIXME(code): runner/spec_base.py VerdictSpec._rules_parse validates the whole dict, so the "
-                      "problem points at deployment_worthy_when (line 20), not the bad rule; validate each value "
-                      "(e.g. dict[str, Annotated[str, AfterValidator(check_rule)]]) so the key is in the location"),
+         "rule 'import os' is not '<op> <number>'", 21, "verdicts[0].deployment_worthy_when.paired_score_diff_ci_low"),
     Case("candidate-equals-baseline", edit("baseline: random", "baseline: agent"),
          "candidate and baseline must differ", 16, "verdicts[0]"),
     Case("epsilon-above-1", edit("    path: model.pt\n", "    path: model.pt\n    epsilon: 1.5\n"),
          "less than or equal to 1", 9, "policies.agent.epsilon"),
     Case("contract-unknown", edit("description: a good spec\n", "description: a good spec\ncontract:\n  name: pong-v1\n"),
          "unknown contract 'pong-v1'; known: breakout-v2", 4, "contract.name"),
-    # FIXME(code): !!python/... tags pass the tag check; the user sees 'invalid YAML: could not determine a constructor'
     Case("yaml-python-tag", edit("description: a good spec", 'description: !!python/object/apply:os.system ["echo hi"]'),
-         "YAML tag 'tag:yaml.org,2002:python/object/apply:os.system' is not allowed", 2, None,
-         bad_message="FIXME(code): runner/yaml_source.py _check_tags_and_map_lines accepts every tag under "
-                     "'tag:yaml.org,2002:' (so !!python/... passes the check) and the user gets SafeLoader's "
-                     "'invalid YAML: could not determine a constructor'; allow only the core-schema tags "
-                     "(str, int, float, bool, null, seq, map, ...) and refuse the rest as 'not allowed in a spec'"),
+         "YAML tag 'tag:yaml.org,2002:python/object/apply:os.system' is not allowed", 2, None),
     Case("yaml-custom-tag", edit("description: a good spec", "description: !foo bar"),
          "YAML tag '!foo' is not allowed in a spec", 2, None),
     # 10 aliases per level: aliases 51-60 are on line 8 (level 6).
@@ -140,29 +121,18 @@ CASES = [
     Case("empty-file", "", "the file is empty", 1, None),
     Case("comments-only", "# nothing here yet\n", "the file is empty", 1, None),
     Case("top-level-list", "- name: quick\n- name: other\n", "a spec is a mapping of keys", 1, None),
-    # FIXME(code): a missing key's name is dropped by _data_path
-    Case("measurements-missing", "name: nothing\n", "required key is missing", 1, "measurements",
-         bad_location="FIXME(code): runner/spec.py _data_path drops the last loc part of a 'missing' error (the key "
-                       "is not in the data, so it is taken for a union tag): the user reads '(top level): required "
-                       "key is missing' without the key's name; keep the final part for type == 'missing'"),
-    # FIXME(code): a missing key's name is dropped by _data_path
+    Case("measurements-missing", "name: nothing\n", "required key is missing", 1, "measurements"),
     Case("measurement-seeds-missing", edit("    seeds: {start: 0, count: 4}\n", ""),
-         "required key is missing", 10, "measurements[0].seeds",
-         bad_location="FIXME(code): same _data_path bug: 'measurements[0]: required key is missing' without 'seeds'"),
-    # FIXME(code): duplicate mapping keys are silently accepted (last wins)
+         "required key is missing", 10, "measurements[0].seeds"),
     Case("duplicate-key", edit("    batch_size: 4\n", "    batch_size: 4\n    batch_size: 5\n"),
-         "duplicate key 'batch_size'", 15, None,
-         bad_message="FIXME(code): runner/yaml_source.py accepts duplicate mapping keys (the last one silently "
-                     "wins, here batch_size 5); _check_tags_and_map_lines should refuse a key seen twice in one mapping"),
+         "key 'batch_size' appears twice in one mapping", 15, None),
 ]
 
 
 def _params(location: bool):
     params = []
     for case in CASES:
-        reason = case.bad_message or (case.bad_location if location else None)
-        marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
-        params.append(pytest.param(case, id=case.id, marks=marks))
+        params.append(pytest.param(case, id=case.id))
     return params
 
 
@@ -208,11 +178,6 @@ def test_every_problem_is_reported_at_once(checkpoint, write_spec):
     assert any(p.startswith(f"{path}:9: policies.agent.epsilon: ") for p in problems), problems
 
 
-# FIXME(code): union errors report every branch (noise for a bad seed range)
-@pytest.mark.xfail(strict=True, reason=(
-    "FIXME(code): runner/spec.py format_validation_error reports every branch of the `list[int] | SeedRange` union, "
-    "so a bad seed range also says 'measurements[0].seeds: Input should be a valid list'; keep only the branch "
-    "that matches the input's type (a mapping -> SeedRange, a sequence -> list)"))
 def test_seed_range_error_has_no_noise_from_the_other_union_branch(checkpoint, write_spec):
     path = write_spec(edit("seeds: {start: 0, count: 4}", "seeds: {start: 0, count: 0}"))
     problems = _problems(path)
@@ -227,11 +192,6 @@ def test_python_tag_is_never_executed(tmp_path, checkpoint, write_spec):
     assert not marker.exists()
 
 
-# FIXME(code): the tag/line walk re-descends aliased nodes -> exponential time and memory
-@pytest.mark.xfail(strict=True, reason=(
-    "FIXME(code): runner/yaml_source.py _check_tags_and_map_lines walks an aliased node again at every alias, so "
-    "a document within MAX_ALIASES expands exponentially (2 aliases per level: 40 aliases take ~17 s and 2 GB, 50 "
-    "would take minutes and tens of GB). Remember visited nodes (by id) and do not descend into one twice"))
 def test_alias_chain_under_the_limit_does_not_expand(write_spec):
     # 12 levels of 2 aliases = 24 aliases, within the limit; the document has 14 mappings/sequences.
     path = write_spec(bomb(levels=12, fan_out=2))

@@ -145,10 +145,6 @@ def test_reader_gives_up_when_busy(locked_db):
     assert 0.3 <= time.monotonic() - start < 5
 
 
-# FIXME(code): the busy message rounds a sub-second timeout to "0 s"
-@pytest.mark.xfail(strict=True, reason=(
-    "FIXME(code): runner/store.py Store._connect formats busy_timeout_s with :.0f, so a 0.3 s timeout reads "
-    "'held it for over 0 s'; use :g (and say how long *we waited*, which is what is known)"))
 def test_busy_message_states_the_timeout(locked_db):
     with pytest.raises(StoreError) as info:
         with Store(locked_db, busy_timeout_s=0.3).writer():

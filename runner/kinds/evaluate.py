@@ -12,10 +12,10 @@ import html
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.spec_base import Name, SeedRange, StrictModel, check_seeds, seed_list
+from runner.spec_base import Name, Seeds, StrictModel, seed_list
 
 
 class GifSpec(StrictModel):
@@ -33,13 +33,11 @@ class EvaluateMeasurement(StrictModel):
     kind: Literal["evaluate"]
     name: Name
     policies: list[Name] = Field(min_length=1, description="names from the spec's policies")
-    seeds: list[int] | SeedRange = Field(description="episode seeds: a list, or {start, count}")
+    seeds: Seeds = Field(description="episode seeds: a list, or {start, count}")
     batch_size: int = Field(default=8, ge=1, le=256, description="episodes played side by side")
     policy_seed: int = Field(default=0, ge=0, description="seeds each episode's action randomness with the episode seed")
     gif: GifSpec | None = None
     bootstrap: BootstrapSpec = BootstrapSpec()
-
-    _seeds_ok = field_validator("seeds")(check_seeds)
 
     @model_validator(mode="after")
     def _consistent(self) -> "EvaluateMeasurement":

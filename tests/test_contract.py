@@ -1,0 +1,34 @@
+import dataclasses
+
+import pytest
+
+from breakout_core.contract import CONTRACTS, Contract, contract_by_name
+
+
+def _changed(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value + 0.125
+    return value + "-x"
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(Contract)])
+def test_hash_changes_when_any_field_changes(field):
+    base = Contract()
+    changed = base.replace(**{field: _changed(getattr(base, field))})
+    assert changed.hash != base.hash
+
+
+def test_hash_is_stable_and_the_contract_frozen():
+    assert Contract().hash == Contract().hash == CONTRACTS["breakout-v2"].hash
+    assert len(Contract().hash) == 16
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Contract().frame_skip = 2  # type: ignore[misc]
+
+
+def test_unknown_contract_names_the_known_ones():
+    with pytest.raises(KeyError, match="breakout-v2"):
+        contract_by_name("pong")

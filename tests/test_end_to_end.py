@@ -1,0 +1,153 @@
+"""The real CLI, as a user types it: run a tiny spec into a fresh DuckDB, query, report."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+TINY = """\
+name: tiny_eval
+contract:
+  max_episode_frames: 2000
+policies:
+  random: {type: random}
+  dqn: {type: checkpoint, path: model.pt, epsilon: 0.1}
+measurements:
+  - kind: evaluate
+    name: scores
+    policies: [random, dqn]
+    seeds: [4, 5, 6, 7]
+    batch_size: 4
+    gif: {policy: dqn, seed: 5}
+verdicts:
+  - name: dqn_beats_random
+    measurement: scores
+    candidate: dqn
+    baseline: random
+    deployment_worthy_when:
+      paired_score_diff_ci_low: "> 0"
+"""
+
+
+def runner(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_run_sql_report_and_verdicts(tmp_path, checkpoint, write_spec):
+    spec = write_spec(TINY)
+    db = tmp_path / "results.duckdb"
+    done = runner("run", str(spec), "--db", str(db), "--reports", "reports", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.split()[1]
+    assert "verdict dqn_beats_random:" in done.stdout
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == "done"
+        rows = con.execute("SELECT policy, count(*), min(seed), max(seed) FROM episodes WHERE run_id = ? "
+                           "GROUP BY policy ORDER BY policy", [run_id]).fetchall()
+        assert rows == [("dqn", 4, 4, 7), ("random", 4, 4, 7)]
+        outcome, reason, evidence = con.execute(
+            "SELECT outcome, reason, evidence FROM verdicts WHERE run_id = ?", [run_id]).fetchone()
+        low = con.execute("SELECT evidence->>'$.metrics.paired_score_diff_ci_low' FROM verdicts").fetchone()[0]
+    assert outcome in {"deployment-worthy", "rejected", "inconclusive"}
+    assert (outcome == "deployment-worthy") == (float(low) > 0)
+    assert "paired_score_diff_ci_low" in evidence
+
+    query = runner("sql", "SELECT policy, count(*) AS n FROM episodes GROUP BY policy ORDER BY policy", "--db",
+                   str(db), "--csv", cwd=tmp_path)
+    assert query.returncode == 0 and query.stdout.splitlines() == ["policy,n", "dqn,4", "random,4"]
+
+    bad = runner("sql", "SELEC nonsense", "--db", str(db), cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: SQL:") and "Traceback" not in bad.stderr
+
+    report = runner("report", run_id, "--db", str(db), "--reports", "reports", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "reports" / f"tiny_eval-{run_id}.html").read_text()
+    assert "vegaEmbed" in page and not re.search(r"<script[^>]*\ssrc=", page)  # inlined: opens offline
+    assert "dqn_beats_random" in page and outcome in page
+    assert "data:image/gif;base64," in page
+
+    verdicts = runner("report", "--verdicts", "--db", str(db), "--reports", "reports", cwd=tmp_path)
+    assert verdicts.returncode == 0 and outcome in verdicts.stdout
+    assert "dqn_beats_random" in (tmp_path / "reports" / "verdicts.html").read_text()
+
+    runs = runner("runs", "--db", str(db), cwd=tmp_path)
+    assert runs.returncode == 0 and "tiny_eval" in runs.stdout
+
+
+def test_user_mistakes_exit_non_zero_without_traceback(tmp_path, write_spec):
+    missing_db = runner("runs", "--db", str(tmp_path / "none.duckdb"), cwd=tmp_path)
+    assert missing_db.returncode == 1 and "no results database" in missing_db.stderr
+    bad_spec = runner("run", str(write_spec("name: x\nmeasurements: []\n")), "--db", str(tmp_path / "r.duckdb"),
+                      cwd=tmp_path)
+    assert bad_spec.returncode == 2 and "measurements" in bad_spec.stderr
+    assert not (tmp_path / "r.duckdb").exists()  # nothing runs (or is created) for an invalid spec
+    for result in (missing_db, bad_spec):
+        assert "Traceback" not in result.stderr
+
+
+LONG = """\
+name: long_eval
+policies:
+  random: {type: random}
+measurements:
+  - kind: evaluate
+    name: first
+    policies: [random]
+    seeds: [1, 2]
+  - kind: evaluate
+    name: second
+    policies: [random]
+    seeds: {start: 100, count: 400}
+    batch_size: 2
+"""
+
+
+def _wait_for_rows(db: Path, measurement: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with duckdb.connect(str(db), read_only=True) as con:
+                if con.execute("SELECT count(*) FROM episodes WHERE measurement = ?", [measurement]).fetchone()[0]:
+                    return
+        except duckdb.Error:
+            pass  # not created yet, or a write is in progress
+        time.sleep(0.3)
+    raise AssertionError(f"no rows for {measurement} within {timeout} s")
+
+
+@pytest.mark.parametrize("how", ["sigint", "sigkill"])
+def test_interrupted_run_is_marked_and_keeps_what_was_stored(tmp_path, write_spec, how):
+    spec = write_spec(LONG)
+    db = tmp_path / "results.duckdb"
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", str(spec), "--db", str(db)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_rows(db, "first")
+        time.sleep(1.0)  # well into the second measurement
+        proc.send_signal(signal.SIGINT if how == "sigint" else signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if how == "sigint":
+        assert proc.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr
+    # the next command that opens the database for writing closes a killed run
+    from runner.store import Store
+
+    with Store(db).writer() as con:
+        status, error = con.execute("SELECT status, error FROM runs").fetchone()
+        first = con.execute("SELECT count(*) FROM episodes WHERE measurement = 'first'").fetchone()[0]
+    assert status == "interrupted"
+    assert ("Ctrl-C" in error) if how == "sigint" else ("killed" in error)
+    assert first == 2
+    assert os.path.getsize(db) > 0
