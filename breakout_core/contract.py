@@ -1,8 +1,13 @@
 """The contract: everything that decides what the agent sees and how a score counts.
 
 Two results are comparable only when their contracts hash the same. Evaluation always
-reports the raw Atari score of full games; reward clipping and life-loss episodes apply
-to training only.
+reports the raw Atari score of full games; reward clipping applies to training only.
+
+The no-op start is played by the caller (evaluator, trainer) as forced NOOP agent steps,
+as in the Nature DQN evaluation, not inside the emulator's reset: a seeded ALE reset
+reloads the ROM (~0.1 s), while an unseeded reset with sticky actions off is
+deterministic and ~10x cheaper, so the episode seed only has to choose the no-op count
+(and seed the policy's own randomness).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ class Contract:
     max_pool: bool = True  # max over the last two frames of each skip
     screen_size: int = 84  # square, grayscale
     frame_stack: int = 4  # observations are uint8 (frame_stack, screen_size, screen_size)
-    noop_max: int = 30  # up to this many NOOP agent steps after reset, drawn from the seed
+    noop_start_max: int = 30  # an episode starts with 0..this many forced NOOP agent steps, drawn from its seed
     repeat_action_probability: float = 0.0  # sticky actions
     fire_on_reset: bool = True  # press FIRE once at reset (not after a lost life)
     clip_rewards_in_training: bool = True  # sign(reward) in training only

@@ -7,6 +7,7 @@ or inside a batch.
 
 from __future__ import annotations
 
+import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
 from breakout_core.contract import Contract
@@ -45,11 +46,16 @@ def make_vector_env(
         stack_num=contract.frame_stack,
         frameskip=contract.frame_skip,
         maxpool=contract.max_pool,
-        noop_max=contract.noop_max,
+        noop_max=0,  # the caller plays the contract's no-op start (see Contract)
         episodic_life=False,
         reward_clipping=False,
         use_fire_reset=contract.fire_on_reset,
     )
+
+
+def noop_start_steps(contract: Contract, rng: np.random.Generator) -> int:
+    """How many forced NOOP agent steps begin an episode: uniform over 0..noop_start_max."""
+    return int(rng.integers(0, contract.noop_start_max + 1))
 
 
 def make_single_env(contract: Contract) -> AtariVectorEnv:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from breakout_core.contract import Contract
-from breakout_core.envs import NUM_ACTIONS, make_vector_env
+from breakout_core.envs import NUM_ACTIONS, make_vector_env, noop_start_steps
 from breakout_core.qnetwork import QNetwork, save_checkpoint
 from breakout_core.replay import FrameReplay
 
@@ -232,11 +232,13 @@ class Trainer:
             lives = info["lives"].copy()
             first_of_episode = np.ones(n, dtype=bool)
             resetting = np.zeros(n, dtype=bool)  # this step is an autoreset for these envs
+            noops = np.array([noop_start_steps(self.contract, self.rng) for _ in range(n)], dtype=np.int64)
             returns = np.zeros(n)
             lengths = np.zeros(n, dtype=np.int64)
             while self.transitions < cfg.total_transitions:
                 epsilon = cfg.epsilon(self.transitions)
-                actions = self._act(obs, epsilon)
+                actions = np.where(noops > 0, 0, self._act(obs, epsilon))  # the contract's no-op start
+                noops = np.maximum(noops - 1, 0)
                 next_obs, reward, terminated, truncated, info = env.step(actions)
                 record = ~resetting
                 record[np.cumsum(record) > cfg.total_transitions - self.transitions] = False  # exact total
@@ -260,6 +262,8 @@ class Trainer:
                                      "game_over" if terminated[i] else "time_limit")
                     returns[i], lengths[i] = 0.0, 0
                 first_of_episode = resetting  # an autoreset step returns an episode's first obs
+                for i in np.flatnonzero(resetting):
+                    noops[i] = noop_start_steps(self.contract, self.rng)
                 resetting = done & ~resetting
                 lives = info["lives"].copy()
                 obs = next_obs

@@ -8,6 +8,17 @@ from functools import lru_cache
 
 from runner.kinds.base import Section
 
+MAX_CHART_POINTS = 20_000  # rows a chart embeds; tables and intervals use every row
+
+
+@lru_cache(maxsize=1)
+def altair():
+    """Altair with its 5,000-row guard lifted: queries cap chart data at MAX_CHART_POINTS themselves."""
+    import altair as alt
+
+    alt.data_transformers.disable_max_rows()
+    return alt
+
 
 @lru_cache(maxsize=1)
 def vega_bundle() -> str:

@@ -54,7 +54,7 @@ class ContractSpec(StrictModel):
 
     name: str = "breakout-v2"
     max_episode_frames: int | None = Field(default=None, gt=0)
-    noop_max: int | None = Field(default=None, ge=0)
+    noop_start_max: int | None = Field(default=None, ge=0)
     repeat_action_probability: float | None = Field(default=None, ge=0.0, le=1.0)
 
     @field_validator("name")

@@ -21,7 +21,9 @@ def test_random_policy_is_deterministic_run_to_run():
     assert _key(first) == _key(second)
     assert [e.seed for e in first.episodes] == SEEDS  # results come back in the order given
     assert all(e.ended_by == GAME_OVER for e in first.episodes)
-    assert all(e.frames >= e.steps * SHORT.frame_skip for e in first.episodes)
+    # frames are the emulator's own count: 4 a step, give or take the reset's FIRE and a game
+    # over that lands inside a frame skip
+    assert all(abs(e.frames - e.steps * SHORT.frame_skip) <= SHORT.frame_skip for e in first.episodes)
     assert sum(e.steps for e in first.episodes) == first.transitions
 
 

@@ -188,15 +188,15 @@ def metrics(con, run_id: str, m: EvaluateMeasurement, candidate: str, baseline: 
         "paired_score_diff_ci_high": interval.high,
         "candidate_time_limit_fraction": summary[candidate][2] / summary[candidate][1],
         "paired_episodes": float(len(diffs)),
-        "bootstrap": f"{interval.method} bootstrap of the mean paired difference, {interval.confidence:.0%}, "
+        "interval_method": f"{interval.method} interval of the mean paired difference, {interval.confidence:.0%}, "
         f"{interval.n_resamples} resamples, seed {interval.seed}",
     }
 
 
 def report(con, run_id: str, m: EvaluateMeasurement) -> list[Section]:
-    import altair as alt
+    from runner.report_html import MAX_CHART_POINTS, altair, table_html
 
-    from runner.report_html import table_html
+    alt = altair()
 
     summary = con.execute(
         "SELECT policy, episodes, mean, median, std, p10, p90, min, max, mean_steps, time_limit_episodes "
@@ -205,8 +205,8 @@ def report(con, run_id: str, m: EvaluateMeasurement) -> list[Section]:
     ).df()
     episodes = con.execute(
         "SELECT policy, seed, score, steps, ended_by FROM episodes WHERE run_id = ? AND measurement = ? "
-        "ORDER BY policy, seed LIMIT 20000",
-        [run_id, m.name],
+        "ORDER BY policy, seed LIMIT ?",  # chart points; the summary table uses every row
+        [run_id, m.name, MAX_CHART_POINTS],
     ).df()
     sections = [Section(f"{m.name}: score distribution per policy (raw Atari score, full games)", html=table_html(summary))]
     if episodes.empty:
@@ -222,8 +222,8 @@ def report(con, run_id: str, m: EvaluateMeasurement) -> list[Section]:
     baseline = m.policies[0]
     pairs = con.execute(
         "SELECT candidate, baseline, seed, diff FROM episode_pairs WHERE run_id = ? AND measurement = ? AND baseline = ? "
-        "ORDER BY candidate, seed",
-        [run_id, m.name, baseline],
+        "ORDER BY candidate, seed LIMIT ?",  # chart points; intervals use every row
+        [run_id, m.name, baseline, MAX_CHART_POINTS],
     ).df()
     if not pairs.empty:
         rows = []

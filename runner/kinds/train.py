@@ -266,9 +266,9 @@ def metrics(con, run_id: str, m: TrainMeasurement, candidate: str, baseline: str
 
 
 def report(con, run_id: str, m: TrainMeasurement) -> list[Section]:
-    import altair as alt
+    from runner.report_html import MAX_CHART_POINTS, altair, table_html
 
-    from runner.report_html import table_html
+    alt = altair()
 
     summary = con.execute(
         "SELECT s.trial, s.episodes, s.last_episode_transition, s.last20_mean, s.last20_median, s.last20_trend, "
@@ -281,8 +281,8 @@ def report(con, run_id: str, m: TrainMeasurement) -> list[Section]:
         "SELECT trial, transition, episode_return, moving_avg_20 FROM train_curve WHERE run_id = ? AND measurement = ? "
         "ORDER BY trial, transition", [run_id, m.name]).df()
     if not curve.empty:
-        if len(curve) > 20_000:
-            curve = curve.iloc[:: len(curve) // 20_000 + 1]
+        if len(curve) > MAX_CHART_POINTS:
+            curve = curve.iloc[:: len(curve) // MAX_CHART_POINTS + 1]
         base = alt.Chart(curve).encode(x=alt.X("transition:Q", title="transitions"), color="trial:N")
         chart = base.mark_circle(size=12, opacity=0.25).encode(y=alt.Y("episode_return:Q", title="raw episode return")) + \
             base.mark_line(strokeWidth=2).encode(y="moving_avg_20:Q")

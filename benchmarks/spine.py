@@ -1,0 +1,122 @@
+"""Spine benchmarks, measured side by side in one process and printed as ratios.
+
+    python benchmarks/spine.py [--seeds 16] [--batch 4]
+
+1. Evaluator vs bare vector env: the random policy on fixed seeds through the evaluator
+   against ale-py's vector env stepping random actions with its own autoreset, both on
+   an env made beforehand; and the evaluator making its own env (ROM loads included).
+2. Store: appending 1,000,000 episode rows; `runner report` over a database holding them.
+3. `runner --help` wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from breakout_core.contract import Contract
+from breakout_core.envs import make_vector_env
+from breakout_core.evaluator import evaluate
+from breakout_core.policies import RandomPolicy
+
+
+def bare_stepping_rate(env, steps: int) -> float:
+    """Random actions straight into the env (its own autoreset), created beforehand."""
+    n = env.num_envs
+    env.reset()
+    rng = np.random.default_rng(0)
+    started = time.perf_counter()
+    for _ in range(steps):
+        env.step(rng.integers(0, 4, n))
+    return steps * n / (time.perf_counter() - started)
+
+
+def evaluator_rate(contract: Contract, seeds: list[int], batch: int, env=None) -> float:
+    started = time.perf_counter()
+    result = evaluate(RandomPolicy(), seeds, contract, batch_size=batch, env=env)
+    return result.transitions / (time.perf_counter() - started)
+
+
+def store_benchmarks(rows: int) -> tuple[float, float]:
+    import pyarrow as pa
+
+    from runner.store import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "bench.duckdb"
+        spec = Path(tmp) / "bench.yaml"
+        spec.write_text("name: bench\npolicies:\n  random: {type: random}\n  other: {type: random}\nmeasurements:\n"
+                        "  - {kind: evaluate, name: big, policies: [random, other], seeds: {start: 0, count: 2}}\n")
+        store = Store(db)
+        store.begin_run({"run_id": "bench", "spec_name": "bench", "spec_hash": "x", "spec_text": spec.read_text(),
+                         "host": "bench", "spec_path": str(spec)})
+        rng = np.random.default_rng(0)
+        half = rows // 2
+        table = pa.table({
+            "run_id": ["bench"] * rows, "measurement": ["big"] * rows,
+            "policy": ["random"] * half + ["other"] * (rows - half),
+            "seed": np.concatenate([np.arange(half), np.arange(rows - half)]),
+            "score": rng.integers(0, 10, rows).astype(float), "steps": rng.integers(100, 300, rows).astype(np.int32),
+            "frames": rng.integers(400, 1200, rows).astype(np.int32), "ended_by": ["game_over"] * rows,
+            "action_noop": np.zeros(rows, np.int32), "action_fire": np.zeros(rows, np.int32),
+            "action_right": np.zeros(rows, np.int32), "action_left": np.zeros(rows, np.int32),
+            "wall_s": np.zeros(rows), "contract_hash": ["x"] * rows,
+        })
+        started = time.perf_counter()
+        store.append_arrow("episodes", table)
+        append_s = time.perf_counter() - started
+        store.finish_run("bench", "done")
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "runner", "report", "bench", "--db", str(db), "--reports", tmp],
+                       check=True)
+        report_s = time.perf_counter() - started
+    return append_s, report_s
+
+
+def help_time(repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "runner", "--help"], check=True, capture_output=True)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    contract = Contract()
+    seeds = list(range(1000, 1000 + args.seeds))
+    env = make_vector_env(contract, args.batch)
+    evaluator_rate(contract, seeds[:2], 2)  # warm-up: imports, first ROM load
+    bare, warm, cold = [], [], []
+    for _ in range(args.repeats):  # interleaved, so drift in the machine's load hits all three
+        bare.append(bare_stepping_rate(env, 1500))
+        warm.append(evaluator_rate(contract, seeds, args.batch, env=env))
+        cold.append(evaluator_rate(contract, seeds, args.batch))
+    env.close()
+    bare, warm, cold = (statistics.median(x) for x in (bare, warm, cold))
+    print(f"random policy, {args.seeds} seeds, {args.batch} episodes side by side "
+          f"(transitions/s, median of {args.repeats})")
+    print(f"  bare vector env, random actions            : {bare:8.0f}")
+    print(f"  evaluator, env made beforehand (like bare) : {warm:8.0f}   ratio {warm / bare:.2f} (target >= 0.80)")
+    print(f"  evaluator, making its own env              : {cold:8.0f}   ratio {cold / bare:.2f}")
+    append_s, report_s = store_benchmarks(args.rows)
+    print(f"append {args.rows:,} episode rows: {append_s:.2f} s (target < 3 s)")
+    print(f"runner report over them      : {report_s:.2f} s (target < 10 s)")
+    print(f"runner --help (median of 5)  : {help_time():.2f} s (target < 1 s)")
+
+
+if __name__ == "__main__":
+    main()
