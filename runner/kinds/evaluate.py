@@ -34,7 +34,7 @@ class EvaluateMeasurement(StrictModel):
     name: Name
     policies: list[Name] = Field(min_length=1, description="names from the spec's policies")
     seeds: Seeds = Field(description="episode seeds: a list, or {start, count}")
-    batch_size: int = Field(default=8, ge=1, le=256, description="episodes played side by side")
+    batch_size: int = Field(default=4, ge=1, le=256, description="episodes played side by side")
     policy_seed: int = Field(default=0, ge=0, description="seeds each episode's action randomness with the episode seed")
     gif: GifSpec | None = None
     bootstrap: BootstrapSpec = BootstrapSpec()
@@ -117,33 +117,50 @@ def build_policy(policy_spec, name: str):
 
 
 def execute(m: EvaluateMeasurement, ctx: RunContext) -> None:
-    from breakout_core.evaluator import evaluate, write_gif
+    from breakout_core.envs import make_vector_env
 
     seeds = seed_list(m.seeds)
-    for policy_name in m.policies:
-        if ctx.resume and _already_stored(ctx, m.name, policy_name):
-            continue
-        policy = build_policy(ctx.spec.policies[policy_name], policy_name)
-        task = ctx.progress.add_task(f"{m.name} · {policy_name}", total=len(seeds), unit="episodes")
-        record_seed = m.gif.seed if m.gif is not None and m.gif.policy == policy_name else None
-        result = evaluate(
-            policy,
-            seeds,
-            ctx.contract,
-            batch_size=m.batch_size,
-            policy_seed=m.policy_seed,
-            record_seed=record_seed,
-            on_step=lambda n: ctx.progress.update(task, transitions=ctx.progress.tasks[task].fields.get("transitions", 0) + n),
-            on_episode=lambda _episode: ctx.progress.advance(task),
+    env = make_vector_env(ctx.contract, min(m.batch_size, len(seeds)))  # one env serves every policy
+    try:
+        for policy_name in m.policies:
+            if not (ctx.resume and _already_stored(ctx, m.name, policy_name)):
+                _evaluate_policy(m, ctx, policy_name, seeds, env)
+    finally:
+        env.close()
+
+
+def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, seeds: list[int], env) -> None:
+    from breakout_core.evaluator import evaluate, write_gif
+
+    policy = build_policy(ctx.spec.policies[policy_name], policy_name)
+    task = ctx.progress.add_task(f"{m.name} · {policy_name}", total=len(seeds), unit="episodes")
+    made = [0]
+
+    def on_step(n: int) -> None:
+        made[0] += n
+        if made[0] % 256 < n:  # redraw now and then, not every step
+            ctx.progress.update(task, transitions=made[0])
+
+    record_seed = m.gif.seed if m.gif is not None and m.gif.policy == policy_name else None
+    result = evaluate(
+        policy,
+        seeds,
+        ctx.contract,
+        batch_size=m.batch_size,
+        policy_seed=m.policy_seed,
+        record_seed=record_seed,
+        on_step=on_step,
+        on_episode=lambda _episode: ctx.progress.advance(task),
+        env=env,
+    )
+    ctx.store.append_rows("episodes", [episode_row(ctx, m.name, policy_name, e) for e in result.episodes])
+    if result.frames:
+        path = write_gif(result.frames, ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{policy_name}-{record_seed}.gif")
+        ctx.store.append_rows(
+            "artifacts",
+            [{"run_id": ctx.run_id, "measurement": m.name, "label": f"gif {policy_name} seed {record_seed}",
+              "path": str(path), "bytes": path.stat().st_size}],
         )
-        ctx.store.append_rows("episodes", [episode_row(ctx, m.name, policy_name, e) for e in result.episodes])
-        if result.frames:
-            path = write_gif(result.frames, ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{policy_name}-{record_seed}.gif")
-            ctx.store.append_rows(
-                "artifacts",
-                [{"run_id": ctx.run_id, "measurement": m.name, "label": f"gif {policy_name} seed {record_seed}",
-                  "path": str(path), "bytes": path.stat().st_size}],
-            )
 
 
 def _already_stored(ctx: RunContext, measurement: str, policy: str) -> bool:

@@ -1,0 +1,57 @@
+"""The trainer on the real ALE with tiny settings: counts in transitions, whatever N is."""
+
+import pytest
+import torch
+
+from breakout_core.contract import Contract
+from breakout_core.qnetwork import load_checkpoint
+from breakout_core.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, TrainConfig, Trainer, TrainDone
+
+TINY = dict(learning_starts=200, replay_capacity=2_000, diagnostics_every=100, target_sync_every=150,
+            epsilon_decay_transitions=400, torch_threads=1)
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_counts_are_transitions_whatever_n(tmp_path, num_envs):
+    config = TrainConfig(total_transitions=601, num_envs=num_envs, checkpoint_at=(300,), **TINY)
+    trainer = Trainer(config, Contract(), tmp_path)
+    before = [p.detach().clone() for p in trainer.online.parameters()]
+    records = list(trainer.run())
+    done = records[-1]
+    assert isinstance(done, TrainDone) and done.transitions == 601  # exact, though 601 % 3 != 0
+    assert done.updates == 601 // 4 - 199 // 4  # one per 4 transitions once 200 are in
+    assert done.target_syncs == 601 // 150
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.online.parameters()))
+    diagnostics = [r for r in records if isinstance(r, Diagnostics)]
+    assert [d.transition // 100 for d in diagnostics] == sorted({d.transition // 100 for d in diagnostics})
+    assert diagnostics[-1].epsilon == pytest.approx(config.epsilon(diagnostics[-1].transition - num_envs), abs=0.01)
+    saved = [r for r in records if isinstance(r, CheckpointSaved)]
+    assert saved[0].transition >= 300 and saved[-1].path.endswith("final.pt")
+    _, meta = load_checkpoint(saved[0].path)
+    assert meta["contract_hash"] == Contract().hash and meta["train_config"]["num_envs"] == num_envs
+    episodes = [r for r in records if isinstance(r, EpisodeEnd)]
+    assert episodes and all(e.length > 0 and 0 <= e.env_index < num_envs for e in episodes)
+
+
+def test_epsilon_schedule_is_linear_in_transitions():
+    config = TrainConfig(epsilon_start=1.0, epsilon_end=0.1, epsilon_decay_transitions=1000)
+    assert config.epsilon(0) == 1.0
+    assert config.epsilon(500) == pytest.approx(0.55)
+    assert config.epsilon(1000) == config.epsilon(5000) == pytest.approx(0.1)
+
+
+def test_resume_goes_on_to_the_same_total(tmp_path):
+    config = TrainConfig(total_transitions=500, num_envs=2, checkpoint_at=(250,), **TINY)
+    first = Trainer(config, Contract(), tmp_path)
+    for record in first.run():
+        if isinstance(record, CheckpointSaved):
+            break  # as if killed right after the 250 checkpoint
+    resumed = Trainer(config, Contract(), tmp_path)
+    records = list(resumed.run(resume=True))
+    assert records[-1].transitions == 500
+    assert resumed.resumes == 1
+
+
+def test_unknown_algorithm_is_refused():
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        TrainConfig(algorithm="rainbow")
