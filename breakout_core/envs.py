@@ -58,6 +58,24 @@ def noop_start_steps(contract: Contract, rng: np.random.Generator) -> int:
     return int(rng.integers(0, contract.noop_start_max + 1))
 
 
+def bare_stepping_rate(contract: Contract, num_envs: int, steps: int, *, seed: int = 0) -> float:
+    """Transitions per second of the vector env alone, stepping random actions (its own
+    autoreset), env creation excluded: the ceiling for anything that acts in it."""
+    import time
+
+    env = make_vector_env(contract, num_envs)
+    try:
+        env.reset()
+        rng = np.random.default_rng(seed)
+        actions = rng.integers(0, NUM_ACTIONS, (steps, num_envs))
+        started = time.perf_counter()
+        for row in actions:
+            env.step(row)
+        return steps * num_envs / (time.perf_counter() - started)
+    finally:
+        env.close()
+
+
 def make_single_env(contract: Contract) -> AtariVectorEnv:
     """One game: a vector env with one slot, so observations are (1, 4, 84, 84)."""
     return make_vector_env(contract, 1, num_threads=1)

@@ -50,6 +50,7 @@ class TrainConfig:
     channels_last: bool = False
     fused_adam: bool = True  # where the torch build supports it
     diagnostics_every: int = 1_000  # transitions between diagnostics records
+    measure_from: int = 0  # transitions of warm-up before the throughput clock starts
     checkpoint_at: tuple[int, ...] = ()  # transitions at which to save a checkpoint
     learner_device: str = "cpu"
 
@@ -96,8 +97,11 @@ class TrainDone:
     transitions: int
     updates: int
     target_syncs: int
-    wall_s: float
-    transitions_per_s: float
+    wall_s: float  # the whole run (this attempt), records' consumers included
+    measured_transitions: int  # made after the warm-up (config.measure_from)
+    measured_s: float
+    transitions_per_s: float  # measured_transitions / measured_s
+    weights_moved: float  # L2 distance of the online weights from where this attempt began
 
 
 class TrainingDiverged(RuntimeError):
@@ -224,8 +228,9 @@ class Trainer:
         # after a resume the replay starts empty: refill before learning again
         learn_from = self.transitions + cfg.learning_starts if resume else cfg.learning_starts
         env = make_vector_env(self.contract, n)
+        initial = [p.detach().clone() for p in self.online.parameters()]
         started = time.perf_counter()
-        start_transitions = self.transitions
+        clock = (started, self.transitions) if self.transitions >= cfg.measure_from else None
         try:
             seeds = np.array([cfg.seed * 1_000 + 100 * self.resumes + i for i in range(n)], dtype=np.int64)
             obs, info = env.reset(seed=seeds)
@@ -255,6 +260,8 @@ class Trainer:
                         replay.add_final_frames(ended, next_obs[ended, -1])
                 before = self.transitions
                 self.transitions += len(idx)
+                if clock is None and self.transitions >= cfg.measure_from:
+                    clock = (time.perf_counter(), self.transitions)
                 returns[idx] += reward[idx]
                 lengths[idx] += 1
                 for i in idx[done[idx]]:
@@ -287,13 +294,38 @@ class Trainer:
                         yield CheckpointSaved(self.transitions, str(path))
         finally:
             env.close()
-        wall = time.perf_counter() - started
+        ended = time.perf_counter()
+        clock = clock or (ended, self.transitions)
+        moved = float(torch.sqrt(sum(((p.detach() - q) ** 2).sum() for p, q in zip(self.online.parameters(), initial))))
         path = save_checkpoint(self.out_dir / "final.pt", self.online, self.contract,
                                transitions=self.transitions, train_config=asdict(cfg))
         self.save_state()
         yield CheckpointSaved(self.transitions, str(path))
-        made = self.transitions - start_transitions
-        yield TrainDone(self.transitions, self.updates, self.target_syncs, wall, made / wall if wall > 0 else 0.0)
+        measured, measured_s = self.transitions - clock[1], ended - clock[0]
+        yield TrainDone(self.transitions, self.updates, self.target_syncs, ended - started, measured, measured_s,
+                        measured / measured_s if measured_s > 0 else 0.0, moved)
+
+
+def learner_rate(config: TrainConfig, contract: Contract, *, updates: int = 40, warmup: int = 5) -> float:
+    """Bare gradient steps per second: the update alone, on a replay of random frames, with the
+    config's network, batch size, memory format, optimizer and threads. 4 x this (one update
+    per 4 transitions) is the learner-bound limit of training throughput."""
+    trainer = Trainer(config, contract, "/nonexistent-unused")
+    replay = FrameReplay(max(4_096, config.batch_size * 8), 1, frame_shape=(contract.screen_size,) * 2,
+                         stack=contract.frame_stack, seed=config.seed)
+    rng = np.random.default_rng(config.seed)
+    for start in range(0, replay.stream_capacity, 256):
+        n = min(256, replay.stream_capacity - start)
+        for k in range(n):
+            replay.add(np.array([0]), rng.integers(0, 255, (1, contract.screen_size, contract.screen_size), dtype=np.uint8),
+                       rng.integers(0, NUM_ACTIONS, 1), np.zeros(1, np.float32), np.zeros(1, bool),
+                       np.array([start + k == 0]))
+    for _ in range(warmup):
+        trainer._update(replay, want_diagnostics=False)
+    started = time.perf_counter()
+    for _ in range(updates):
+        trainer._update(replay, want_diagnostics=False)
+    return updates / (time.perf_counter() - started)
 
 
 def _adam(params, lr: float, fused: bool) -> torch.optim.Optimizer:

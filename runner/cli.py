@@ -6,6 +6,7 @@ Heavy modules (torch, duckdb, altair) are imported inside the commands, so `runn
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -106,7 +107,8 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
         _fail(f"run failed: {exc.__class__.__name__}: {exc}")
     click.echo(f"run {run_id} ({loaded.spec.name}) done; database {store.path}")
     for v in verdicts:
-        click.echo(f"  verdict {v['verdict']}: {v['outcome']} — {v['reason']}")
+        label = json.loads(v["evidence"]).get("label")
+        click.echo(f"  verdict {v['verdict']}: {v['outcome']}{f' ({label})' if label else ''} — {v['reason']}")
     if report:
         from runner.report import build_run_report
 
@@ -192,8 +194,9 @@ def _print_verdicts(frame) -> None:
     from rich.table import Table
 
     colours = {"deployment-worthy": "green", "rejected": "red", "inconclusive": "yellow", "unavailable": "bright_black"}
-    table = Table("spec", "verdict", "candidate vs baseline", "outcome", "reason", "run")
+    from runner.report import compared, outcome_text
+
+    table = Table("spec", "verdict", "compared", "outcome", "reason", "run")
     for r in frame.itertuples(index=False):
-        table.add_row(r.spec_name, r.verdict, f"{r.candidate} vs {r.baseline}",
-                      f"[{colours[r.outcome]}]{r.outcome}[/]", r.reason, r.run_id)
+        table.add_row(r.spec_name, r.verdict, compared(r), f"[{colours[r.outcome]}]{outcome_text(r)}[/]", r.reason, r.run_id)
     Console(width=max(140, Console().width)).print(table)

@@ -29,11 +29,21 @@ def _run_row(con, run_id: str | None, spec_name: str | None) -> dict:
 def verdict_rows(con, run_id: str | None = None):
     if run_id:
         return con.execute(
-            "SELECT verdict, measurement, candidate, baseline, outcome, reason, evidence FROM verdicts "
+            "SELECT verdict, measurement, candidate, baseline, outcome, evidence->>'$.label' AS label, reason, evidence "
+            "FROM verdicts "
             "WHERE run_id = ? ORDER BY verdict", [run_id]).df()
     return con.execute(
-        "SELECT spec_name, verdict, candidate, baseline, outcome, reason, run_id, decided_at FROM latest_verdicts "
+        "SELECT spec_name, verdict, candidate, baseline, outcome, evidence->>'$.label' AS label, reason, run_id, decided_at "
+        "FROM latest_verdicts "
         "ORDER BY spec_name, verdict").df()
+
+
+def compared(row) -> str:
+    return f"{row.candidate} vs {row.baseline}" if row.baseline else row.candidate
+
+
+def outcome_text(row) -> str:
+    return f"{row.outcome} ({row.label})" if row.label else row.outcome
 
 
 def _verdict_section(frame) -> Section:
@@ -46,8 +56,8 @@ def _verdict_section(frame) -> Section:
             html.escape(f"{x['metric']} = {x['value']:.4g} {x['rule']} → {'pass' if x['passed'] else 'fail'}")
             if x["value"] is not None else html.escape(f"{x['metric']}: not computed") for x in rules)
         rows.append(
-            f"<tr class='{r.outcome}'><td>{html.escape(r.verdict)}</td><td>{html.escape(r.candidate)} vs "
-            f"{html.escape(r.baseline)}</td><td><b>{r.outcome}</b></td><td>{html.escape(r.reason)}</td><td>{rule_text}</td></tr>")
+            f"<tr class='{r.outcome}'><td>{html.escape(r.verdict)}</td><td>{html.escape(compared(r))}</td>"
+            f"<td><b>{html.escape(outcome_text(r))}</b></td><td>{html.escape(r.reason)}</td><td>{rule_text}</td></tr>")
     table = ("<table><thead><tr><th>verdict</th><th>candidate vs baseline</th><th>outcome</th><th>reason</th>"
              f"<th>rules and evidence</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
     return Section("Verdicts", html=table)
@@ -93,10 +103,12 @@ def build_verdicts_report(store: Store, out_dir: Path):
     """The latest verdict of every spec; returns (path, the rows as a DataFrame)."""
     with store.reader() as con:
         frame = verdict_rows(con)
-    rows = frame.drop(columns=["decided_at"])
-    body = table_html(rows)
-    for outcome in ("deployment-worthy", "rejected", "inconclusive", "unavailable"):
-        body = body.replace(f"<td>{outcome}</td>", f"<td class='{outcome}'><b>{outcome}</b></td>")
+    rows = frame.assign(compared=[compared(r) for r in frame.itertuples()],
+                        outcome=[outcome_text(r) for r in frame.itertuples()])
+    body = table_html(rows[["spec_name", "verdict", "compared", "outcome", "reason", "run_id"]])
+    for r in frame.itertuples():
+        text = html.escape(outcome_text(r))
+        body = body.replace(f"<td>{text}</td>", f"<td class='{r.outcome}'><b>{text}</b></td>")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "verdicts.html"
     path.write_text(render_page("Verdicts (latest per spec)", "", [Section("Verdicts", html=body)]), encoding="utf-8")

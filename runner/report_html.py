@@ -41,6 +41,19 @@ def table_html(frame, *, float_format: str = "{:.3f}") -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+def gif_figure(label: str, path: str) -> str:
+    """A GIF inlined as data (the page stays one file), with its caption."""
+    import base64
+    from pathlib import Path
+
+    file = Path(path)
+    if not file.is_file():
+        return f"<p>{html.escape(label)}: file {html.escape(path)} is gone</p>"
+    data = base64.b64encode(file.read_bytes()).decode()
+    return (f"<figure style='display:inline-block;margin:0 1rem 1rem 0'><img alt='{html.escape(label)}' "
+            f"src='data:image/gif;base64,{data}'><figcaption>{html.escape(label)}</figcaption></figure>")
+
+
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 1100px; color: #222; }
 table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.9rem; }

@@ -52,8 +52,10 @@ def reference_problems(spec: Spec) -> list[tuple[tuple, str]]:
                              f"unknown measurement {v.measurement!r}; defined: {', '.join(sorted(by_name))}"))
             continue
         kind = KINDS[m.kind]
+        if v.baseline is None and kind.needs_baseline:
+            problems.append((("verdicts", i), f"a verdict on a {m.kind} measurement needs a baseline"))
         for role, who in (("candidate", v.candidate), ("baseline", v.baseline)):
-            if who not in kind.participants(m):
+            if who is not None and who not in kind.participants(m):
                 problems.append((("verdicts", i, role),
                                  f"{who!r} is not in measurement {m.name!r}; choose from {', '.join(kind.participants(m))}"))
         for metric in v.deployment_worthy_when:

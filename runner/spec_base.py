@@ -11,6 +11,8 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Fiel
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"  # safe as a file name and a SQL string
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
+# what a verdict compares: a policy, runtime or trial name such as "num_envs=2,seed=42"
+Participant = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-=.,@:+]*$", max_length=200)]
 
 
 class StrictModel(BaseModel):
@@ -115,12 +117,17 @@ def _check_rule(text: str) -> str:
 Rule = Annotated[str, AfterValidator(_check_rule)]
 
 
+OUTCOMES = ("deployment-worthy", "rejected", "inconclusive", "unavailable")
+
+
 class VerdictSpec(StrictModel):
     name: Name
     measurement: Name
-    candidate: Name
-    baseline: Name
+    candidate: Participant
+    baseline: Participant | None = Field(default=None, description="omit for a verdict on the candidate alone")
     deployment_worthy_when: dict[str, Rule] = Field(min_length=1)
+    labels: dict[Literal["deployment-worthy", "rejected", "inconclusive", "unavailable"], str] = Field(
+        default_factory=dict, description="words shown beside an outcome, e.g. {deployment-worthy: healthy}")
 
     @model_validator(mode="after")
     def _distinct(self) -> "VerdictSpec":

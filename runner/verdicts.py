@@ -15,7 +15,6 @@ import operator
 from runner.spec_base import VerdictSpec, parse_rule
 
 OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq, "!=": operator.ne}
-OUTCOMES = ("deployment-worthy", "rejected", "inconclusive", "unavailable")
 
 
 def _other_bound(metric: str) -> str | None:
@@ -68,9 +67,10 @@ def evaluate_verdicts(store, run_id: str, spec) -> list[dict]:
             m = by_name[verdict.measurement]
             found = KINDS[m.kind].metrics(con, run_id, m, verdict.candidate, verdict.baseline)
             outcome, reason, evidence = decide(verdict, found)
+            evidence["label"] = verdict.labels.get(outcome)
             rows.append({
                 "run_id": run_id, "verdict": verdict.name, "measurement": m.name,
-                "candidate": verdict.candidate, "baseline": verdict.baseline,
+                "candidate": verdict.candidate, "baseline": verdict.baseline or "",
                 "outcome": outcome, "reason": reason, "evidence": json.dumps(evidence), "decided_at": utcnow(),
             })
     store.append_rows("verdicts", rows)

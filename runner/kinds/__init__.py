@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner.kinds import evaluate, train
+from runner.kinds import evaluate, throughput, train
 from runner.kinds.base import Kind
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (evaluate.KIND, train.KIND)}
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (evaluate.KIND, train.KIND, throughput.KIND)}

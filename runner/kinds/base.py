@@ -48,3 +48,4 @@ class Kind:
     metric_names: tuple[str, ...]
     metrics: Callable[["duckdb.DuckDBPyConnection", str, Any, str, str], dict[str, float]]  # con, run_id, measurement, candidate, baseline
     report: Callable[["duckdb.DuckDBPyConnection", str, Any], list[Section]]
+    needs_baseline: bool = True  # False: a verdict may judge one participant alone (a health check)

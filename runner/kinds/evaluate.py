@@ -7,9 +7,6 @@ view `episode_pairs` the same-seed differences that verdicts bootstrap.
 
 from __future__ import annotations
 
-import base64
-import html
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -211,7 +208,7 @@ def metrics(con, run_id: str, m: EvaluateMeasurement, candidate: str, baseline: 
 
 
 def report(con, run_id: str, m: EvaluateMeasurement) -> list[Section]:
-    from runner.report_html import MAX_CHART_POINTS, altair, table_html
+    from runner.report_html import MAX_CHART_POINTS, altair, gif_figure, table_html
 
     alt = altair()
 
@@ -266,13 +263,11 @@ def report(con, run_id: str, m: EvaluateMeasurement) -> list[Section]:
             f"{m.name}: paired differences against {baseline} (mean in red, {m.bootstrap.confidence:.0%} bootstrap CI in black)",
             charts=[alt.layer(chart, zero).properties(width=640).to_dict()],
         ))
-    for label, path in con.execute(
-        "SELECT label, path FROM artifacts WHERE run_id = ? AND measurement = ? ORDER BY label", [run_id, m.name]
-    ).fetchall():
-        if Path(path).is_file():
-            data = base64.b64encode(Path(path).read_bytes()).decode()
-            sections.append(Section(f"{m.name}: {label} (what the agent sees, 84×84)",
-                                    html=f'<img alt="{html.escape(label)}" src="data:image/gif;base64,{data}">'))
+    gifs = con.execute("SELECT label, path FROM artifacts WHERE run_id = ? AND measurement = ? ORDER BY label",
+                       [run_id, m.name]).fetchall()
+    if gifs:
+        sections.append(Section(f"{m.name}: one episode as the agent sees it (84×84)",
+                                html="".join(gif_figure(label, path) for label, path in gifs)))
     return sections
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.spec_base import Name, StrictModel
+from runner.spec_base import Name, Seeds, StrictModel, seed_list
 from runner.sweeps import expand_sweep
 
 FLUSH_EVERY_S = 5.0  # seconds between appends while training: readers get the file in between
@@ -47,6 +47,7 @@ class TrainSettings(StrictModel):
     channels_last: bool = False
     fused_adam: bool = True
     diagnostics_every: int = Field(default=1_000, ge=1)
+    measure_from: int = Field(default=0, ge=0, description="warm-up transitions before the throughput clock starts")
     checkpoint_at: list[int] = Field(default_factory=list)
     checkpoint_every: int | None = Field(default=None, gt=0, description="also checkpoint at every multiple")
     learner_device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
@@ -82,10 +83,27 @@ class TrainSettings(StrictModel):
 SWEEPABLE = tuple(TrainSettings.model_fields)
 
 
+class CheckpointEvaluation(StrictModel):
+    """Evaluate every checkpoint of each trial on fixed seeds (rows in `episodes`, policy 'trial@transition')."""
+
+    seeds: Seeds
+    epsilon: float = Field(default=0.0, ge=0.0, le=1.0)
+    batch_size: int = Field(default=4, ge=1, le=256)
+
+
+class GifStrip(StrictModel):
+    """One GIF per listed transition count: that checkpoint playing one fixed seed at epsilon 0."""
+
+    seed: int = Field(ge=0)
+    at: list[int] = Field(min_length=1)
+
+
 class TrainMeasurement(TrainSettings):
     kind: Literal["train"]
     name: Name
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description="field -> values; one trial per combination")
+    evaluate_checkpoints: CheckpointEvaluation | None = None
+    gif: GifStrip | None = None
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "TrainMeasurement":
@@ -99,7 +117,9 @@ class TrainMeasurement(TrainSettings):
         return self
 
     def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:
-        base = self.model_dump(exclude={"kind", "name", "sweep"})
+        base = self.model_dump(include=set(TrainSettings.model_fields))
+        if self.gif is not None:  # every GIF needs its checkpoint
+            base["checkpoint_at"] = sorted(set(base["checkpoint_at"]) | set(self.gif.at))
         return TrainSettings.model_validate({**base, **overrides})
 
 
@@ -132,7 +152,15 @@ MIGRATIONS = [
             wall_s DOUBLE NOT NULL, transitions_per_s DOUBLE NOT NULL
         );
         """,
-    )
+    ),
+    (
+        "0201_train_results_measured",  # throughput after warm-up; how far the weights moved
+        """
+        ALTER TABLE train_results ADD COLUMN measured_transitions BIGINT;
+        ALTER TABLE train_results ADD COLUMN measured_s DOUBLE;
+        ALTER TABLE train_results ADD COLUMN weights_moved DOUBLE;
+        """,
+    ),
 ]
 
 _SUPERSEDED = """
@@ -225,16 +253,48 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
                     last_flush = time.monotonic()
                     _log_checkpoint(ctx, m.name, trial.name, record)
                 elif isinstance(record, TrainDone):
-                    pending["train_results"].append({
-                        **key, "transitions": record.transitions, "updates": record.updates,
-                        "target_syncs": record.target_syncs, "wall_s": record.wall_s,
-                        "transitions_per_s": record.transitions_per_s})
+                    pending["train_results"].append({**key, **asdict(record)})
                     ctx.progress.update(task, completed=record.transitions, transitions=record.transitions)
                 if time.monotonic() - last_flush >= FLUSH_EVERY_S:
                     _flush(ctx, pending)
                     last_flush = time.monotonic()
         finally:
             _flush(ctx, pending)
+        _after_training(m, ctx, trial.name)
+
+
+def _after_training(m: TrainMeasurement, ctx: RunContext, trial: str) -> None:
+    """Evaluate the trial's checkpoints and record its GIF strip, from the checkpoints stored."""
+    from breakout_core.evaluator import evaluate, write_gif
+    from breakout_core.policies import QNetworkPolicy
+
+    from runner.kinds.evaluate import episode_row
+
+    with ctx.store.reader() as con:
+        checkpoints = con.execute(
+            "SELECT DISTINCT transition, path FROM train_checkpoints WHERE run_id = ? AND measurement = ? AND trial = ? "
+            "ORDER BY transition", [ctx.run_id, m.name, trial]).fetchall()
+    if m.evaluate_checkpoints is not None:
+        spec = m.evaluate_checkpoints
+        seeds = seed_list(spec.seeds)
+        for transition, path in checkpoints:
+            policy = f"{trial}@{transition}"
+            task = ctx.progress.add_task(f"{m.name} · evaluate {policy}", total=len(seeds), unit="episodes")
+            result = evaluate(QNetworkPolicy.from_checkpoint(path, epsilon=spec.epsilon), seeds, ctx.contract,
+                              batch_size=spec.batch_size, on_episode=lambda _e: ctx.progress.advance(task))
+            ctx.store.append_rows("episodes", [episode_row(ctx, m.name, policy, e) for e in result.episodes])
+    if m.gif is not None:
+        for transition, path in checkpoints:
+            if transition not in m.gif.at:
+                continue
+            result = evaluate(QNetworkPolicy.from_checkpoint(path), [m.gif.seed], ctx.contract, batch_size=1,
+                              record_seed=m.gif.seed)
+            episode = result.episodes[0]
+            gif = write_gif(result.frames, ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{trial}-{transition}.gif")
+            ctx.store.append_rows("artifacts", [{
+                "run_id": ctx.run_id, "measurement": m.name, "path": str(gif), "bytes": gif.stat().st_size,
+                "label": f"{trial} @ {transition} transitions, seed {m.gif.seed}: score {episode.score:g} "
+                         f"in {episode.steps} steps ({episode.ended_by})"}])
 
 
 def _log_checkpoint(ctx: RunContext, measurement: str, trial: str, record) -> None:
@@ -254,19 +314,61 @@ def _state_transitions(trainer) -> int:
     return int(torch.load(trainer.state_path(), map_location="cpu", weights_only=True)["transitions"])
 
 
-METRIC_NAMES: tuple[str, ...] = ()  # training verdicts (health, learning-rate studies) come with their specs
+HEALTH_METRICS = ("finished", "weights_moved", "replay_fill_fraction", "epsilon_schedule_error",
+                  "non_finite_diagnostics")
+LEARNING_METRICS = ("last20_mean", "last20_median", "last20_trend", "transitions_per_s")
+METRIC_NAMES = HEALTH_METRICS + LEARNING_METRICS + tuple(f"{name}_diff" for name in LEARNING_METRICS)
 
 
 def participants(m: TrainMeasurement) -> list[str]:
     return [t.name for t in expand_sweep(m.sweep)]
 
 
-def metrics(con, run_id: str, m: TrainMeasurement, candidate: str, baseline: str) -> dict[str, float]:
-    return {}
+def _trial_metrics(con, run_id: str, m: TrainMeasurement, trial: str) -> dict[str, float]:
+    """Day 13's health checks and Day 14's learning figures for one trial."""
+    found: dict[str, float] = {}
+    result = con.execute(
+        "SELECT transitions, transitions_per_s, weights_moved FROM train_results WHERE run_id = ? AND measurement = ? "
+        "AND trial = ? ORDER BY attempt DESC LIMIT 1", [run_id, m.name, trial]).fetchone()
+    found["finished"] = 1.0 if result else 0.0
+    if result:
+        found["transitions_per_s"], found["weights_moved"] = result[1], result[2]
+    config = {t.name: m.settings_for(t.overrides) for t in expand_sweep(m.sweep)}[trial].to_config()
+    diagnostics = con.execute(
+        "SELECT transition, epsilon, replay_frames, loss, q_mean, target_mean, td_abs_mean, td_abs_max, grad_norm "
+        "FROM train_diagnostics_valid WHERE run_id = ? AND measurement = ? AND trial = ? ORDER BY transition",
+        [run_id, m.name, trial]).fetchall()
+    if diagnostics:
+        import math
+
+        last = diagnostics[-1]
+        # the epsilon a diagnostics row reports was used on the step that reached its transition count
+        slack = abs(config.epsilon_end - config.epsilon_start) * config.num_envs / config.epsilon_decay_transitions
+        found["epsilon_schedule_error"] = max(
+            max(0.0, abs(row[1] - config.epsilon(row[0])) - slack) for row in diagnostics)
+        found["replay_fill_fraction"] = last[2] / min(config.replay_capacity, last[0])
+        found["non_finite_diagnostics"] = float(sum(
+            1 for row in diagnostics for v in row[3:] if v is None or not math.isfinite(v)))
+    summary = con.execute(
+        "SELECT last20_mean, last20_median, last20_trend FROM train_trial_summary WHERE run_id = ? AND measurement = ? "
+        "AND trial = ?", [run_id, m.name, trial]).fetchone()
+    if summary:
+        found.update({k: v for k, v in zip(("last20_mean", "last20_median", "last20_trend"), summary) if v is not None})
+    return found
+
+
+def metrics(con, run_id: str, m: TrainMeasurement, candidate: str, baseline: str | None) -> dict[str, float]:
+    found = _trial_metrics(con, run_id, m, candidate)
+    if baseline is not None:
+        other = _trial_metrics(con, run_id, m, baseline)
+        for name in LEARNING_METRICS:
+            if name in found and name in other:
+                found[f"{name}_diff"] = found[name] - other[name]
+    return found
 
 
 def report(con, run_id: str, m: TrainMeasurement) -> list[Section]:
-    from runner.report_html import MAX_CHART_POINTS, altair, table_html
+    from runner.report_html import MAX_CHART_POINTS, altair, gif_figure, table_html
 
     alt = altair()
 
@@ -298,6 +400,17 @@ def report(con, run_id: str, m: TrainMeasurement) -> list[Section]:
             x=alt.X("transition:Q", title="transitions"), y=alt.Y("value:Q", title=None), color="trial:N"
         ).properties(width=330, height=140).facet(facet="quantity:N", columns=2).resolve_scale(y="independent")
         sections.append(Section(f"{m.name}: diagnostics over time", charts=[chart.to_dict()]))
+    evaluated = con.execute(
+        "SELECT policy AS checkpoint, episodes, mean, median, std, p10, p90, min, max, time_limit_episodes "
+        "FROM episode_summary WHERE run_id = ? AND measurement = ? ORDER BY policy", [run_id, m.name]).df()
+    if not evaluated.empty:
+        sections.append(Section(f"{m.name}: checkpoints evaluated on fixed seeds (raw score, full games)",
+                                html=table_html(evaluated)))
+    gifs = con.execute("SELECT label, path FROM artifacts WHERE run_id = ? AND measurement = ? ORDER BY path",
+                       [run_id, m.name]).fetchall()
+    if gifs:
+        sections.append(Section(f"{m.name}: checkpoints playing one fixed seed at epsilon 0 (what the agent sees)",
+                                html="".join(gif_figure(label, path) for label, path in gifs)))
     return sections
 
 
@@ -311,4 +424,5 @@ KIND = Kind(
     metric_names=METRIC_NAMES,
     metrics=metrics,
     report=report,
+    needs_baseline=False,
 )

@@ -1,0 +1,417 @@
+"""PyTorch -> ONNX export of a Q-network, and its FP16 variant, with the checks that matter.
+
+The exporter is torch.onnx.export(dynamo=True), the torch.export-based exporter that is the
+default and the maintained path since torch 2.9 (it needs onnxscript); the TorchScript one
+(`exporter="torchscript"`) is deprecated and kept only as an explicit choice.
+
+The graph takes what the environment gives, `obs` uint8 (B, 4, 84, 84) with a dynamic
+batch axis, and returns `q_values` float32 (B, 4): the uint8 -> float cast and the /255
+scaling are inside the graph, so every runtime is fed the same bytes.
+
+The FP16 variant comes from onnxconverter-common's float16 converter with
+keep_io_types=True, so its I/O stays uint8 in and float32 out. The converter does not
+rewrite an existing Cast's target type, so the input Cast (uint8 -> float32) is kept in
+its block list: it stays float32 and the converter inserts float32 -> float16 after it.
+
+Each check is run, and named in ExportResult.checks; one that fails raises ExportError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+INPUT_NAME = "obs"
+OUTPUT_NAME = "q_values"
+BATCH_DIM = "batch"
+DEFAULT_OPSET = 18
+EXPORTERS = ("dynamo", "torchscript")
+VERIFY_ATOL_FP32 = 1e-4  # export sanity check only; parity.py judges runtimes with its own tolerances
+META_PREFIX = "breakout."
+
+
+class ExportError(ValueError):
+    """An exported model failed one of the checks."""
+
+
+@dataclass(frozen=True)
+class OnnxArtifact:
+    path: Path
+    size_bytes: int  # file size
+    sha256: str
+    precision: str  # "fp32" or "fp16" (weights and compute; I/O stay uint8 -> float32)
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    fp32: OnnxArtifact
+    fp16: OnnxArtifact | None
+    opset: int
+    exporter: str
+    checks: tuple[str, ...]  # every check run and passed, in order
+    verify_max_abs_diff: float | None  # ORT CPU vs torch on the verify batch, FP32 model
+    fp16_verify_max_abs_diff: float | None  # the same for the FP16 model (recorded, not gated)
+    contract_hash: str | None
+    checkpoint_sha256: str | None
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def onnx_path(self) -> Path:
+        return self.fp32.path
+
+    @property
+    def onnx_bytes(self) -> int:
+        return self.fp32.size_bytes
+
+    @property
+    def fp16_path(self) -> Path | None:
+        return self.fp16.path if self.fp16 else None
+
+    @property
+    def fp16_bytes(self) -> int | None:
+        return self.fp16.size_bytes if self.fp16 else None
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str  # numpy name: "uint8", "float32", "float16"
+    shape: tuple[int | str, ...]  # ints for fixed dims, names for dynamic ones
+
+
+@dataclass(frozen=True)
+class OnnxInfo:
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    opset: int
+    precision: str  # from the initializers: "fp16" when any float weight is float16
+    node_count: int
+    op_types: tuple[str, ...]
+    metadata: dict[str, str]
+
+
+def export_onnx(
+    source: Any,
+    onnx_path: str | Path,
+    *,
+    fp16_path: str | Path | None = None,
+    opset: int = DEFAULT_OPSET,
+    exporter: str = "dynamo",
+    verify_obs: np.ndarray | None = None,
+    contract_hash: str | None = None,
+) -> ExportResult:
+    """Export a QNetwork (or a checkpoint path) to ONNX, optionally with an FP16 copy.
+
+    `verify_obs` (uint8 (B, 4, 84, 84)) is run through torch and ONNX Runtime CPU as a
+    sanity check (FP32 must agree within 1e-4); by default a seeded random batch of 4. A
+    checkpoint's contract hash and sha256 are written into the model's metadata.
+    """
+    import onnx
+    import torch
+
+    if exporter not in EXPORTERS:
+        raise ValueError(f"unknown exporter {exporter!r}; known: {', '.join(EXPORTERS)}")
+    network, checkpoint_sha, contract_hash = _network_from(source, contract_hash)
+    onnx_path = Path(onnx_path)
+    onnx_path.parent.mkdir(parents=True, exist_ok=True)
+    checks: list[str] = []
+
+    sample = torch.zeros((2, 4, 84, 84), dtype=torch.uint8)
+    network = network.eval().cpu()
+    with torch.no_grad():
+        if exporter == "dynamo":
+            try:
+                import onnxscript  # noqa: F401  (the dynamo exporter's dependency; a clear error here)
+            except ImportError as exc:
+                raise ExportError(f"the dynamo ONNX exporter needs onnxscript ({exc}); pip install onnxscript") from None
+            with _quiet_exporter():
+                program = torch.onnx.export(
+                    network,
+                    (sample,),
+                    dynamo=True,
+                    input_names=[INPUT_NAME],
+                    output_names=[OUTPUT_NAME],
+                    dynamic_shapes=({0: torch.export.Dim(BATCH_DIM)},),
+                    opset_version=opset,
+                    verbose=False,
+                )
+            model = program.model_proto
+        else:
+            import io
+
+            buffer = io.BytesIO()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                torch.onnx.export(
+                    network,
+                    (sample,),
+                    buffer,
+                    dynamo=False,
+                    input_names=[INPUT_NAME],
+                    output_names=[OUTPUT_NAME],
+                    dynamic_axes={INPUT_NAME: {0: BATCH_DIM}, OUTPUT_NAME: {0: BATCH_DIM}},
+                    opset_version=opset,
+                )
+            model = onnx.load_from_string(buffer.getvalue())
+
+    versions = _versions()
+    _set_metadata(model, {
+        "precision": "fp32",
+        "architecture": getattr(network, "architecture", "unknown"),
+        "contract_hash": contract_hash or "",
+        "checkpoint_sha256": checkpoint_sha or "",
+        "exporter": f"torch.onnx.export({'dynamo=True' if exporter == 'dynamo' else 'dynamo=False'}) torch {torch.__version__}",
+        "preprocessing": "uint8 -> float32, / 255, inside the graph",
+    })
+    checks += _check_model(model, "fp32")
+    onnx.save_model(model, onnx_path)
+    fp32 = _artifact(onnx_path, "fp32")
+    actual_opset = _default_opset(model)
+
+    verify = _verify_batch(verify_obs)
+    with torch.no_grad():
+        expected = network(torch.from_numpy(verify)).numpy()
+    diff32 = _ort_max_abs_diff(onnx_path, verify, expected)
+    if not diff32 <= VERIFY_ATOL_FP32:
+        raise ExportError(f"{onnx_path}: ONNX Runtime CPU differs from torch by {diff32:.3g} (> {VERIFY_ATOL_FP32})")
+    checks.append(f"onnxruntime CPU vs torch on {len(verify)} states: max |dQ| {diff32:.3g} <= {VERIFY_ATOL_FP32}")
+
+    fp16 = None
+    diff16 = None
+    if fp16_path is not None:
+        fp16, fp16_checks = convert_to_fp16(onnx_path, fp16_path)
+        checks += fp16_checks
+        diff16 = _ort_max_abs_diff(fp16.path, verify, expected)
+        if not np.isfinite(diff16):
+            raise ExportError(f"{fp16.path}: FP16 model gives non-finite Q-values")
+        checks.append(f"fp16: onnxruntime CPU vs torch FP32 on {len(verify)} states: max |dQ| {diff16:.3g} (recorded)")
+
+    return ExportResult(
+        fp32=fp32,
+        fp16=fp16,
+        opset=actual_opset,
+        exporter=exporter,
+        checks=tuple(checks),
+        verify_max_abs_diff=diff32,
+        fp16_verify_max_abs_diff=diff16,
+        contract_hash=contract_hash,
+        checkpoint_sha256=checkpoint_sha,
+        versions=versions,
+    )
+
+
+def convert_to_fp16(onnx_path: str | Path, fp16_path: str | Path) -> tuple[OnnxArtifact, list[str]]:
+    """FP16 copy of an FP32 model (onnxconverter-common, keep_io_types=True); returns its checks."""
+    import onnx
+
+    try:
+        from onnxconverter_common import __version__ as occ_version
+        from onnxconverter_common import float16
+    except ImportError as exc:
+        raise ExportError(f"FP16 conversion needs onnxconverter-common ({exc}); pip install onnxconverter-common") from None
+    model = onnx.load(onnx_path)
+    input_casts = [n.name for n in model.graph.node if n.op_type == "Cast" and INPUT_NAME in n.input]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "float32 number ... will be truncated": expected for tiny weights
+        model16 = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=input_casts)
+    _set_metadata(model16, {
+        "precision": "fp16",
+        "fp16_converter": f"onnxconverter-common {occ_version} float16.convert_float_to_float16(keep_io_types=True)",
+    })
+    checks = ["fp16: " + c for c in _check_model(model16, "fp16")]
+    fp16_path = Path(fp16_path)
+    fp16_path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(model16, fp16_path)
+    return _artifact(fp16_path, "fp16"), checks
+
+
+def inspect_onnx(path: str | Path) -> OnnxInfo:
+    """Graph inputs/outputs (dtype, shape), opset, precision, ops and metadata of a model file."""
+    import onnx
+
+    model = onnx.load(path)
+    return _info(model)
+
+
+def _info(model) -> OnnxInfo:
+    import onnx
+
+    def tensors(values) -> tuple[TensorInfo, ...]:
+        out = []
+        for v in values:
+            t = v.type.tensor_type
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)).name
+            shape = tuple(d.dim_param if d.dim_param else d.dim_value for d in t.shape.dim)
+            out.append(TensorInfo(v.name, dtype, shape))
+        return tuple(out)
+
+    float_types = [i.data_type for i in model.graph.initializer
+                   if i.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)]
+    precision = "fp16" if onnx.TensorProto.FLOAT16 in float_types else "fp32"
+    return OnnxInfo(
+        inputs=tensors(model.graph.input),
+        outputs=tensors(model.graph.output),
+        opset=_default_opset(model),
+        precision=precision,
+        node_count=len(model.graph.node),
+        op_types=tuple(n.op_type for n in model.graph.node),
+        metadata={p.key: p.value for p in model.metadata_props},
+    )
+
+
+def _check_model(model, precision: str) -> list[str]:
+    """The checks every exported model must pass; names of those run, ExportError on failure."""
+    import onnx
+
+    checks = []
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as exc:  # checker raises ValidationError or InferenceError
+        raise ExportError(f"onnx.checker.check_model failed: {exc}") from None
+    checks.append("onnx.checker.check_model(full_check=True)")
+
+    info = _info(model)
+    if len(info.inputs) != 1 or len(info.outputs) != 1:
+        raise ExportError(f"expected one input and one output, got {info.inputs} -> {info.outputs}")
+    (inp,), (out,) = info.inputs, info.outputs
+    if (inp.name, inp.dtype, inp.shape[1:]) != (INPUT_NAME, "uint8", (4, 84, 84)):
+        raise ExportError(f"input must be {INPUT_NAME} uint8 (B, 4, 84, 84), got {inp}")
+    if (out.name, out.dtype, out.shape[1:]) != (OUTPUT_NAME, "float32", (4,)):
+        raise ExportError(f"output must be {OUTPUT_NAME} float32 (B, 4), got {out}")
+    checks.append(f"io: {INPUT_NAME} uint8 {list(inp.shape)} -> {OUTPUT_NAME} float32 {list(out.shape)}")
+    if not (isinstance(inp.shape[0], str) and inp.shape[0] and inp.shape[0] == out.shape[0]):
+        raise ExportError(f"batch axis must be dynamic and shared by input and output, got {inp.shape[0]!r} -> {out.shape[0]!r}")
+    checks.append(f"dynamic batch axis {inp.shape[0]!r}")
+    if info.precision != precision:
+        raise ExportError(f"expected {precision} weights, the initializers say {info.precision}")
+    checks.append(f"weights {precision}")
+    checks.append(_check_preprocessing(model))
+    return checks
+
+
+def _check_preprocessing(model) -> str:
+    """The input goes through Cast(uint8 -> float) [-> Cast(float -> float16)] then Div by 255."""
+    import onnx
+    from onnx import numpy_helper
+
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+
+    chain = []
+    tensor = INPUT_NAME
+    users = consumers.get(tensor, [])
+    while len(users) == 1 and users[0].op_type == "Cast":
+        cast = users[0]
+        to = next(a.i for a in cast.attribute if a.name == "to")
+        chain.append(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to)).name)
+        tensor = cast.output[0]
+        users = consumers.get(tensor, [])
+    if not chain or chain[-1] not in ("float32", "float16"):
+        raise ExportError(f"the uint8 input is not cast to float inside the graph (casts: {chain})")
+    if len(users) != 1 or users[0].op_type not in ("Div", "Mul"):
+        raise ExportError(f"the cast input is not scaled by 1/255 inside the graph (next: {[u.op_type for u in users]})")
+    scale = users[0]
+    other = [n for n in scale.input if n != tensor]
+    value = constants.get(other[0]) if other else None
+    wanted = 255.0 if scale.op_type == "Div" else 1.0 / 255.0
+    if value is None or value.size != 1 or not np.isclose(float(value.reshape(-1)[0]), wanted, rtol=1e-3):
+        raise ExportError(f"the input scaling is {scale.op_type} by {value}, expected {scale.op_type} by {wanted}")
+    return f"preprocessing in graph: Cast uint8 -> {' -> '.join(chain)}, {scale.op_type} by {float(value.reshape(-1)[0]):g}"
+
+
+def _network_from(source: Any, contract_hash: str | None):
+    from breakout_core.qnetwork import QNetwork, load_checkpoint
+
+    if isinstance(source, QNetwork):
+        return source, None, contract_hash
+    if isinstance(source, (str, Path)):
+        network, meta = load_checkpoint(source)
+        own = meta.get("contract_hash")
+        if contract_hash is not None and own != contract_hash:
+            raise ValueError(f"{source}: checkpoint contract {own}, expected {contract_hash}")
+        return network, _sha256(Path(source)), own
+    raise TypeError(f"export source must be a QNetwork or a checkpoint path, got {type(source).__name__}")
+
+
+def _verify_batch(verify_obs: np.ndarray | None) -> np.ndarray:
+    if verify_obs is None:
+        return np.random.default_rng(0).integers(0, 256, size=(4, 4, 84, 84), dtype=np.uint8)
+    verify_obs = np.ascontiguousarray(verify_obs)
+    if verify_obs.dtype != np.uint8 or verify_obs.shape[1:] != (4, 84, 84):
+        raise ValueError(f"verify_obs must be uint8 (B, 4, 84, 84), got {verify_obs.dtype} {verify_obs.shape}")
+    return verify_obs
+
+
+def _ort_max_abs_diff(path: Path, obs: np.ndarray, expected: np.ndarray) -> float:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    got = session.run([OUTPUT_NAME], {INPUT_NAME: obs})[0]
+    return float(np.max(np.abs(got.astype(np.float64) - expected.astype(np.float64))))
+
+
+@contextlib.contextmanager
+def _quiet_exporter():
+    """Silence two known, harmless notices of torch's exporter: torchvision ops it cannot
+    register (torchvision is not a dependency) and a pytree FutureWarning from torch itself."""
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration.level
+    registration.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            yield
+    finally:
+        registration.setLevel(level)
+
+
+def _set_metadata(model, values: dict[str, str]) -> None:
+    existing = {p.key: p for p in model.metadata_props}
+    for key, value in values.items():
+        full = META_PREFIX + key
+        if full in existing:
+            existing[full].value = str(value)
+        else:
+            prop = model.metadata_props.add()
+            prop.key, prop.value = full, str(value)
+
+
+def _default_opset(model) -> int:
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def _artifact(path: Path, precision: str) -> OnnxArtifact:
+    return OnnxArtifact(path=path, size_bytes=path.stat().st_size, sha256=_sha256(path), precision=precision)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    import onnx
+    import torch
+
+    versions = {"torch": torch.__version__, "onnx": onnx.__version__, "numpy": np.__version__}
+    for name in ("onnxscript", "onnxruntime", "onnxconverter_common"):
+        try:
+            module = __import__(name)
+            versions[name] = getattr(module, "__version__", "unknown")
+        except ImportError:
+            pass
+    return versions

@@ -1,0 +1,115 @@
+"""Latency of one call, sample by sample: warm-up excluded, every timed sample kept.
+
+The timed loop is a bare `for` with two `perf_counter_ns` reads and a list append, so the
+harness adds well under a microsecond to each sample. Percentiles are numpy's, with the
+method named (the same one breakout_core.stats and DuckDB's quantile_cont use), so a
+P95 here can be recomputed from the stored samples.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from breakout_core.stats import PERCENTILE_METHOD
+
+MIN_TIMED_CALLS = 64  # fewer samples make P95/P99 mostly the largest sample or two
+TIMER = "time.perf_counter_ns"
+
+
+@dataclass(frozen=True)
+class LatencyResult:
+    samples_ms: np.ndarray  # float64, every timed call in order, milliseconds
+    warmup: int  # calls made first and not timed
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    std_ms: float  # sample std, ddof=1
+    percentile_method: str  # numpy.percentile(method=...)
+    timer: str
+    timer_resolution_s: float  # time.get_clock_info('perf_counter').resolution
+    timer_implementation: str
+
+    @property
+    def n(self) -> int:
+        return int(self.samples_ms.size)
+
+    def summary(self) -> dict[str, Any]:
+        """Everything but the samples, for a table row or a log line."""
+        return {
+            "n": self.n,
+            "warmup": self.warmup,
+            "p50_ms": self.p50_ms,
+            "p90_ms": self.p90_ms,
+            "p95_ms": self.p95_ms,
+            "p99_ms": self.p99_ms,
+            "mean_ms": self.mean_ms,
+            "min_ms": self.min_ms,
+            "max_ms": self.max_ms,
+            "std_ms": self.std_ms,
+            "percentile_method": self.percentile_method,
+            "timer": self.timer,
+            "timer_resolution_s": self.timer_resolution_s,
+        }
+
+
+def measure_latency(
+    fn: Callable[..., Any],
+    *args: Any,
+    warmup: int = 10,
+    iterations: int = 100,
+) -> LatencyResult:
+    """Call `fn(*args)` `warmup` times untimed, then `iterations` times, timing each call.
+
+    `iterations` below MIN_TIMED_CALLS (64) is refused. For a runtime:
+    `measure_latency(runtime.infer, obs_batch)`; the call includes the copy of the output
+    that every runtime makes, as a caller would pay it.
+    """
+    if iterations < MIN_TIMED_CALLS:
+        raise ValueError(f"iterations must be >= {MIN_TIMED_CALLS} timed calls, got {iterations}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    for _ in range(warmup):
+        fn(*args)
+    clock = time.perf_counter_ns
+    samples: list[int] = []
+    append = samples.append
+    for _ in range(iterations):
+        start = clock()
+        fn(*args)
+        append(clock() - start)
+    return latency_result(np.asarray(samples, dtype=np.float64) / 1e6, warmup=warmup)
+
+
+def latency_result(samples_ms: np.ndarray, *, warmup: int = 0) -> LatencyResult:
+    """Statistics of samples already taken (milliseconds); at least MIN_TIMED_CALLS of them."""
+    samples_ms = np.asarray(samples_ms, dtype=np.float64).reshape(-1)
+    if samples_ms.size < MIN_TIMED_CALLS:
+        raise ValueError(f"need >= {MIN_TIMED_CALLS} latency samples, got {samples_ms.size}")
+    if not np.all(np.isfinite(samples_ms)) or np.any(samples_ms < 0):
+        raise ValueError("latency samples must be finite and >= 0")
+    p50, p90, p95, p99 = np.percentile(samples_ms, [50, 90, 95, 99], method=PERCENTILE_METHOD)
+    info = time.get_clock_info("perf_counter")
+    return LatencyResult(
+        samples_ms=samples_ms,
+        warmup=int(warmup),
+        p50_ms=float(p50),
+        p90_ms=float(p90),
+        p95_ms=float(p95),
+        p99_ms=float(p99),
+        mean_ms=float(samples_ms.mean()),
+        min_ms=float(samples_ms.min()),
+        max_ms=float(samples_ms.max()),
+        std_ms=float(samples_ms.std(ddof=1)),
+        percentile_method=PERCENTILE_METHOD,
+        timer=TIMER,
+        timer_resolution_s=float(info.resolution),
+        timer_implementation=info.implementation,
+    )

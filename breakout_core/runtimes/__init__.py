@@ -1,0 +1,56 @@
+"""Runtimes: one class per backend behind one interface (see base.Runtime).
+
+    from breakout_core.runtimes import make_runtime
+    with make_runtime("onnxruntime", provider="cpu") as rt:
+        rt.load("model.onnx")
+        q = rt.infer(states.obs)
+
+Importing this package imports no backend library: torch, onnxruntime, tensorrt and pycuda
+are imported by available() and load(), so a machine without a GPU stack can list every
+runtime and say why one cannot run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from breakout_core.runtimes.base import Runtime, RuntimeUnavailable
+from breakout_core.runtimes.onnxruntime_runtime import OnnxRuntimeRuntime
+from breakout_core.runtimes.tensorrt_runtime import TensorRTRuntime
+from breakout_core.runtimes.torch_runtime import TorchRuntime
+
+RUNTIMES: dict[str, type[Runtime]] = {
+    TorchRuntime.name: TorchRuntime,
+    OnnxRuntimeRuntime.name: OnnxRuntimeRuntime,
+    TensorRTRuntime.name: TensorRTRuntime,
+}
+
+
+def runtime_class(name: str) -> type[Runtime]:
+    try:
+        return RUNTIMES[name]
+    except KeyError:
+        raise ValueError(f"unknown runtime {name!r}; known: {', '.join(sorted(RUNTIMES))}") from None
+
+
+def make_runtime(name: str, **options: Any) -> Runtime:
+    """A runtime by registry name with its options (validated; nothing loaded yet)."""
+    return runtime_class(name)(**options)
+
+
+def runtime_available(name: str, **options: Any) -> tuple[bool, str]:
+    """available() of a runtime by name, with its options."""
+    return runtime_class(name).available(**options)
+
+
+__all__ = [
+    "RUNTIMES",
+    "OnnxRuntimeRuntime",
+    "Runtime",
+    "RuntimeUnavailable",
+    "TensorRTRuntime",
+    "TorchRuntime",
+    "make_runtime",
+    "runtime_available",
+    "runtime_class",
+]

@@ -1,0 +1,178 @@
+"""The interface every runtime backend implements, in the spirit of Polygraphy's runners.
+
+    ok, reason = SomeRuntime.available(**options)   # cheap, imports nothing heavy eagerly
+    with SomeRuntime(**options) as rt:                # constructing never touches a device
+        rt.load(artifact)                             # RuntimeUnavailable(reason) if it cannot run here
+        q = rt.infer(obs)                             # uint8 (B, 4, 84, 84) -> float32 (B, 4), a fresh copy
+        rt.describe()                                 # what was requested and what actually ran
+
+A runtime that cannot run as requested says so, with the precise reason, through
+available() and RuntimeUnavailable; it never falls back to another device or precision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+OBS_SHAPE = (4, 84, 84)
+NUM_ACTIONS = 4
+
+
+class RuntimeUnavailable(RuntimeError):
+    """This runtime cannot run here as requested; `reason` says why (never an ImportError)."""
+
+    def __init__(self, runtime: str, reason: str):
+        super().__init__(f"runtime {runtime!r} is unavailable: {reason}")
+        self.runtime = runtime
+        self.reason = reason
+
+
+class Runtime(ABC):
+    """One backend. Subclasses set `name`, `artifact_kind`, `OPTIONS` and implement the hooks.
+
+    `OPTIONS` maps each option name to (default, allowed values or None for any value).
+    """
+
+    name: ClassVar[str]
+    artifact_kind: ClassVar[str]  # "checkpoint" (a .pt from qnetwork.save_checkpoint) or "onnx"
+    OPTIONS: ClassVar[dict[str, tuple[Any, tuple | None]]] = {}
+
+    def __init__(self, **options: Any):
+        self.requested = self.resolve_options(**options)
+        self.artifact: Path | None = None
+        self.artifact_sha256: str | None = None
+        self._loaded = False
+
+    # -- availability -------------------------------------------------------------------
+    @classmethod
+    def resolve_options(cls, **options: Any) -> dict[str, Any]:
+        """Options with defaults filled in; unknown names or values raise ValueError."""
+        unknown = sorted(set(options) - set(cls.OPTIONS))
+        if unknown:
+            raise ValueError(f"runtime {cls.name!r}: unknown option(s) {unknown}; valid: {sorted(cls.OPTIONS)}")
+        resolved = {}
+        for key, (default, choices) in cls.OPTIONS.items():
+            value = options.get(key, default)
+            if choices is not None and value not in choices:
+                raise ValueError(f"runtime {cls.name!r}: {key}={value!r} is not one of {list(choices)}")
+            resolved[key] = value
+        return resolved
+
+    @classmethod
+    def available(cls, **options: Any) -> tuple[bool, str]:
+        """(True, "") when this runtime can run here with these options, else (False, reason)."""
+        return cls._available(cls.resolve_options(**options))
+
+    @classmethod
+    @abstractmethod
+    def _available(cls, options: dict[str, Any]) -> tuple[bool, str]: ...
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def load(self, artifact: str | Path) -> "Runtime":
+        """Load the artifact; RuntimeUnavailable when this runtime cannot run here as requested."""
+        if self._loaded:
+            raise RuntimeError(f"runtime {self.name!r} is already loaded; close() it first")
+        ok, reason = type(self)._available(self.requested)
+        if not ok:
+            raise RuntimeUnavailable(self.name, reason)
+        path = Path(artifact)
+        if not path.is_file():
+            raise FileNotFoundError(f"{self.name}: artifact {path} does not exist")
+        self.artifact = path
+        self.artifact_sha256 = _sha256(path)
+        try:
+            self._load(path)
+        except BaseException:
+            self.artifact = self.artifact_sha256 = None
+            raise
+        self._loaded = True
+        return self
+
+    def infer(self, obs: np.ndarray) -> np.ndarray:
+        """obs uint8 (B, 4, 84, 84) -> float32 (B, 4), always a new array the caller owns."""
+        if not self._loaded:
+            raise RuntimeError(f"runtime {self.name!r} is not loaded")
+        if not isinstance(obs, np.ndarray) or obs.dtype != np.uint8 or obs.ndim != 4 or obs.shape[1:] != OBS_SHAPE:
+            got = f"{obs.dtype} {obs.shape}" if isinstance(obs, np.ndarray) else type(obs).__name__
+            raise ValueError(f"obs must be a uint8 array (B, 4, 84, 84), got {got}")
+        if obs.shape[0] == 0:
+            raise ValueError("obs must hold at least one state")
+        return self._infer(np.ascontiguousarray(obs))
+
+    def describe(self) -> dict[str, Any]:
+        """What was requested and what actually ran (device, precision, provider, versions)."""
+        ok, reason = type(self)._available(self.requested)
+        info: dict[str, Any] = {
+            "runtime": self.name,
+            "requested": dict(self.requested),
+            "available": ok,
+            "unavailable_reason": reason or None,
+            "loaded": self._loaded,
+            "artifact": str(self.artifact) if self.artifact else None,
+            "artifact_sha256": self.artifact_sha256,
+            "actual": self._actual() if self._loaded else None,
+            "versions": self._versions(),
+        }
+        return info
+
+    def close(self) -> None:
+        """Release the session/engine/device memory; safe to call twice."""
+        if self._loaded:
+            try:
+                self._close()
+            finally:
+                self._loaded = False
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        options = ", ".join(f"{k}={v!r}" for k, v in self.requested.items())
+        return f"{type(self).__name__}({options})"
+
+    # -- hooks ----------------------------------------------------------------------------
+    @abstractmethod
+    def _load(self, path: Path) -> None: ...
+
+    @abstractmethod
+    def _infer(self, obs: np.ndarray) -> np.ndarray: ...
+
+    @abstractmethod
+    def _actual(self) -> dict[str, Any]: ...
+
+    def _versions(self) -> dict[str, str]:
+        return {"numpy": np.__version__}
+
+    def _close(self) -> None:
+        pass
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def import_error_reason(module: str, exc: BaseException) -> str:
+    """A one-line reason for an import that failed: which module and the error's own text."""
+    return f"{module} cannot be imported ({type(exc).__name__}: {exc})"
+
+
+def installed_version(distribution: str) -> str | None:
+    """Version of an installed distribution without importing it (None when absent)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None

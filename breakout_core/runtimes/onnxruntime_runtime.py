@@ -1,0 +1,222 @@
+"""ONNX Runtime on an exported model (FP32 or FP16 file), on the CPU or the CUDA provider.
+
+What actually ran is read back from ONNX Runtime itself, not assumed:
+- the providers the session uses (`session.get_providers()`); if the requested provider is
+  not the session's first, load() refuses with RuntimeUnavailable instead of running on
+  whatever ONNX Runtime fell back to;
+- node placement: load() runs one profiled inference (batch 1) in a throw-away session and
+  reads each node's provider, op and output type from the profile JSON, then opens the
+  session used for inference without profiling. With `disable_cpu_ep_fallback=True`
+  (session option `session.disable_cpu_ep_fallback`, only for a non-CPU provider, and then
+  without the CPU provider in the list, as ONNX Runtime requires) a node that would land on
+  the CPU makes session creation fail, reported as unavailable with ONNX Runtime's text.
+
+An FP16 model on the CPU provider runs partly emulated: ops without an FP16 CPU kernel run
+in FP32 between casts that ONNX Runtime inserts (`InsertedPrecisionFreeCast*` nodes);
+describe() counts them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from breakout_core.runtimes.base import NUM_ACTIONS, OBS_SHAPE, Runtime, RuntimeUnavailable, import_error_reason
+
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+OPTIMIZATION_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+INSERTED_CAST_PREFIX = "InsertedPrecisionFreeCast"
+
+
+class OnnxRuntimeRuntime(Runtime):
+    name = "onnxruntime"
+    artifact_kind = "onnx"
+    OPTIONS = {
+        "provider": ("cpu", tuple(PROVIDERS)),
+        "device_index": (0, None),
+        "graph_optimization_level": ("all", tuple(OPTIMIZATION_LEVELS)),
+        "intra_op_threads": (None, None),  # None: ONNX Runtime's default (one per physical core)
+        "disable_cpu_ep_fallback": (False, (False, True)),
+        "node_placement": (True, (False, True)),  # profile one run at load to read each node's provider
+    }
+
+    @classmethod
+    def resolve_options(cls, **options: Any) -> dict[str, Any]:
+        resolved = super().resolve_options(**options)
+        if resolved["disable_cpu_ep_fallback"] and resolved["provider"] == "cpu":
+            raise ValueError("runtime 'onnxruntime': disable_cpu_ep_fallback applies to a non-CPU provider "
+                             "(onnxruntime rejects it together with the CPU provider)")
+        return resolved
+
+    @classmethod
+    def _available(cls, options: dict[str, Any]) -> tuple[bool, str]:
+        try:
+            import onnxruntime as ort
+        except Exception as exc:
+            return False, import_error_reason("onnxruntime", exc)
+        wanted = PROVIDERS[options["provider"]]
+        have = ort.get_available_providers()
+        if wanted not in have:
+            hint = " (the CUDA provider comes with the onnxruntime-gpu package)" if options["provider"] == "cuda" else ""
+            return False, f"{wanted} is not in onnxruntime {ort.__version__}'s available providers {have}{hint}"
+        threads = options["intra_op_threads"]
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            return False, f"intra_op_threads must be None or an int >= 1, got {threads!r}"
+        return True, ""
+
+    # -- loading ----------------------------------------------------------------------------
+    def _session_options(self, profile_prefix: str | None = None):
+        ort = self._ort
+        options = ort.SessionOptions()
+        options.graph_optimization_level = getattr(
+            ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[self.requested["graph_optimization_level"]]
+        )
+        if self.requested["intra_op_threads"] is not None:
+            options.intra_op_num_threads = int(self.requested["intra_op_threads"])
+        if self.requested["disable_cpu_ep_fallback"]:
+            options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        if profile_prefix is not None:
+            options.enable_profiling = True
+            options.profile_file_prefix = profile_prefix
+        return options
+
+    def _providers(self) -> list:
+        if self.requested["provider"] == "cpu":
+            return ["CPUExecutionProvider"]
+        accelerator = (PROVIDERS[self.requested["provider"]], {"device_id": int(self.requested["device_index"])})
+        if self.requested["disable_cpu_ep_fallback"]:
+            return [accelerator]  # onnxruntime refuses an explicit CPU provider with fallback disabled
+        return [accelerator, "CPUExecutionProvider"]
+
+    def _session(self, path: Path, profile_prefix: str | None = None):
+        wanted = PROVIDERS[self.requested["provider"]]
+        try:
+            session = self._ort.InferenceSession(str(path), self._session_options(profile_prefix),
+                                                 providers=self._providers())
+        except Exception as exc:
+            text = " ".join(str(exc).split())
+            if self.requested["provider"] != "cpu":
+                raise RuntimeUnavailable(self.name, f"onnxruntime could not create a {wanted} session: {text}") from None
+            raise ValueError(f"{path}: onnxruntime cannot load this model: {text}") from None
+        used = session.get_providers()
+        if not used or used[0] != wanted:
+            raise RuntimeUnavailable(
+                self.name, f"requested {wanted} but the session runs on {used}; refusing the fallback"
+            )
+        return session
+
+    def _load(self, path: Path) -> None:
+        import onnxruntime as ort
+
+        self._ort = ort
+        self._nodes: list[dict[str, Any]] | None = None
+        if self.requested["node_placement"]:
+            self._nodes = self._profile_placement(path)
+        self._session_obj = self._session(path)
+        inputs, outputs = self._session_obj.get_inputs(), self._session_obj.get_outputs()
+        if len(inputs) != 1 or len(outputs) != 1 or inputs[0].type != "tensor(uint8)":
+            raise ValueError(
+                f"{path}: expected one uint8 input and one output, got "
+                f"{[(i.name, i.type) for i in inputs]} -> {[(o.name, o.type) for o in outputs]}"
+            )
+        self._input_name, self._output_name = inputs[0].name, outputs[0].name
+        self._output_type = outputs[0].type
+        meta = self._session_obj.get_modelmeta().custom_metadata_map
+        self._model_meta = dict(meta)
+        self._precision = meta.get("breakout.precision") or _precision_from_file(path)
+
+    def _profile_placement(self, path: Path) -> list[dict[str, Any]]:
+        """Each node's provider, op and output type, from the profile of one batch-1 run."""
+        folder = tempfile.mkdtemp(prefix="ort-profile-")
+        try:
+            session = self._session(path, profile_prefix=str(Path(folder) / "placement"))
+            name = session.get_inputs()[0].name
+            session.run(None, {name: np.zeros((1, *OBS_SHAPE), dtype=np.uint8)})
+            profile_file = session.end_profiling()
+            events = json.loads(Path(profile_file).read_text())
+            del session
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        nodes = []
+        for event in events:
+            if event.get("cat") != "Node" or not event.get("name", "").endswith("_kernel_time"):
+                continue
+            args = event.get("args", {})
+            outputs = args.get("output_type_shape") or []
+            nodes.append({
+                "node": event["name"][: -len("_kernel_time")],
+                "op": args.get("op_name"),
+                "provider": args.get("provider"),
+                "output_dtypes": [next(iter(o)) for o in outputs if isinstance(o, dict) and o],
+            })
+        return nodes
+
+    # -- running ------------------------------------------------------------------------------
+    def _infer(self, obs: np.ndarray) -> np.ndarray:
+        q = self._session_obj.run([self._output_name], {self._input_name: obs})[0]
+        if q.ndim != 2 or q.shape[1] != NUM_ACTIONS:
+            raise ValueError(f"model output has shape {q.shape}, expected (B, {NUM_ACTIONS})")
+        return np.array(q, dtype=np.float32, copy=True)
+
+    def _actual(self) -> dict[str, Any]:
+        session = self._session_obj
+        providers = session.get_providers()
+        actual: dict[str, Any] = {
+            "providers": providers,
+            "provider": providers[0],
+            "provider_options": session.get_provider_options(),
+            "device": "cpu" if providers[0] == "CPUExecutionProvider" else f"cuda:{self.requested['device_index']}",
+            "precision": self._precision,
+            "graph_optimization_level": OPTIMIZATION_LEVELS[self.requested["graph_optimization_level"]],
+            "intra_op_threads": self.requested["intra_op_threads"] or "onnxruntime default",
+            "cpu_ep_fallback_disabled": bool(self.requested["disable_cpu_ep_fallback"]),
+            "output_type": self._output_type,
+            "model_metadata": self._model_meta,
+        }
+        if self._nodes is not None:
+            by_provider: dict[str, int] = {}
+            for node in self._nodes:
+                by_provider[node["provider"]] = by_provider.get(node["provider"], 0) + 1
+            actual["nodes"] = self._nodes
+            actual["node_count"] = len(self._nodes)
+            actual["nodes_by_provider"] = by_provider
+            actual["nodes_not_on_requested_provider"] = [
+                n["node"] for n in self._nodes if n["provider"] != providers[0]
+            ]
+            inserted = sum(n["op"] == "Cast" and n["node"].startswith(INSERTED_CAST_PREFIX) for n in self._nodes)
+            actual["inserted_precision_casts"] = inserted
+            if inserted and self._precision == "fp16":
+                actual["precision_note"] = (
+                    f"{inserted} cast(s) inserted by onnxruntime: ops without an FP16 kernel on "
+                    f"{providers[0]} ran in FP32 on the FP16 weights (see nodes[].output_dtypes)"
+                )
+        return actual
+
+    def _versions(self) -> dict[str, str]:
+        versions = {"numpy": np.__version__}
+        try:
+            import onnxruntime as ort
+
+            versions["onnxruntime"] = ort.__version__
+        except Exception:
+            pass
+        return versions
+
+    def _close(self) -> None:
+        self._session_obj = None
+
+
+def _precision_from_file(path: Path) -> str:
+    from breakout_core.export import inspect_onnx
+
+    return inspect_onnx(path).precision

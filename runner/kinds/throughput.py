@@ -1,0 +1,187 @@
+"""`throughput`: transitions per second of the training pipeline for a grid of settings.
+
+Each grid point runs in each listed mode, from a fresh random initialisation:
+  full     acting, stepping, replay insertion and learning (the trainer as it trains)
+  collect  the same with no learning (learning_starts beyond the end)
+  learner  bare gradient steps on a replay of random frames; reported as the learner-bound
+           limit train_every x updates/s
+  env      the vector env alone, random actions
+The first `warmup_transitions` of full/collect trials are excluded from the clock.
+View `throughput_ratios` sets full against its learner bound and collect against env.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import asdict
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from runner.kinds.base import Kind, RunContext, Section
+from runner.kinds.train import TrainSettings
+from runner.spec_base import Name
+from runner.sweeps import expand_sweep
+
+MODES = ("full", "collect", "learner", "env")
+
+
+class ThroughputMeasurement(TrainSettings):
+    kind: Literal["throughput"]
+    name: Name
+    modes: list[Literal["full", "collect", "learner", "env"]] = Field(default_factory=lambda: ["full"], min_length=1)
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description="field -> values; one trial per combination")
+    warmup_transitions: int = Field(default=1_000, ge=0)
+    learner_updates: int = Field(default=60, ge=10)
+    env_steps: int = Field(default=2_000, ge=100, description="vector steps for the env mode")
+
+    @model_validator(mode="after")
+    def _grid_valid(self) -> "ThroughputMeasurement":
+        for key, values in self.grid.items():
+            if key not in TrainSettings.model_fields:
+                raise ValueError(f"grid key {key!r} is not a training field; fields: {', '.join(TrainSettings.model_fields)}")
+            if not values:
+                raise ValueError(f"grid {key!r} lists no values")
+        if self.warmup_transitions >= self.total_transitions:
+            raise ValueError("warmup_transitions must be below total_transitions")
+        for trial in expand_sweep(self.grid):
+            self.settings_for(trial.overrides)
+        return self
+
+    def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:
+        base = self.model_dump(include=set(TrainSettings.model_fields))
+        return TrainSettings.model_validate({**base, **overrides})
+
+
+MIGRATIONS = [
+    (
+        "0300_throughput",
+        """
+        CREATE TABLE throughput_trials (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, trial VARCHAR NOT NULL, mode VARCHAR NOT NULL,
+            settings JSON NOT NULL, warmup_transitions BIGINT NOT NULL, measured_transitions BIGINT,
+            measured_s DOUBLE, updates BIGINT, transitions_per_s DOUBLE NOT NULL
+        )
+        """,
+    )
+]
+
+VIEWS = [
+    """
+    CREATE OR REPLACE VIEW throughput_ratios AS
+    SELECT f.run_id, f.measurement, f.trial,
+           f.transitions_per_s AS full_tps, l.transitions_per_s AS learner_bound_tps,
+           f.transitions_per_s / l.transitions_per_s AS full_over_learner_bound,
+           c.transitions_per_s AS collect_tps, e.transitions_per_s AS env_tps,
+           c.transitions_per_s / e.transitions_per_s AS collect_over_env
+    FROM (SELECT DISTINCT run_id, measurement, trial FROM throughput_trials) t
+    LEFT JOIN throughput_trials f ON f.run_id = t.run_id AND f.measurement = t.measurement AND f.trial = t.trial AND f.mode = 'full'
+    LEFT JOIN throughput_trials l ON l.run_id = t.run_id AND l.measurement = t.measurement AND l.trial = t.trial AND l.mode = 'learner'
+    LEFT JOIN throughput_trials c ON c.run_id = t.run_id AND c.measurement = t.measurement AND c.trial = t.trial AND c.mode = 'collect'
+    LEFT JOIN throughput_trials e ON e.run_id = t.run_id AND e.measurement = t.measurement AND e.trial = t.trial AND e.mode = 'env'
+    """,
+]
+
+
+def _already_stored(ctx: RunContext, measurement: str, trial: str, mode: str) -> bool:
+    with ctx.store.reader() as con:
+        return con.execute("SELECT count(*) FROM throughput_trials WHERE run_id = ? AND measurement = ? AND trial = ? "
+                           "AND mode = ?", [ctx.run_id, measurement, trial, mode]).fetchone()[0] > 0
+
+
+def _run_trainer(config, ctx: RunContext, task) -> dict:
+    from breakout_core.trainer import Trainer, TrainDone
+
+    with tempfile.TemporaryDirectory(prefix="throughput-") as out_dir:  # checkpoints of a timing trial are not kept
+        for record in Trainer(config, ctx.contract, out_dir).run():
+            if isinstance(record, TrainDone):
+                ctx.progress.update(task, completed=record.transitions, transitions=record.transitions)
+                return {"measured_transitions": record.measured_transitions, "measured_s": record.measured_s,
+                        "updates": record.updates, "transitions_per_s": record.transitions_per_s}
+    raise RuntimeError("the trainer ended without its summary record")
+
+
+def execute(m: ThroughputMeasurement, ctx: RunContext) -> None:
+    from breakout_core.envs import bare_stepping_rate
+    from breakout_core.trainer import learner_rate
+
+    for trial in expand_sweep(m.grid):
+        settings = m.settings_for(trial.overrides)
+        for mode in m.modes:
+            if ctx.resume and _already_stored(ctx, m.name, trial.name, mode):
+                continue
+            task = ctx.progress.add_task(f"{m.name} · {mode} · {trial.name}", total=settings.total_transitions,
+                                         unit="transitions")
+            config = settings.to_config()
+            row = {"measured_transitions": None, "measured_s": None, "updates": None}
+            if mode in ("full", "collect"):
+                changes = {"measure_from": m.warmup_transitions, "checkpoint_at": ()}
+                if mode == "collect":
+                    changes["learning_starts"] = settings.total_transitions + 1
+                row.update(_run_trainer(config.__class__(**{**asdict(config), **changes}), ctx, task))
+            elif mode == "learner":
+                row["transitions_per_s"] = settings.train_every * learner_rate(config, ctx.contract, updates=m.learner_updates)
+                row["updates"] = m.learner_updates
+            else:
+                row["transitions_per_s"] = bare_stepping_rate(ctx.contract, settings.num_envs, m.env_steps)
+                row["measured_transitions"] = m.env_steps * settings.num_envs
+            ctx.progress.update(task, completed=settings.total_transitions)
+            ctx.store.append_rows("throughput_trials", [{
+                "run_id": ctx.run_id, "measurement": m.name, "trial": trial.name, "mode": mode,
+                "settings": json.dumps(settings.model_dump()), "warmup_transitions": m.warmup_transitions, **row}])
+
+
+METRIC_NAMES = ("full_speedup", "collect_speedup")
+
+
+def participants(m: ThroughputMeasurement) -> list[str]:
+    return [t.name for t in expand_sweep(m.grid)]
+
+
+def metrics(con, run_id: str, m: ThroughputMeasurement, candidate: str, baseline: str) -> dict[str, float]:
+    """Speed-ups of the candidate grid point over the baseline one (e.g. N=2 over N=1)."""
+    rows = dict(con.execute(
+        "SELECT trial || '/' || mode, transitions_per_s FROM throughput_trials WHERE run_id = ? AND measurement = ? "
+        "AND trial IN (?, ?)", [run_id, m.name, candidate, baseline]).fetchall())
+    found = {}
+    for mode in ("full", "collect"):
+        c, b = rows.get(f"{candidate}/{mode}"), rows.get(f"{baseline}/{mode}")
+        if c is not None and b:
+            found[f"{mode}_speedup"] = c / b
+    return found
+
+
+def report(con, run_id: str, m: ThroughputMeasurement) -> list[Section]:
+    from runner.report_html import altair, table_html
+
+    alt = altair()
+    trials = con.execute(
+        "SELECT trial, mode, transitions_per_s, measured_transitions, measured_s, updates FROM throughput_trials "
+        "WHERE run_id = ? AND measurement = ? ORDER BY trial, mode", [run_id, m.name]).df()
+    ratios = con.execute(
+        "SELECT trial, full_tps, learner_bound_tps, full_over_learner_bound, collect_tps, env_tps, collect_over_env "
+        "FROM throughput_ratios WHERE run_id = ? AND measurement = ? ORDER BY trial", [run_id, m.name]).df()
+    sections = [Section(f"{m.name}: transitions/s by setting and mode (warm-up of {m.warmup_transitions} "
+                        f"transitions excluded from full/collect)", html=table_html(trials))]
+    if not trials.empty:
+        chart = alt.Chart(trials).mark_bar().encode(
+            x=alt.X("transitions_per_s:Q", title="transitions / s"), y=alt.Y("trial:N", title=None),
+            color="mode:N", yOffset="mode:N", tooltip=["trial", "mode", "transitions_per_s"])
+        sections.append(Section(f"{m.name}: throughput", charts=[chart.properties(width=640).to_dict()]))
+    sections.append(Section(f"{m.name}: ratios (full vs learner bound = {m.train_every} × bare updates/s; "
+                            "collect vs the bare vector env)", html=table_html(ratios)))
+    return sections
+
+
+KIND = Kind(
+    name="throughput",
+    model=ThroughputMeasurement,
+    migrations=MIGRATIONS,
+    views=VIEWS,
+    execute=execute,
+    participants=participants,
+    metric_names=METRIC_NAMES,
+    metrics=metrics,
+    report=report,
+)
