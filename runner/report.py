@@ -43,7 +43,7 @@ def compared(row) -> str:
 
 
 def outcome_text(row) -> str:
-    return f"{row.outcome} ({row.label})" if row.label else row.outcome
+    return f"{row.outcome} ({row.label})" if isinstance(row.label, str) and row.label else row.outcome  # NULL may arrive as NaN
 
 
 def _verdict_section(frame) -> Section:

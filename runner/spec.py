@@ -10,6 +10,7 @@ from typing import Annotated, Union
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from runner.kinds import KINDS
+from runner.runtime_specs import ArtifactSpec, RuntimeConfig, deploy_problems
 from runner.spec_base import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
 from runner.yaml_source import SpecSourceError, YamlSource, load_yaml
 
@@ -21,20 +22,22 @@ class Spec(StrictModel):
     description: str = ""
     contract: ContractSpec = ContractSpec()
     policies: dict[Name, PolicySpec] = Field(default_factory=dict)
+    artifacts: dict[Name, ArtifactSpec] = Field(default_factory=dict, description="files by name (runner.runtime_specs)")
+    runtimes: dict[Name, RuntimeConfig] = Field(default_factory=dict, description="named runtime configurations")
     measurements: list[Measurement] = Field(min_length=1)
     verdicts: list[VerdictSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _references(self, info: ValidationInfo) -> "Spec":
         if not (info.context or {}).get("defer_references"):  # load_spec reports them with their lines
-            problems = reference_problems(self)
+            problems = reference_problems(self, info.context)
             if problems:
                 raise ValueError("; ".join(f"{_format_path(loc)}: {message}" for loc, message in problems))
         return self
 
 
-def reference_problems(spec: Spec) -> list[tuple[tuple, str]]:
-    """Names that point nowhere: (location in the file, message) for each."""
+def reference_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, str]]:
+    """Names that point nowhere, and missing artifact files: (location in the file, message) for each."""
     problems: list[tuple[tuple, str]] = []
     names = [m.name for m in spec.measurements]
     for i, m in enumerate(spec.measurements):
@@ -62,7 +65,7 @@ def reference_problems(spec: Spec) -> list[tuple[tuple, str]]:
             if metric not in kind.metric_names:
                 problems.append((("verdicts", i, "deployment_worthy_when", metric),
                                  f"unknown metric for kind {m.kind}; known: {', '.join(kind.metric_names) or 'none yet'}"))
-    return problems
+    return problems + deploy_problems(spec, context)
 
 
 class SpecError(ValueError):
@@ -137,8 +140,10 @@ def _problem(source: YamlSource, path: tuple, message: str) -> str:
     return f"{where}: {_format_path(path)}: {message}"
 
 
-def load_spec(path: str | Path) -> LoadedSpec:
-    """Read, check and validate a spec file; raise SpecError listing every problem."""
+def load_spec(path: str | Path, *, will_exist=()) -> LoadedSpec:
+    """Read, check and validate a spec file; raise SpecError listing every problem.
+
+    `will_exist`: artifact paths that specs run before this one will write (a chain of specs)."""
     try:
         source = load_yaml(path)
     except SpecSourceError as exc:
@@ -149,7 +154,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
         spec = Spec.model_validate(source.data, context={"base_dir": source.path.parent, "defer_references": True})
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, source)) from None
-    problems = reference_problems(spec)
+    problems = reference_problems(spec, {"base_dir": source.path.parent, "will_exist": will_exist})
     if problems:
         raise SpecError([_problem(source, loc, message) for loc, message in problems])
     return LoadedSpec(spec=spec, path=source.path, text=source.text)

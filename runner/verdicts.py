@@ -66,7 +66,7 @@ def evaluate_verdicts(store, run_id: str, spec) -> list[dict]:
         for verdict in spec.verdicts:
             m = by_name[verdict.measurement]
             found = KINDS[m.kind].metrics(con, run_id, m, verdict.candidate, verdict.baseline)
-            outcome, reason, evidence = decide(verdict, found)
+            outcome, reason, evidence = decide(verdict, found, found.get("unavailable_reason"))  # set by a kind whose runtime could not run
             evidence["label"] = verdict.labels.get(outcome)
             rows.append({
                 "run_id": run_id, "verdict": verdict.name, "measurement": m.name,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from runner.kinds import evaluate, throughput, train
+from runner.kinds import closed_loop, episodes, evaluate, export, latency, parity, throughput, train
 from runner.kinds.base import Kind
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (evaluate.KIND, train.KIND, throughput.KIND)}
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (evaluate.KIND, train.KIND, throughput.KIND, export.KIND,
+                                                       parity.KIND, latency.KIND, closed_loop.KIND, episodes.KIND)}

@@ -271,9 +271,9 @@ def _after_training(m: TrainMeasurement, ctx: RunContext, trial: str) -> None:
     from runner.kinds.evaluate import episode_row
 
     with ctx.store.reader() as con:
-        checkpoints = con.execute(
-            "SELECT DISTINCT transition, path FROM train_checkpoints WHERE run_id = ? AND measurement = ? AND trial = ? "
-            "ORDER BY transition", [ctx.run_id, m.name, trial]).fetchall()
+        checkpoints = con.execute(  # one per transition count: a last mark and final.pt hold the same weights
+            "SELECT transition, min(path) FROM train_checkpoints WHERE run_id = ? AND measurement = ? AND trial = ? "
+            "GROUP BY transition ORDER BY transition", [ctx.run_id, m.name, trial]).fetchall()
     if m.evaluate_checkpoints is not None:
         spec = m.evaluate_checkpoints
         seeds = seed_list(spec.seeds)

@@ -1,0 +1,190 @@
+"""`closed_loop` (Day 23): each runtime drives the real game for K agent steps from the same seed.
+
+One game on the ALE per runtime, started exactly as the evaluator starts an episode of that
+seed (unseeded reset, the seed's no-op start as forced NOOPs), then one greedy decision per
+step from the runtime (batch 1). A game that ends before K steps is followed by a fresh one,
+so every runtime plays exactly K steps. Every step is stored (`closed_loop_steps`: action,
+reward, lives, the four Q-values); the views give each runtime's score and action counts
+and, for each pair, the first step where the actions differ.
+
+Once two runtimes choose differently the games differ from there on; a divergence alone
+says nothing about playing strength (Day 26): the `episodes` kind decides that.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from runner.kinds.base import Kind, RunContext, Section
+from runner.runtime_specs import RuntimeMeasurement, greedy, open_runtime, runtime_section, unavailable_reason, blank_nulls
+from runner.spec_base import Name
+
+
+class ClosedLoopMeasurement(RuntimeMeasurement):
+    kind: Literal["closed_loop"]
+    name: Name
+    seed: int = Field(default=0, ge=0, description="episode seed: decides the no-op start")
+    steps: int = Field(default=256, ge=1, le=1_000_000, description="agent steps each runtime plays")
+
+
+MIGRATIONS = [
+    (
+        "0440_closed_loop",
+        """
+        CREATE TABLE closed_loop_steps (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, runtime VARCHAR NOT NULL, seed BIGINT NOT NULL,
+            step INTEGER NOT NULL, game INTEGER NOT NULL, forced_noop BOOLEAN NOT NULL, action INTEGER NOT NULL,
+            reward DOUBLE NOT NULL, lives INTEGER, game_over BOOLEAN NOT NULL,
+            q_noop DOUBLE, q_fire DOUBLE, q_right DOUBLE, q_left DOUBLE, contract_hash VARCHAR NOT NULL
+        );
+        """,
+    )
+]
+
+VIEWS = [
+    """
+    CREATE OR REPLACE VIEW closed_loop_summary AS
+    SELECT run_id, measurement, runtime, any_value(seed) AS seed, count(*) AS steps, sum(reward) AS score,
+           count(*) FILTER (WHERE game_over) AS games_ended,
+           count(*) FILTER (WHERE action = 0) AS action_noop, count(*) FILTER (WHERE action = 1) AS action_fire,
+           count(*) FILTER (WHERE action = 2) AS action_right, count(*) FILTER (WHERE action = 3) AS action_left
+    FROM closed_loop_steps GROUP BY run_id, measurement, runtime
+    """,
+    """
+    CREATE OR REPLACE VIEW closed_loop_pairs AS
+    SELECT c.run_id, c.measurement, c.runtime AS candidate, b.runtime AS baseline,
+           sc.score AS candidate_score, sb.score AS baseline_score, sc.score - sb.score AS score_diff,
+           abs(sc.action_noop - sb.action_noop) + abs(sc.action_fire - sb.action_fire)
+             + abs(sc.action_right - sb.action_right) + abs(sc.action_left - sb.action_left) AS action_count_l1,
+           min(c.step) FILTER (WHERE c.action <> b.action) AS first_divergence_step,
+           count(*) AS steps_compared
+    FROM closed_loop_steps c
+    JOIN closed_loop_steps b ON b.run_id = c.run_id AND b.measurement = c.measurement AND b.step = c.step
+         AND b.runtime <> c.runtime
+    JOIN closed_loop_summary sc ON sc.run_id = c.run_id AND sc.measurement = c.measurement AND sc.runtime = c.runtime
+    JOIN closed_loop_summary sb ON sb.run_id = b.run_id AND sb.measurement = b.measurement AND sb.runtime = b.runtime
+    GROUP BY ALL
+    """,
+]
+
+METRIC_NAMES = ("candidate_score", "baseline_score", "score_diff", "action_count_l1", "first_divergence_step", "diverged")
+
+
+def play(runtime, contract, seed: int, steps: int) -> dict[str, np.ndarray]:
+    """K agent steps of greedy play through `runtime`, as arrays per step."""
+    from breakout_core.envs import make_single_env, noop_start_steps
+    from breakout_core.evaluator import noop_rng
+
+    out = {k: [] for k in ("game", "forced_noop", "action", "reward", "lives", "game_over", "q")}
+    env = make_single_env(contract)
+    try:
+        obs, _ = env.reset()
+        noops, game = noop_start_steps(contract, noop_rng(seed)), 0
+        for _ in range(steps):
+            if noops > 0:
+                noops -= 1
+                action, q, forced = 0, np.full(4, np.nan), True
+            else:
+                q = runtime.infer(obs)
+                action, q, forced = int(greedy(q)[0]), q[0].astype(np.float64), False
+            obs, reward, terminated, truncated, info = env.step(np.array([action]))
+            ended = bool(terminated[0] or truncated[0])
+            for key, value in (("game", game), ("forced_noop", forced), ("action", action), ("reward", float(reward[0])),
+                               ("lives", int(info["lives"][0])), ("game_over", ended), ("q", q)):
+                out[key].append(value)
+            if ended:
+                game += 1
+                obs, _ = env.reset()
+    finally:
+        env.close()
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def _already_stored(ctx: RunContext, measurement: str, runtime: str) -> bool:
+    with ctx.store.reader() as con:
+        return con.execute("SELECT count(*) FROM closed_loop_steps WHERE run_id = ? AND measurement = ? AND runtime = ?",
+                           [ctx.run_id, measurement, runtime]).fetchone()[0] > 0
+
+
+def execute(m: ClosedLoopMeasurement, ctx: RunContext) -> None:
+    import pyarrow as pa
+
+    task = ctx.progress.add_task(f"{m.name} · {m.steps} steps from seed {m.seed}", total=len(m.runtimes), unit="runtimes")
+    for name in m.ordered_runtimes():
+        if not (ctx.resume and _already_stored(ctx, m.name, name)):
+            with open_runtime(ctx, m.name, name) as runtime:
+                if runtime is not None:
+                    t = play(runtime, ctx.contract, m.seed, m.steps)
+                    n = m.steps
+                    q = t.pop("q")
+                    qcols = {key: np.where(np.isnan(q[:, j]), None, q[:, j]).tolist()
+                             for j, key in enumerate(("q_noop", "q_fire", "q_right", "q_left"))}
+                    ctx.store.append_arrow("closed_loop_steps", pa.table({
+                        "run_id": [ctx.run_id] * n, "measurement": [m.name] * n, "runtime": [name] * n,
+                        "seed": [m.seed] * n, "step": np.arange(n, dtype=np.int32), **t, **qcols,
+                        "contract_hash": [ctx.contract.hash] * n}))
+        ctx.progress.advance(task)
+
+
+def metrics(con, run_id: str, m: ClosedLoopMeasurement, candidate: str, baseline: str) -> dict:
+    found = {}
+    row = con.execute("SELECT candidate_score, baseline_score, score_diff, action_count_l1, first_divergence_step, "
+                      "steps_compared FROM closed_loop_pairs WHERE run_id = ? AND measurement = ? AND candidate = ? "
+                      "AND baseline = ?", [run_id, m.name, candidate, baseline]).fetchone()
+    if row:
+        first = row[4]
+        found = {"candidate_score": row[0], "baseline_score": row[1], "score_diff": row[2],
+                 "action_count_l1": float(row[3]),
+                 "first_divergence_step": float(row[5] if first is None else first),  # K: no divergence in K steps
+                 "diverged": float(first is not None)}
+    reason = unavailable_reason(con, run_id, [m.name], [candidate, baseline])
+    if reason:
+        found["unavailable_reason"] = reason
+    return found
+
+
+def report(con, run_id: str, m: ClosedLoopMeasurement) -> list[Section]:
+    from runner.report_html import altair, table_html
+
+    alt = altair()
+    sections = []
+    status = runtime_section(con, run_id, m.name)
+    if status is not None:
+        sections.append(status)
+    summary = con.execute("SELECT runtime, seed, steps, score, games_ended, action_noop, action_fire, action_right, "
+                          "action_left FROM closed_loop_summary WHERE run_id = ? AND measurement = ? ORDER BY runtime",
+                          [run_id, m.name]).df()
+    if summary.empty:
+        sections.append(Section(f"{m.name}: closed loop", html="<p>No runtime could run here.</p>"))
+        return sections
+    pairs = con.execute("SELECT candidate, baseline, candidate_score, baseline_score, score_diff, action_count_l1, "
+                        "first_divergence_step FROM closed_loop_pairs WHERE run_id = ? AND measurement = ? "
+                        "AND baseline = ? ORDER BY candidate", [run_id, m.name, m.baseline_runtime]).df()
+    sections.append(Section(
+        f"{m.name}: {m.steps} steps of real play from seed {m.seed} per runtime (score, action counts); "
+        f"first step where actions differ from {m.baseline_runtime} (empty: none)",
+        html=table_html(summary) + table_html(blank_nulls(pairs))))
+    steps = con.execute("SELECT runtime, step, action, sum(reward) OVER (PARTITION BY runtime ORDER BY step) AS score "
+                        "FROM closed_loop_steps WHERE run_id = ? AND measurement = ? ORDER BY runtime, step",
+                        [run_id, m.name]).df()
+    chart = alt.Chart(steps).mark_line(interpolate="step-after").encode(
+        x=alt.X("step:Q"), y=alt.Y("score:Q", title="cumulative score"), color="runtime:N",
+        strokeDash="runtime:N", tooltip=["runtime", "step", "action", "score"])
+    sections.append(Section(f"{m.name}: cumulative score per step", charts=[chart.properties(width=640).to_dict()]))
+    return sections
+
+
+KIND = Kind(
+    name="closed_loop",
+    model=ClosedLoopMeasurement,
+    migrations=MIGRATIONS,
+    views=VIEWS,
+    execute=execute,
+    participants=lambda m: list(m.runtimes),
+    metric_names=METRIC_NAMES,
+    metrics=metrics,
+    report=report,
+)

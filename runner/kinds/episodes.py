@@ -1,0 +1,149 @@
+"""`episodes` (Day 26): each runtime plays the same fixed episode seeds, greedy, full games.
+
+The evaluator plays `batch_size` episodes side by side and asks the policy once per vector
+step for every deciding slot; here the policy is the runtime itself, so each vector step is
+one runtime.infer() of a (B, 4, 84, 84) batch. Rows land in the `episodes` table of the
+`evaluate` kind with policy = the runtime's name, so its views (`episode_summary`,
+`episode_pairs`), its paired bootstrap metrics and its report pieces serve unchanged.
+`episode_inference` records how many inference calls and states each runtime needed.
+
+A verdict here may also use parity and latency metrics (action_agreement,
+latency_p95_ratio, ...) of the parity / latency measurements this one names: Day 26's
+decision takes the three together. Trajectory divergence is no rule: the scores decide.
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Literal
+
+from pydantic import Field
+
+from runner.kinds import evaluate, latency, parity
+from runner.kinds.base import Kind, RunContext, Section
+from runner.runtime_specs import RuntimeMeasurement, RuntimePolicy, open_runtime, runtime_section, unavailable_reason
+from runner.spec_base import Name, Seeds, seed_list
+
+
+class EpisodesMeasurement(RuntimeMeasurement):
+    kind: Literal["episodes"]
+    name: Name
+    seeds: Seeds = Field(description="episode seeds: a list, or {start, count}")
+    batch_size: int = Field(default=8, ge=1, le=256, description="episodes played side by side (one inference per step)")
+    bootstrap: evaluate.BootstrapSpec = evaluate.BootstrapSpec()
+    parity: Name | None = Field(default=None, description="a parity measurement of this spec, for parity metrics")
+    latency: Name | None = Field(default=None, description="a latency measurement of this spec, for latency metrics")
+
+    def references(self):
+        refs = super().references()
+        if self.parity is not None:
+            refs.append((("parity",), "measurement:parity", self.parity))
+        if self.latency is not None:
+            refs.append((("latency",), "measurement:latency", self.latency))
+        return refs
+
+    def metric_problem(self, metric: str) -> str | None:
+        if metric in parity.METRIC_NAMES and self.parity is None:
+            return f"{metric} is a parity metric: name the parity measurement with `parity:` in {self.name!r}"
+        if metric in latency.METRIC_NAMES and self.latency is None:
+            return f"{metric} is a latency metric: name the latency measurement with `latency:` in {self.name!r}"
+        return None
+
+    def as_evaluate(self) -> SimpleNamespace:
+        """What the evaluate kind's metrics() and report() read, with the baseline first."""
+        return SimpleNamespace(name=self.name, policies=self.ordered_runtimes(), bootstrap=self.bootstrap, gif=None)
+
+
+MIGRATIONS = [
+    (
+        "0450_episode_inference",
+        """
+        CREATE TABLE episode_inference (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, runtime VARCHAR NOT NULL,
+            episodes INTEGER NOT NULL, batch_size INTEGER NOT NULL, inference_calls BIGINT NOT NULL,
+            states_inferred BIGINT NOT NULL, transitions BIGINT NOT NULL, wall_s DOUBLE NOT NULL,
+            episodes_per_minute DOUBLE NOT NULL
+        );
+        """,
+    )
+]
+
+METRIC_NAMES = evaluate.METRIC_NAMES + parity.METRIC_NAMES + latency.METRIC_NAMES
+
+
+def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
+    from breakout_core.envs import make_vector_env
+    from breakout_core.evaluator import evaluate as play
+
+    seeds = seed_list(m.seeds)
+    env = make_vector_env(ctx.contract, min(m.batch_size, len(seeds)))  # one env serves every runtime
+    try:
+        for name in m.ordered_runtimes():
+            if ctx.resume and evaluate._already_stored(ctx, m.name, name):
+                continue
+            with open_runtime(ctx, m.name, name) as runtime:
+                if runtime is None:
+                    continue
+                policy = RuntimePolicy(runtime, name)
+                task = ctx.progress.add_task(f"{m.name} · {name}", total=len(seeds), unit="episodes")
+                made = [0]
+
+                def on_step(n: int) -> None:
+                    made[0] += n
+                    if made[0] % 256 < n:
+                        ctx.progress.update(task, transitions=made[0])
+
+                started = time.perf_counter()
+                result = play(policy, seeds, ctx.contract, batch_size=m.batch_size, on_step=on_step,
+                              on_episode=lambda _e: ctx.progress.advance(task), env=env)
+                wall = time.perf_counter() - started
+                ctx.store.append_rows("episodes", [evaluate.episode_row(ctx, m.name, name, e) for e in result.episodes])
+                ctx.store.append_rows("episode_inference", [{
+                    "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "episodes": len(seeds),
+                    "batch_size": env.num_envs, "inference_calls": policy.calls, "states_inferred": policy.states,
+                    "transitions": result.transitions, "wall_s": wall, "episodes_per_minute": 60 * len(seeds) / wall}])
+    finally:
+        env.close()
+
+
+def metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: str) -> dict:
+    found = evaluate.metrics(con, run_id, m.as_evaluate(), candidate, baseline)
+    if m.parity is not None:
+        found.update(parity.pair_metrics(con, run_id, m.parity, candidate, baseline))
+    if m.latency is not None:
+        found.update(latency.pair_metrics(con, run_id, m.latency, candidate, baseline, None))
+    reason = unavailable_reason(con, run_id, [m.name, m.parity, m.latency], [candidate, baseline])
+    if reason:
+        found["unavailable_reason"] = reason
+    return found
+
+
+def report(con, run_id: str, m: EpisodesMeasurement) -> list[Section]:
+    from runner.report_html import table_html
+
+    sections = []
+    status = runtime_section(con, run_id, m.name)
+    if status is not None:
+        sections.append(status)
+    sections += evaluate.report(con, run_id, m.as_evaluate())
+    inference = con.execute("SELECT runtime, episodes, batch_size, inference_calls, states_inferred, transitions, wall_s, "
+                            "episodes_per_minute FROM episode_inference WHERE run_id = ? AND measurement = ? "
+                            "ORDER BY runtime", [run_id, m.name]).df()
+    if not inference.empty:
+        sections.append(Section(f"{m.name}: inference per runtime (one call per vector step of {m.batch_size} games)",
+                                html=table_html(inference)))
+    return sections
+
+
+KIND = Kind(
+    name="episodes",
+    model=EpisodesMeasurement,
+    migrations=MIGRATIONS,
+    views=[],  # episode_summary and episode_pairs come with the evaluate kind
+    execute=execute,
+    participants=lambda m: list(m.runtimes),
+    metric_names=METRIC_NAMES,
+    metrics=metrics,
+    report=report,
+)

@@ -1,0 +1,202 @@
+"""`export` (Day 22): fixed states from real play of a checkpoint, and its ONNX FP32 + FP16 files.
+
+The states come from full games of the checkpoint's own (slightly epsilon-greedy) play on
+fixed episode seeds, spread over each game (breakout_core.fixed_states); the FP32 ONNX
+file is checked with onnx.checker and against torch on those very states (ONNX Runtime
+CPU); the FP16 copy keeps uint8 in / float32 out. Every file is written to the path its
+artifact names (made_by: this spec) and recorded in `export_files` with size, sha256 and
+the checks it passed; `fixed_state_index` says where each state came from.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import Field
+
+from runner.kinds.base import Kind, RunContext, Section
+from runner.runtime_specs import MIGRATIONS as RUNTIME_MIGRATIONS
+from runner.runtime_specs import VIEWS as RUNTIME_VIEWS
+from runner.runtime_specs import blank_nulls
+from runner.spec_base import Name, Seeds, StrictModel, seed_list
+
+
+class CaptureSpec(StrictModel):
+    episode_seeds: Seeds = Field(default_factory=lambda: list(range(6)), description="one game per seed")
+    epsilon: float = Field(default=0.05, ge=0.0, le=1.0, description="a little exploration so play does not loop")
+    policy_seed: int = Field(default=0, ge=0)
+    batch_size: int = Field(default=6, ge=1, le=64, description="games played side by side")
+    max_steps_per_episode: int | None = Field(default=None, ge=1, description="agent steps; None: full games")
+    candidates_per_episode: int = Field(default=256, ge=2)
+
+
+class ExportMeasurement(StrictModel):
+    kind: Literal["export"]
+    name: Name
+    checkpoint: Name = Field(description="artifact: the checkpoint to export")
+    onnx: Name = Field(description="artifact written: the FP32 ONNX file")
+    onnx_fp16: Name | None = Field(default=None, description="artifact written: the FP16 ONNX file")
+    fixed_states: Name | None = Field(default=None, description="artifact written: the fixed states (.npz)")
+    n_states: int = Field(default=60, ge=1, le=10_000)
+    capture: CaptureSpec = CaptureSpec()
+    opset: int = Field(default=18, ge=13, le=23)
+    exporter: Literal["dynamo", "torchscript"] = "dynamo"
+
+    def outputs(self) -> list[str]:
+        return [n for n in (self.onnx, self.onnx_fp16, self.fixed_states) if n is not None]
+
+    def references(self) -> list[tuple[tuple, str, str]]:
+        refs = [(("checkpoint",), "artifact:checkpoint", self.checkpoint), (("onnx",), "artifact_out:onnx", self.onnx)]
+        if self.onnx_fp16 is not None:
+            refs.append((("onnx_fp16",), "artifact_out:onnx", self.onnx_fp16))
+        if self.fixed_states is not None:
+            refs.append((("fixed_states",), "artifact_out:fixed_states", self.fixed_states))
+        return refs
+
+
+MIGRATIONS = RUNTIME_MIGRATIONS + [  # runtime_status (shared by the deployment kinds) is created with this kind
+    (
+        "0410_export",
+        """
+        CREATE TABLE export_files (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, artifact VARCHAR NOT NULL, path VARCHAR NOT NULL,
+            format VARCHAR NOT NULL, precision VARCHAR, bytes BIGINT NOT NULL, sha256 VARCHAR NOT NULL,
+            opset INTEGER, exporter VARCHAR, checks JSON, verify_states INTEGER, verify_max_abs_dq DOUBLE,
+            contract_hash VARCHAR, checkpoint_sha256 VARCHAR, versions JSON, details JSON
+        );
+        CREATE TABLE fixed_state_index (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, state INTEGER NOT NULL,
+            episode_seed BIGINT NOT NULL, step BIGINT NOT NULL, action INTEGER NOT NULL
+        );
+        """,
+    )
+]
+
+VIEWS = RUNTIME_VIEWS + [
+    """
+    CREATE OR REPLACE VIEW export_sizes AS
+    SELECT f.run_id, f.measurement, f.artifact, f.format, f.precision, f.bytes, f.bytes / 1e6 AS megabytes,
+           CASE WHEN f.format = 'onnx' THEN f.bytes / nullif(b.bytes, 0) END AS size_vs_fp32, f.verify_states, f.verify_max_abs_dq
+    FROM export_files f
+    LEFT JOIN export_files b ON b.run_id = f.run_id AND b.measurement = f.measurement
+         AND b.format = 'onnx' AND b.precision = 'fp32'
+    """,
+]
+
+METRIC_NAMES = ("size_bytes", "size_ratio", "verify_max_abs_dq", "verify_states", "n_states")
+
+
+def _already_stored(ctx: RunContext, measurement: str) -> bool:
+    with ctx.store.reader() as con:
+        return con.execute("SELECT count(*) FROM export_files WHERE run_id = ? AND measurement = ?",
+                           [ctx.run_id, measurement]).fetchone()[0] > 0
+
+
+def execute(m: ExportMeasurement, ctx: RunContext) -> None:
+    from breakout_core.export import export_onnx
+    from breakout_core.fixed_states import capture_from_checkpoint, file_sha256, save_fixed_states
+
+    if ctx.resume and _already_stored(ctx, m.name):
+        return
+    artifacts = ctx.spec.artifacts
+    checkpoint = artifacts[m.checkpoint].path
+    base = {"run_id": ctx.run_id, "measurement": m.name}
+    rows, index_rows, states = [], [], None
+    if m.fixed_states is not None:
+        task = ctx.progress.add_task(f"{m.name} · capture {m.n_states} states", total=1, unit="capture")
+        c = m.capture
+        states = capture_from_checkpoint(
+            checkpoint, n_states=m.n_states, episode_seeds=seed_list(c.episode_seeds), epsilon=c.epsilon,
+            contract=ctx.contract, policy_seed=c.policy_seed, batch_size=c.batch_size,
+            max_steps_per_episode=c.max_steps_per_episode, candidates_per_episode=c.candidates_per_episode)
+        path = save_fixed_states(artifacts[m.fixed_states].path, states)
+        ctx.progress.advance(task)
+        rows.append({**base, "artifact": m.fixed_states, "path": str(path), "format": "fixed_states",
+                     "bytes": path.stat().st_size, "sha256": file_sha256(path), "contract_hash": states.contract_hash,
+                     "checkpoint_sha256": states.checkpoint_sha256, "details": json.dumps(states.meta, default=str)})
+        index_rows = [{**base, "state": i, "episode_seed": int(states.episode_seeds[i]), "step": int(states.steps[i]),
+                       "action": int(states.actions[i])} for i in range(len(states))]
+
+    task = ctx.progress.add_task(f"{m.name} · export ONNX", total=1, unit="export")
+    result = export_onnx(checkpoint, artifacts[m.onnx].path,
+                         fp16_path=artifacts[m.onnx_fp16].path if m.onnx_fp16 else None,
+                         opset=m.opset, exporter=m.exporter, verify_obs=states.obs if states is not None else None,
+                         contract_hash=ctx.contract.hash)
+    ctx.progress.advance(task)
+    verify_states = len(states) if states is not None else 4
+    fp16_checks = [c for c in result.checks if c.startswith("fp16")]
+    common = {"opset": result.opset, "exporter": result.exporter, "verify_states": verify_states,
+              "contract_hash": result.contract_hash, "checkpoint_sha256": result.checkpoint_sha256,
+              "versions": json.dumps(result.versions)}
+    rows.append({**base, **common, "artifact": m.onnx, "path": str(result.fp32.path), "format": "onnx",
+                 "precision": "fp32", "bytes": result.fp32.size_bytes, "sha256": result.fp32.sha256,
+                 "checks": json.dumps([c for c in result.checks if c not in fp16_checks]),
+                 "verify_max_abs_dq": result.verify_max_abs_diff})
+    if result.fp16 is not None:
+        rows.append({**base, **common, "artifact": m.onnx_fp16, "path": str(result.fp16.path), "format": "onnx",
+                     "precision": "fp16", "bytes": result.fp16.size_bytes, "sha256": result.fp16.sha256,
+                     "checks": json.dumps(fp16_checks), "verify_max_abs_dq": result.fp16_verify_max_abs_diff})
+    columns = sorted({key for row in rows for key in row})  # Arrow takes its columns from the first row
+    ctx.store.append_rows("export_files", [{key: row.get(key) for key in columns} for row in rows])
+    ctx.store.append_rows("fixed_state_index", index_rows)
+    ctx.store.append_rows("artifacts", [{**base, "label": f"{r['artifact']} ({r['format']})", "path": r["path"],
+                                         "bytes": r["bytes"]} for r in rows])
+
+
+def metrics(con, run_id: str, m: ExportMeasurement, candidate: str, baseline: str | None) -> dict[str, float]:
+    files = {r[0]: r[1:] for r in con.execute(
+        "SELECT artifact, bytes, verify_max_abs_dq, verify_states, format FROM export_files "
+        "WHERE run_id = ? AND measurement = ?", [run_id, m.name]).fetchall()}
+    if candidate not in files:
+        return {}
+    size, verify, verify_states, fmt = files[candidate]
+    found: dict = {"size_bytes": float(size)}
+    if verify is not None:
+        found["verify_max_abs_dq"] = verify
+        found["verify_states"] = float(verify_states)
+    if fmt == "fixed_states":
+        found["n_states"] = float(con.execute("SELECT count(*) FROM fixed_state_index WHERE run_id = ? AND measurement = ?",
+                                              [run_id, m.name]).fetchone()[0])
+    if baseline is not None and baseline in files and files[baseline][0]:
+        found["size_ratio"] = size / files[baseline][0]
+    return found
+
+
+def report(con, run_id: str, m: ExportMeasurement) -> list[Section]:
+    from runner.report_html import altair, table_html
+
+    alt = altair()
+    sizes = con.execute("SELECT artifact, format, precision, bytes, megabytes, size_vs_fp32, verify_states, "
+                        "verify_max_abs_dq FROM export_sizes WHERE run_id = ? AND measurement = ? ORDER BY artifact",
+                        [run_id, m.name]).df()
+    checks = con.execute("SELECT artifact, checks FROM export_files WHERE run_id = ? AND measurement = ? "
+                         "AND checks IS NOT NULL ORDER BY artifact", [run_id, m.name]).fetchall()
+    sections = [Section(f"{m.name}: exported files (sizes; max |dQ| of ONNX Runtime CPU vs torch on the verify states)",
+                        html=table_html(blank_nulls(sizes), float_format="{:.4g}"))]
+    if checks:
+        items = "".join(f"<li><b>{a}</b>: {'; '.join(json.loads(c))}</li>" for a, c in checks)
+        sections.append(Section(f"{m.name}: checks passed", html=f"<ul>{items}</ul>"))
+    states = con.execute("SELECT state, episode_seed, step, action FROM fixed_state_index WHERE run_id = ? "
+                         "AND measurement = ? ORDER BY state", [run_id, m.name]).df()
+    if not states.empty:
+        chart = alt.Chart(states).mark_circle(size=50).encode(
+            x=alt.X("step:Q", title="agent step of the game"), y=alt.Y("episode_seed:N", title="episode seed"),
+            color=alt.Color("action:N"), tooltip=["state", "episode_seed", "step", "action"])
+        sections.append(Section(f"{m.name}: where the {len(states)} fixed states were taken (spread over each game)",
+                                charts=[chart.properties(width=640).to_dict()]))
+    return sections
+
+
+KIND = Kind(
+    name="export",
+    model=ExportMeasurement,
+    migrations=MIGRATIONS,
+    views=VIEWS,
+    execute=execute,
+    participants=lambda m: m.outputs(),
+    metric_names=METRIC_NAMES,
+    metrics=metrics,
+    report=report,
+    needs_baseline=False,
+)

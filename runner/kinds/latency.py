@@ -1,0 +1,252 @@
+"""`latency` (Days 24-26): inference latency per runtime and batch size, every sample stored.
+
+Each runtime is loaded first (load time recorded in runtime_status, never timed here),
+then each series is `warmup` untimed calls followed by timed calls of runtime.infer on
+the same input, through breakout_core.latency.measure_latency (perf_counter_ns around each
+call). With `rounds` > 1 the runtimes take turns, round by round, so a slow drift of the
+machine (another job starting) falls on all of them alike; each round has its own warm-up.
+Fewer than 64 timed calls per series is refused when the spec is validated.
+
+`latency_samples` holds every sample; `latency_series` the timer, its resolution and the
+settings; view `latency_summary` the P50/P90/P95/P99 (quantile_cont: linear interpolation,
+numpy's default), mean, std, min, max; `latency_pairs` their ratios between runtimes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from runner.kinds.base import Kind, RunContext, Section
+from runner.runtime_specs import RuntimeMeasurement, load_states, open_runtime, runtime_section, unavailable_reason
+from runner.spec_base import Name
+
+MIN_SAMPLES = 64  # breakout_core.latency.MIN_TIMED_CALLS; a tail percentile from fewer means nothing
+
+
+class LatencyMeasurement(RuntimeMeasurement):
+    kind: Literal["latency"]
+    name: Name
+    batch_sizes: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    warmup: int = Field(default=20, ge=0, le=100_000, description="untimed calls before each round's timed ones")
+    iterations: int = Field(default=200, ge=MIN_SAMPLES, le=1_000_000, description="timed calls per runtime and batch size")
+    rounds: int = Field(default=1, ge=1, le=1000, description="runtimes take turns this many times")
+    fixed_states: Name | None = Field(default=None, description="artifact: inputs are its first states; "
+                                      "None: a seeded random uint8 batch")
+    verdict_batch_size: int | None = Field(default=None, description="batch size verdicts use; default: the first")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "LatencyMeasurement":
+        if len(set(self.batch_sizes)) != len(self.batch_sizes) or any(b < 1 or b > 4096 for b in self.batch_sizes):
+            raise ValueError("batch_sizes must be distinct, each 1..4096")
+        if self.iterations % self.rounds:
+            raise ValueError(f"iterations ({self.iterations}) must be a multiple of rounds ({self.rounds})")
+        if self.iterations // self.rounds < MIN_SAMPLES:
+            raise ValueError(f"each round needs >= {MIN_SAMPLES} timed calls: iterations / rounds = "
+                             f"{self.iterations // self.rounds}")
+        if self.verdict_batch_size is not None and self.verdict_batch_size not in self.batch_sizes:
+            raise ValueError(f"verdict_batch_size {self.verdict_batch_size} is not one of batch_sizes")
+        return self
+
+    @property
+    def decisive_batch_size(self) -> int:
+        return self.verdict_batch_size or self.batch_sizes[0]
+
+    def references(self):
+        refs = super().references()
+        if self.fixed_states is not None:
+            refs.append((("fixed_states",), "artifact:fixed_states", self.fixed_states))
+        return refs
+
+
+MIGRATIONS = [
+    (
+        "0430_latency",
+        """
+        CREATE TABLE latency_samples (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, runtime VARCHAR NOT NULL,
+            batch_size INTEGER NOT NULL, round INTEGER NOT NULL, sample INTEGER NOT NULL, ms DOUBLE NOT NULL
+        );
+        CREATE TABLE latency_series (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, runtime VARCHAR NOT NULL,
+            batch_size INTEGER NOT NULL, warmup INTEGER NOT NULL, iterations INTEGER NOT NULL, rounds INTEGER NOT NULL,
+            timer VARCHAR NOT NULL, timer_resolution_s DOUBLE NOT NULL, timer_implementation VARCHAR NOT NULL,
+            percentile_method VARCHAR NOT NULL, input VARCHAR NOT NULL
+        );
+        """,
+    )
+]
+
+VIEWS = [
+    """
+    CREATE OR REPLACE VIEW latency_summary AS
+    SELECT run_id, measurement, runtime, batch_size, count(*) AS n,
+           quantile_cont(ms, 0.5) AS p50_ms, quantile_cont(ms, 0.9) AS p90_ms, quantile_cont(ms, 0.95) AS p95_ms,
+           quantile_cont(ms, 0.99) AS p99_ms, avg(ms) AS mean_ms, stddev_samp(ms) AS std_ms,
+           min(ms) AS min_ms, max(ms) AS max_ms
+    FROM latency_samples GROUP BY run_id, measurement, runtime, batch_size
+    """,
+    """
+    CREATE OR REPLACE VIEW latency_pairs AS
+    SELECT c.run_id, c.measurement, c.runtime AS candidate, b.runtime AS baseline, c.batch_size,
+           c.p50_ms / b.p50_ms AS p50_ratio, c.p95_ms / b.p95_ms AS p95_ratio, c.p99_ms / b.p99_ms AS p99_ratio,
+           c.mean_ms / b.mean_ms AS mean_ratio
+    FROM latency_summary c JOIN latency_summary b
+      ON b.run_id = c.run_id AND b.measurement = c.measurement AND b.batch_size = c.batch_size AND b.runtime <> c.runtime
+    """,
+]
+
+METRIC_NAMES = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency_p50_ratio", "latency_p95_ratio",
+                "latency_p99_ratio", "latency_mean_ratio")
+
+
+def _inputs(m: LatencyMeasurement, ctx: RunContext) -> tuple[dict[int, np.ndarray], str]:
+    if m.fixed_states is not None:
+        states, path, sha = load_states(ctx, m.fixed_states)
+        pool, what = states.obs, f"fixed states {path} (sha256 {sha[:12]})"
+    else:
+        pool = np.random.default_rng(0).integers(0, 256, size=(max(m.batch_sizes), 4, 84, 84), dtype=np.uint8)
+        what = "seeded random uint8 (numpy default_rng(0))"
+    batches = {}
+    for b in m.batch_sizes:
+        idx = np.arange(b) % len(pool)  # more states than the file holds: cycle through them
+        batches[b] = np.ascontiguousarray(pool[idx])
+    return batches, f"{what}, first b states"
+
+
+def _already_stored(ctx: RunContext, measurement: str) -> bool:
+    with ctx.store.reader() as con:
+        return con.execute("SELECT count(*) FROM latency_series WHERE run_id = ? AND measurement = ?",
+                           [ctx.run_id, measurement]).fetchone()[0] > 0
+
+
+def execute(m: LatencyMeasurement, ctx: RunContext) -> None:
+    import pyarrow as pa
+
+    from breakout_core.latency import measure_latency
+
+    if ctx.resume and _already_stored(ctx, m.name):
+        return
+    batches, input_text = _inputs(m, ctx)
+    per_round = m.iterations // m.rounds
+    with contextlib.ExitStack() as stack:
+        loaded = {}
+        for name in m.ordered_runtimes():  # load everything first: loading is never timed
+            runtime = stack.enter_context(open_runtime(ctx, m.name, name))
+            if runtime is not None:
+                loaded[name] = runtime
+        task = ctx.progress.add_task(f"{m.name} · latency", total=len(loaded) * len(m.batch_sizes) * m.rounds,
+                                     unit="series")
+        samples: dict[tuple[str, int], list[np.ndarray]] = {(n, b): [] for n in loaded for b in m.batch_sizes}
+        last = {}
+        for _ in range(m.rounds):
+            for name, runtime in loaded.items():
+                for b in m.batch_sizes:
+                    result = measure_latency(runtime.infer, batches[b], warmup=m.warmup, iterations=per_round)
+                    samples[(name, b)].append(result.samples_ms)
+                    last[(name, b)] = result
+                    ctx.progress.advance(task)
+    for (name, b), parts in samples.items():
+        ms = np.concatenate(parts)
+        rounds = np.repeat(np.arange(m.rounds), per_round)
+        ctx.store.append_arrow("latency_samples", pa.table({
+            "run_id": [ctx.run_id] * len(ms), "measurement": [m.name] * len(ms), "runtime": [name] * len(ms),
+            "batch_size": np.full(len(ms), b, dtype=np.int32), "round": rounds.astype(np.int32),
+            "sample": np.arange(len(ms), dtype=np.int32), "ms": ms}))
+        r = last[(name, b)]
+        ctx.store.append_rows("latency_series", [{
+            "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "batch_size": b, "warmup": m.warmup,
+            "iterations": m.iterations, "rounds": m.rounds, "timer": r.timer, "timer_resolution_s": r.timer_resolution_s,
+            "timer_implementation": r.timer_implementation, "percentile_method": r.percentile_method,
+            "input": input_text}])
+
+
+def pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str, batch_size: int | None) -> dict:
+    """Latency of candidate and its ratios to baseline at `batch_size` (None: the smallest measured)."""
+    if batch_size is None:
+        batch_size = con.execute("SELECT min(batch_size) FROM latency_samples WHERE run_id = ? AND measurement = ?",
+                                 [run_id, measurement]).fetchone()[0]
+    found = {}
+    row = con.execute("SELECT p50_ms, p95_ms, p99_ms FROM latency_summary WHERE run_id = ? AND measurement = ? "
+                      "AND runtime = ? AND batch_size = ?", [run_id, measurement, candidate, batch_size]).fetchone()
+    if row:
+        found.update(latency_p50_ms=row[0], latency_p95_ms=row[1], latency_p99_ms=row[2])
+    if baseline is not None:
+        row = con.execute("SELECT p50_ratio, p95_ratio, p99_ratio, mean_ratio FROM latency_pairs WHERE run_id = ? AND "
+                          "measurement = ? AND candidate = ? AND baseline = ? AND batch_size = ?",
+                          [run_id, measurement, candidate, baseline, batch_size]).fetchone()
+        if row:
+            found.update(latency_p50_ratio=row[0], latency_p95_ratio=row[1], latency_p99_ratio=row[2],
+                         latency_mean_ratio=row[3])
+    if found:
+        found["latency_batch_size"] = float(batch_size)
+    return found
+
+
+def metrics(con, run_id: str, m: LatencyMeasurement, candidate: str, baseline: str) -> dict:
+    found = pair_metrics(con, run_id, m.name, candidate, baseline, m.decisive_batch_size)
+    reason = unavailable_reason(con, run_id, [m.name], [candidate, baseline])
+    if reason:
+        found["unavailable_reason"] = reason
+    return found
+
+
+def report(con, run_id: str, m: LatencyMeasurement) -> list[Section]:
+    from runner.report_html import MAX_CHART_POINTS, altair, table_html
+
+    alt = altair()
+    sections = []
+    status = runtime_section(con, run_id, m.name)
+    if status is not None:
+        sections.append(status)
+    summary = con.execute("SELECT runtime, batch_size, n, p50_ms, p90_ms, p95_ms, p99_ms, mean_ms, std_ms, min_ms, max_ms "
+                          "FROM latency_summary WHERE run_id = ? AND measurement = ? ORDER BY batch_size, runtime",
+                          [run_id, m.name]).df()
+    series = con.execute("SELECT DISTINCT timer, timer_resolution_s, timer_implementation, percentile_method, warmup, "
+                         "iterations, rounds, input FROM latency_series WHERE run_id = ? AND measurement = ?",
+                         [run_id, m.name]).df()
+    if summary.empty:
+        sections.append(Section(f"{m.name}: latency", html="<p>No runtime could run here.</p>"))
+        return sections
+    sections.append(Section(f"{m.name}: latency per call (ms; warm-up and model load excluded)",
+                            html=table_html(summary, float_format="{:.4f}") + table_html(series, float_format="{:.3g}")))
+    pairs = con.execute("SELECT candidate, baseline, batch_size, p50_ratio, p95_ratio, p99_ratio, mean_ratio FROM latency_pairs "
+                        "WHERE run_id = ? AND measurement = ? AND baseline = ? ORDER BY batch_size, candidate",
+                        [run_id, m.name, m.baseline_runtime]).df()
+    if not pairs.empty:
+        sections.append(Section(f"{m.name}: ratios to {m.baseline_runtime} (< 1: faster)", html=table_html(pairs)))
+    samples = con.execute("SELECT runtime, batch_size, round, sample, ms FROM latency_samples WHERE run_id = ? "
+                          "AND measurement = ? ORDER BY runtime, batch_size, sample LIMIT ?",
+                          [run_id, m.name, MAX_CHART_POINTS]).df()
+    samples["series"] = samples["runtime"] + " b=" + samples["batch_size"].astype(str)
+    summary["series"] = summary["runtime"] + " b=" + summary["batch_size"].astype(str)
+    x = alt.X("ms:Q", scale=alt.Scale(type="log"), title="ms per call (log scale)")
+    strip = alt.Chart(samples).mark_tick(opacity=0.35, thickness=1).encode(
+        x=x, y=alt.Y("series:N", title=None), tooltip=["runtime", "batch_size", "round", "sample", "ms"])
+    p50 = alt.Chart(summary).mark_tick(color="black", thickness=3, size=22).encode(
+        x="p50_ms:Q", y="series:N", tooltip=["series", "p50_ms"])
+    p95 = alt.Chart(summary).mark_tick(color="red", thickness=3, size=22).encode(
+        x="p95_ms:Q", y="series:N", tooltip=["series", "p95_ms"])
+    hist = alt.Chart(samples).mark_bar(opacity=0.6).encode(
+        x=alt.X("ms:Q", bin=alt.Bin(maxbins=60), title="ms per call"), y=alt.Y("count():Q", stack=None),
+        color="series:N")
+    sections.append(Section(f"{m.name}: every sample (ticks), P50 in black, P95 in red; and the distribution",
+                            charts=[(strip + p50 + p95).properties(width=640).to_dict(),
+                                    hist.properties(width=640).to_dict()]))
+    return sections
+
+
+KIND = Kind(
+    name="latency",
+    model=LatencyMeasurement,
+    migrations=MIGRATIONS,
+    views=VIEWS,
+    execute=execute,
+    participants=lambda m: list(m.runtimes),
+    metric_names=METRIC_NAMES,
+    metrics=metrics,
+    report=report,
+)

@@ -1,0 +1,283 @@
+"""`parity` (Days 23, 25, 26): every runtime's Q-values on the same fixed states, at several batch sizes.
+
+`parity_q` keeps every Q-value (one row per runtime, batch size and state) and the greedy
+action the runtime takes there. The views compare each runtime with every other on the
+same states at the same batch size, in float64, exactly as breakout_core.parity.compare_q
+does (Polygraphy's convention, baseline as reference):
+
+    element passes when |candidate - baseline| <= atol + rtol * |baseline|
+
+with the candidate's tolerance from `parity_settings` (the spec's, or by its precision:
+FP32 1e-5/1e-5, FP16 1e-3/1e-3). A non-finite candidate value counts as infinitely far
+and its greedy action as -1. A near tie is a state whose baseline top-2 margin is smaller
+than that state's max |dQ|: there, a difference can swap the chosen action.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from runner.kinds.base import Kind, RunContext, Section
+from runner.runtime_specs import RuntimeMeasurement, infer_in_batches, greedy, load_states, open_runtime, \
+    runtime_precision, runtime_section, unavailable_reason
+from runner.spec_base import Name, StrictModel
+
+
+class Tolerance(StrictModel):
+    atol: float = Field(ge=0.0)
+    rtol: float = Field(ge=0.0)
+
+
+class ParityMeasurement(RuntimeMeasurement):
+    kind: Literal["parity"]
+    name: Name
+    fixed_states: Name = Field(description="artifact: the fixed states every runtime sees")
+    batch_sizes: list[int] = Field(default_factory=lambda: [1], min_length=1, description="states fed per call")
+    tolerances: dict[Name, Tolerance] = Field(default_factory=dict,
+                                              description="runtime -> atol/rtol; default by precision (Polygraphy)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ParityMeasurement":
+        if len(self.runtimes) < 2:
+            raise ValueError("parity compares at least 2 runtimes")
+        if any(b < 1 or b > 4096 for b in self.batch_sizes) or len(set(self.batch_sizes)) != len(self.batch_sizes):
+            raise ValueError("batch_sizes must be distinct, each 1..4096")
+        unknown = sorted(set(self.tolerances) - set(self.runtimes))
+        if unknown:
+            raise ValueError(f"tolerances for runtimes not measured here: {unknown}")
+        return self
+
+    def references(self):
+        return super().references() + [(("fixed_states",), "artifact:fixed_states", self.fixed_states)]
+
+
+MIGRATIONS = [
+    (
+        "0420_parity",
+        """
+        CREATE TABLE parity_q (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, runtime VARCHAR NOT NULL,
+            batch_size INTEGER NOT NULL, state INTEGER NOT NULL,
+            q_noop DOUBLE, q_fire DOUBLE, q_right DOUBLE, q_left DOUBLE,
+            action INTEGER NOT NULL
+        );
+        CREATE TABLE parity_settings (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, runtime VARCHAR NOT NULL,
+            precision VARCHAR NOT NULL, atol DOUBLE NOT NULL, rtol DOUBLE NOT NULL, tolerance_from VARCHAR NOT NULL,
+            states_path VARCHAR NOT NULL, states_sha256 VARCHAR NOT NULL, n_states INTEGER NOT NULL
+        );
+        """,
+    )
+]
+
+_Q = ("q_noop", "q_fire", "q_right", "q_left")
+_D = ", ".join(f"CASE WHEN isfinite(c.{q}) THEN abs(c.{q} - b.{q}) ELSE 'inf'::DOUBLE END AS d{i}" for i, q in enumerate(_Q))
+_PASS = " + ".join(f"(isfinite(c.{q}) AND abs(c.{q} - b.{q}) <= t.atol + t.rtol * abs(b.{q}))::INTEGER" for q in _Q)
+
+VIEWS = [
+    f"""
+    CREATE OR REPLACE VIEW parity_state_pairs AS
+    WITH pairs AS (
+        SELECT c.run_id, c.measurement, c.runtime AS candidate, b.runtime AS baseline, c.batch_size, c.state,
+               {_D}, {_PASS} AS elements_pass, t.atol, t.rtol,
+               c.action AS candidate_action, b.action AS baseline_action,
+               list_sort([b.q_noop, b.q_fire, b.q_right, b.q_left], 'DESC') AS b_sorted
+        FROM parity_q c
+        JOIN parity_q b ON b.run_id = c.run_id AND b.measurement = c.measurement AND b.batch_size = c.batch_size
+             AND b.state = c.state AND b.runtime <> c.runtime
+        JOIN parity_settings t ON t.run_id = c.run_id AND t.measurement = c.measurement AND t.runtime = c.runtime
+    )
+    SELECT run_id, measurement, candidate, baseline, batch_size, state,
+           greatest(d0, d1, d2, d3) AS max_abs_dq, (d0 + d1 + d2 + d3) / 4 AS mean_abs_dq,
+           elements_pass, 4 - elements_pass AS elements_fail, atol, rtol,
+           candidate_action, baseline_action, candidate_action = baseline_action AS agree,
+           b_sorted[1] - b_sorted[2] AS baseline_top2_margin,
+           b_sorted[1] - b_sorted[2] < greatest(d0, d1, d2, d3) AS near_tie
+    FROM pairs
+    """,
+    """
+    CREATE OR REPLACE VIEW parity_summary AS
+    SELECT run_id, measurement, candidate, baseline, batch_size,
+           count(*) AS n_states, max(max_abs_dq) AS max_abs_dq, avg(mean_abs_dq) AS mean_abs_dq,
+           sum(elements_pass) AS elements_pass, sum(elements_fail) AS elements_fail,
+           count(*) FILTER (WHERE elements_fail = 0) AS states_pass,
+           sum(elements_fail) = 0 AS allclose,
+           count(*) FILTER (WHERE agree) AS action_agreement,
+           avg(agree::INTEGER) AS action_agreement_fraction,
+           count(*) FILTER (WHERE near_tie) AS near_ties,
+           list(state ORDER BY state) FILTER (WHERE NOT agree) AS disagreeing_states,
+           list(state ORDER BY state) FILTER (WHERE near_tie) AS near_tie_states,
+           any_value(atol) AS atol, any_value(rtol) AS rtol
+    FROM parity_state_pairs
+    GROUP BY run_id, measurement, candidate, baseline, batch_size
+    """,
+    f"""
+    CREATE OR REPLACE VIEW parity_batch_consistency AS
+    WITH first AS (SELECT run_id, measurement, runtime, min(batch_size) AS batch_size FROM parity_q
+                   GROUP BY run_id, measurement, runtime)
+    SELECT c.run_id, c.measurement, c.runtime, f.batch_size AS reference_batch_size, c.batch_size,
+           max(greatest({", ".join(f"abs(c.{q} - b.{q})" for q in _Q)})) AS max_abs_dq,
+           count(*) FILTER (WHERE c.action <> b.action) AS action_changes
+    FROM parity_q c
+    JOIN first f ON f.run_id = c.run_id AND f.measurement = c.measurement AND f.runtime = c.runtime
+    JOIN parity_q b ON b.run_id = c.run_id AND b.measurement = c.measurement AND b.runtime = c.runtime
+         AND b.batch_size = f.batch_size AND b.state = c.state
+    GROUP BY ALL
+    """,
+]
+
+METRIC_NAMES = ("action_agreement", "action_disagreements", "max_abs_dq", "mean_abs_dq", "allclose",
+                "elements_fail", "near_ties", "batch_invariance_max_abs_dq")
+
+
+def tolerance_for(m: ParityMeasurement, spec, runtime: str) -> tuple[float, float, str, str]:
+    from breakout_core.parity import default_tolerance
+
+    precision = runtime_precision(spec, runtime)
+    if runtime in m.tolerances:
+        t = m.tolerances[runtime]
+        return t.atol, t.rtol, precision, "spec"
+    atol, rtol = default_tolerance(precision)
+    return atol, rtol, precision, f"default for {precision} (Polygraphy)"
+
+
+def _already_stored(ctx: RunContext, measurement: str, runtime: str) -> bool:
+    with ctx.store.reader() as con:
+        return con.execute("SELECT count(*) FROM parity_settings WHERE run_id = ? AND measurement = ? AND runtime = ?",
+                           [ctx.run_id, measurement, runtime]).fetchone()[0] > 0
+
+
+def execute(m: ParityMeasurement, ctx: RunContext) -> None:
+    import pyarrow as pa
+
+    states, states_path, states_sha = load_states(ctx, m.fixed_states)
+    obs = states.obs
+    n = len(obs)
+    task = ctx.progress.add_task(f"{m.name} · {n} states × {len(m.batch_sizes)} batch sizes", total=len(m.runtimes),
+                                 unit="runtimes")
+    for name in m.ordered_runtimes():
+        if ctx.resume and _already_stored(ctx, m.name, name):
+            ctx.progress.advance(task)
+            continue
+        with open_runtime(ctx, m.name, name) as runtime:
+            if runtime is not None:
+                columns: dict[str, list] = {k: [] for k in ("batch_size", "state", *_Q, "action")}
+                for batch in m.batch_sizes:
+                    q = infer_in_batches(runtime, obs, batch).astype(np.float64)
+                    columns["batch_size"] += [batch] * n
+                    columns["state"] += list(range(n))
+                    for j, key in enumerate(_Q):
+                        columns[key] += q[:, j].tolist()
+                    columns["action"] += greedy(q).tolist()
+                table = pa.table({"run_id": [ctx.run_id] * len(columns["state"]),
+                                  "measurement": [m.name] * len(columns["state"]),
+                                  "runtime": [name] * len(columns["state"]), **columns})
+                ctx.store.append_arrow("parity_q", table)
+                atol, rtol, precision, source = tolerance_for(m, ctx.spec, name)
+                ctx.store.append_rows("parity_settings", [{
+                    "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "precision": precision,
+                    "atol": atol, "rtol": rtol, "tolerance_from": source, "states_path": str(states_path),
+                    "states_sha256": states_sha, "n_states": n}])
+        ctx.progress.advance(task)
+
+
+def pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str) -> dict:
+    """Parity of candidate against baseline over every batch size: the worst batch size decides."""
+    row = con.execute(
+        "SELECT count(*), min(action_agreement_fraction), max(n_states - action_agreement), max(max_abs_dq), "
+        "max(mean_abs_dq), bool_and(allclose), max(elements_fail), max(near_ties) FROM parity_summary "
+        "WHERE run_id = ? AND measurement = ? AND candidate = ? AND baseline = ?",
+        [run_id, measurement, candidate, baseline]).fetchone()
+    if not row or not row[0]:
+        return {}
+    found = {
+        "action_agreement": row[1], "action_disagreements": float(row[2]), "max_abs_dq": row[3],
+        "mean_abs_dq": row[4], "allclose": float(row[5]), "elements_fail": float(row[6]), "near_ties": float(row[7]),
+    }
+    invariance = con.execute("SELECT max(max_abs_dq) FROM parity_batch_consistency WHERE run_id = ? AND measurement = ? "
+                             "AND runtime = ?", [run_id, measurement, candidate]).fetchone()[0]
+    if invariance is not None:
+        found["batch_invariance_max_abs_dq"] = invariance
+    return found
+
+
+def metrics(con, run_id: str, m: ParityMeasurement, candidate: str, baseline: str) -> dict:
+    reason = unavailable_reason(con, run_id, [m.name], [candidate, baseline])
+    found = pair_metrics(con, run_id, m.name, candidate, baseline)
+    if reason:
+        found["unavailable_reason"] = reason
+    return found
+
+
+def report(con, run_id: str, m: ParityMeasurement) -> list[Section]:
+    from runner.report_html import MAX_CHART_POINTS, altair, table_html
+
+    alt = altair()
+    base = m.baseline_runtime
+    sections = []
+    status = runtime_section(con, run_id, m.name)
+    if status is not None:
+        sections.append(status)
+    summary = con.execute(
+        "SELECT candidate, batch_size, n_states, action_agreement, action_agreement_fraction, "
+        "coalesce(array_to_string(disagreeing_states, ', '), '') AS disagreeing_states, max_abs_dq, mean_abs_dq, "
+        "elements_fail, allclose, atol, rtol, near_ties, coalesce(array_to_string(near_tie_states, ', '), '') "
+        "AS near_tie_states FROM parity_summary "
+        "WHERE run_id = ? AND measurement = ? AND baseline = ? ORDER BY candidate, batch_size",
+        [run_id, m.name, base]).df()
+    if summary.empty:
+        sections.append(Section(f"{m.name}: parity against {base}", html="<p>No two runtimes ran here: nothing to compare.</p>"))
+        return sections
+    sections.append(Section(
+        f"{m.name}: action agreement and |dQ| against {base} (same states, same batch size; "
+        "element passes when |c − b| ≤ atol + rtol·|b|)", html=table_html(summary, float_format="{:.3g}")))
+    elements = con.execute(
+        f"""SELECT c.runtime AS candidate, c.batch_size, c.state, a.action_name,
+               [b.q_noop, b.q_fire, b.q_right, b.q_left][a.i] AS baseline_q,
+               [c.q_noop, c.q_fire, c.q_right, c.q_left][a.i] AS candidate_q
+        FROM parity_q c JOIN parity_q b ON b.run_id = c.run_id AND b.measurement = c.measurement
+             AND b.batch_size = c.batch_size AND b.state = c.state AND b.runtime = ?
+        CROSS JOIN (SELECT * FROM (VALUES (1, 'NOOP'), (2, 'FIRE'), (3, 'RIGHT'), (4, 'LEFT')) v(i, action_name)) a
+        WHERE c.run_id = ? AND c.measurement = ? AND c.runtime <> ?
+        ORDER BY candidate, c.batch_size, c.state, a.i LIMIT ?""",
+        [base, run_id, m.name, base, MAX_CHART_POINTS]).df()
+    if not elements.empty:
+        elements["abs_dq"] = (elements["candidate_q"] - elements["baseline_q"]).abs()
+        elements["log10_abs_dq"] = np.log10(elements["abs_dq"].clip(lower=1e-12))  # equal values drawn at -12
+        elements["series"] = elements["candidate"] + " b=" + elements["batch_size"].astype(str)
+        scatter = alt.Chart(elements).mark_circle(size=25, opacity=0.6).encode(
+            x=alt.X("baseline_q:Q", title=f"Q ({base})"), y=alt.Y("candidate_q:Q", title="Q (candidate)"),
+            color=alt.Color("series:N", title="candidate, batch"),
+            tooltip=["candidate", "batch_size", "state", "action_name", "baseline_q", "candidate_q", "abs_dq"])
+        diagonal = alt.Chart(elements).mark_line(color="gray", strokeDash=[4, 4]).encode(x="baseline_q:Q", y="baseline_q:Q")
+        hist = alt.Chart(elements).mark_bar(opacity=0.8).encode(
+            x=alt.X("log10_abs_dq:Q", bin=alt.Bin(step=0.25), title=f"log10 |dQ| against {base} (equal: -12)"),
+            y=alt.Y("count():Q", title="Q-values"), color=alt.Color("series:N", title="candidate, batch"),
+            row=alt.Row("candidate:N", title=None))
+        sections.append(Section(f"{m.name}: Q-value parity (every Q of every state) and the |dQ| histogram",
+                                charts=[(scatter + diagonal).properties(width=420, height=380).to_dict(),
+                                        hist.properties(width=640, height=120).to_dict()]))
+    consistency = con.execute(
+        "SELECT runtime, reference_batch_size, batch_size, max_abs_dq, action_changes FROM parity_batch_consistency "
+        "WHERE run_id = ? AND measurement = ? AND batch_size <> reference_batch_size ORDER BY runtime, batch_size",
+        [run_id, m.name]).df()
+    if not consistency.empty:
+        sections.append(Section(f"{m.name}: each runtime against itself at its smallest batch size",
+                                html=table_html(consistency, float_format="{:.3g}")))
+    return sections
+
+
+KIND = Kind(
+    name="parity",
+    model=ParityMeasurement,
+    migrations=MIGRATIONS,
+    views=VIEWS,
+    execute=execute,
+    participants=lambda m: list(m.runtimes),
+    metric_names=METRIC_NAMES,
+    metrics=metrics,
+    report=report,
+)
