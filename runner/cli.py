@@ -189,6 +189,43 @@ def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: P
     click.echo(f"wrote {path}")
 
 
+@main.command(name="export")
+@click.argument("run_id")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="folder for the Parquet files (default: exports/RUN_ID)")
+@db_option
+def export_command(run_id: str, out_dir: Path | None, db: Path | None) -> None:
+    """Write every stored row of RUN_ID as Parquet, one file per table."""
+    from runner.store import StoreError
+    from runner.transfer import export_run
+
+    out_dir = out_dir or Path("exports") / run_id
+    try:
+        counts = export_run(_store(db), run_id, out_dir)
+    except StoreError as exc:
+        _fail(str(exc))
+    click.echo(f"wrote {out_dir}: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
+
+
+@main.command(name="import")
+@click.argument("in_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@db_option
+def import_command(in_dir: Path, db: Path | None) -> None:
+    """Append a run written by `runner export` (refused if that run is already stored)."""
+    import duckdb
+
+    from runner.store import StoreError
+    from runner.transfer import import_run
+
+    try:
+        run_id, counts = import_run(_store(db), in_dir)
+    except StoreError as exc:
+        _fail(str(exc))
+    except duckdb.Error as exc:
+        _fail(f"{in_dir}: cannot import ({str(exc).splitlines()[0]})")
+    click.echo(f"imported run {run_id}: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
+
+
 def _print_verdicts(frame) -> None:
     from rich.console import Console
     from rich.table import Table

@@ -1,0 +1,66 @@
+"""Moving one run between databases as Parquet: every table's rows of that run, one file each.
+
+A shipped export lets a clean clone show a long training's curves without retraining:
+`runner import DIR` appends the rows, and the run's report works as on the machine that
+trained it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.store import Store, StoreError
+
+
+def _run_tables(con) -> list[str]:
+    return [r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.columns WHERE column_name = 'run_id' AND table_schema = 'main' "
+        "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE') "
+        "ORDER BY table_name").fetchall()]
+
+
+def export_run(store: Store, run_id: str, out_dir: Path) -> dict[str, int]:
+    """Write <table>.parquet for every table holding rows of `run_id`; returns rows per table."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    with store.reader() as con:
+        if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == 0:
+            raise StoreError(f"no run {run_id!r} in {store.path}")
+        for table in _run_tables(con):
+            n = con.execute(f'SELECT count(*) FROM "{table}" WHERE run_id = ?', [run_id]).fetchone()[0]
+            if n:
+                target = str(out_dir / f"{table}.parquet").replace("'", "''")
+                con.execute(f"""COPY (SELECT * FROM "{table}" WHERE run_id = ?) TO '{target}' (FORMAT parquet)""",
+                            [run_id])
+                counts[table] = n
+    return counts
+
+
+def import_run(store: Store, in_dir: Path) -> tuple[str, dict[str, int]]:
+    """Append an exported run; refuses one whose run id is already stored."""
+    files = sorted(in_dir.glob("*.parquet"))
+    if not (in_dir / "runs.parquet").is_file():
+        raise StoreError(f"{in_dir}: no runs.parquet here (not a `runner export` folder)")
+    counts = {}
+    with store.writer() as con:
+        known = set(_run_tables(con))
+        run_ids = [r[0] for r in con.execute("SELECT DISTINCT run_id FROM read_parquet(?)",
+                                             [str(in_dir / "runs.parquet")]).fetchall()]
+        if len(run_ids) != 1:
+            raise StoreError(f"{in_dir}/runs.parquet holds {len(run_ids)} runs, expected 1")
+        run_id = run_ids[0]
+        if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
+            raise StoreError(f"run {run_id} is already in {store.path}")
+        unknown = [f.stem for f in files if f.stem not in known]
+        if unknown:
+            raise StoreError(f"{in_dir}: tables this runner does not know: {', '.join(unknown)}")
+        con.execute("BEGIN")
+        try:
+            for f in files:
+                con.execute(f'INSERT INTO "{f.stem}" BY NAME SELECT * FROM read_parquet(?)', [str(f)])
+                counts[f.stem] = con.execute(f'SELECT count(*) FROM "{f.stem}" WHERE run_id = ?', [run_id]).fetchone()[0]
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+    return run_id, counts
