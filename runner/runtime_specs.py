@@ -449,3 +449,12 @@ class RuntimeMeasurement(StrictModel):
 def blank_nulls(frame):
     """A DataFrame with NULLs shown as empty cells, whatever the column types."""
     return frame.astype(object).where(frame.notna(), "")
+
+
+def resumed_unavailable(ctx, measurement: str, name: str) -> bool:
+    """On --resume: this runtime was already found unavailable in this measurement (its row stands)."""
+    if not ctx.resume:
+        return False
+    with ctx.store.reader() as con:
+        return con.execute("SELECT count(*) FROM runtime_status WHERE run_id = ? AND measurement = ? AND runtime = ? "
+                           "AND NOT available", [ctx.run_id, measurement, name]).fetchone()[0] > 0

@@ -19,7 +19,8 @@ import numpy as np
 from pydantic import Field
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_specs import RuntimeMeasurement, greedy, open_runtime, runtime_section, unavailable_reason, blank_nulls
+from runner.runtime_specs import (RuntimeMeasurement, blank_nulls, greedy, open_runtime, resumed_unavailable,
+                                  runtime_section, unavailable_reason)
 from runner.spec_base import Name
 
 
@@ -114,7 +115,7 @@ def execute(m: ClosedLoopMeasurement, ctx: RunContext) -> None:
 
     task = ctx.progress.add_task(f"{m.name} · {m.steps} steps from seed {m.seed}", total=len(m.runtimes), unit="runtimes")
     for name in m.ordered_runtimes():
-        if not (ctx.resume and _already_stored(ctx, m.name, name)):
+        if not (ctx.resume and (_already_stored(ctx, m.name, name) or resumed_unavailable(ctx, m.name, name))):
             with open_runtime(ctx, m.name, name) as runtime:
                 if runtime is not None:
                     t = play(runtime, ctx.contract, m.seed, m.steps)

@@ -22,7 +22,8 @@ from pydantic import Field
 
 from runner.kinds import evaluate, latency, parity
 from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_specs import RuntimeMeasurement, RuntimePolicy, open_runtime, runtime_section, unavailable_reason
+from runner.runtime_specs import (RuntimeMeasurement, RuntimePolicy, open_runtime, resumed_unavailable, runtime_section,
+                                  unavailable_reason)
 from runner.spec_base import Name, Seeds, seed_list
 
 
@@ -80,7 +81,7 @@ def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
     env = make_vector_env(ctx.contract, min(m.batch_size, len(seeds)))  # one env serves every runtime
     try:
         for name in m.ordered_runtimes():
-            if ctx.resume and evaluate._already_stored(ctx, m.name, name):
+            if ctx.resume and (evaluate._already_stored(ctx, m.name, name) or resumed_unavailable(ctx, m.name, name)):
                 continue
             with open_runtime(ctx, m.name, name) as runtime:
                 if runtime is None:

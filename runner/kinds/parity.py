@@ -21,8 +21,8 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_specs import RuntimeMeasurement, infer_in_batches, greedy, load_states, open_runtime, \
-    runtime_precision, runtime_section, unavailable_reason
+from runner.runtime_specs import (RuntimeMeasurement, greedy, infer_in_batches, load_states, open_runtime,
+                                  resumed_unavailable, runtime_precision, runtime_section, unavailable_reason)
 from runner.spec_base import Name, StrictModel
 
 
@@ -159,7 +159,7 @@ def execute(m: ParityMeasurement, ctx: RunContext) -> None:
     task = ctx.progress.add_task(f"{m.name} · {n} states × {len(m.batch_sizes)} batch sizes", total=len(m.runtimes),
                                  unit="runtimes")
     for name in m.ordered_runtimes():
-        if ctx.resume and _already_stored(ctx, m.name, name):
+        if ctx.resume and (_already_stored(ctx, m.name, name) or resumed_unavailable(ctx, m.name, name)):
             ctx.progress.advance(task)
             continue
         with open_runtime(ctx, m.name, name) as runtime:

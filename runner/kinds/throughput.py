@@ -70,7 +70,7 @@ MIGRATIONS = [
 VIEWS = [
     """
     CREATE OR REPLACE VIEW throughput_ratios AS
-    SELECT f.run_id, f.measurement, f.trial,
+    SELECT t.run_id, t.measurement, t.trial,
            f.transitions_per_s AS full_tps, l.transitions_per_s AS learner_bound_tps,
            f.transitions_per_s / l.transitions_per_s AS full_over_learner_bound,
            c.transitions_per_s AS collect_tps, e.transitions_per_s AS env_tps,
