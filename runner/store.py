@@ -10,6 +10,7 @@ therefore leaves the file free between its batches, and a second process waits (
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
 import time
@@ -119,8 +120,42 @@ class Store:
         self._prepared = False
 
     # -- connections ---------------------------------------------------------------
-    def _connect(self, read_only: bool) -> duckdb.DuckDBPyConnection:
-        deadline = time.monotonic() + self.busy_timeout_s
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
+
+    @contextlib.contextmanager
+    def _process_lock(self, exclusive: bool, deadline: float) -> Iterator[None]:
+        """An OS lock on a file beside the database, taken before DuckDB opens it.
+
+        DuckDB's own lock does not cover creating the file: two writers that open a new
+        database at once can both initialise it, and one's first batch is lost. Writers
+        take this lock exclusively and readers shared, so creation, migration and appends
+        are serialised. Where no lock file can be made (a read-only folder), DuckDB's own
+        lock is all there is."""
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            yield
+            return
+        try:
+            delay = 0.01
+            while True:
+                try:
+                    fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise StoreError(f"{self.path}: busy — waited {self.busy_timeout_s:g} s for another "
+                                         "runner process to release it") from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.25)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _connect(self, read_only: bool, deadline: float) -> duckdb.DuckDBPyConnection:
+        """Open the file, waiting out DuckDB's lock (held by a process that is not a runner, e.g. the CLI)."""
         delay = 0.02
         while True:
             try:
@@ -141,26 +176,30 @@ class Store:
     @contextlib.contextmanager
     def writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A short read-write connection; migrations run on the first one."""
-        con = self._connect(read_only=False)
-        try:
-            if not self._prepared:
-                self._migrate(con)
-                self._recover_stale_runs(con)
-                self._prepared = True
-            yield con
-        finally:
-            con.close()
+        deadline = time.monotonic() + self.busy_timeout_s
+        with self._process_lock(exclusive=True, deadline=deadline):
+            con = self._connect(read_only=False, deadline=deadline)
+            try:
+                if not self._prepared:
+                    self._migrate(con)
+                    self._recover_stale_runs(con)
+                    self._prepared = True
+                yield con
+            finally:
+                con.close()
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
         if not self.path.exists():
             raise StoreError(f"{self.path}: no results database here yet (run a spec first, or pass --db)")
-        con = self._connect(read_only=True)
-        try:
-            self._check_version(con)
-            yield con
-        finally:
-            con.close()
+        deadline = time.monotonic() + self.busy_timeout_s
+        with self._process_lock(exclusive=False, deadline=deadline):
+            con = self._connect(read_only=True, deadline=deadline)
+            try:
+                self._check_version(con)
+                yield con
+            finally:
+                con.close()
 
     # -- schema --------------------------------------------------------------------
     def _applied(self, con: duckdb.DuckDBPyConnection) -> list[str]:
