@@ -405,6 +405,20 @@ class RuntimePolicy:
         return greedy(q)
 
 
+def with_unavailable(found: dict, con, run_id: str, measurements, runtimes) -> dict:
+    """`found` metrics, marked with why a runtime they need could not run (verdict: unavailable)."""
+    reason = unavailable_reason(con, run_id, measurements, runtimes)
+    if reason:
+        found["unavailable_reason"] = reason
+    return found
+
+
+def runtime_sections(con, run_id: str, measurement: str) -> list:
+    """The report's runtime table (none when no runtime was recorded), to start a kind's sections."""
+    section = runtime_section(con, run_id, measurement)
+    return [section] if section is not None else []
+
+
 def runtime_section(con, run_id: str, measurement: str):
     """Report section: each runtime's availability, reason, and what actually ran."""
     from runner.kinds.base import Section

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from runner.kinds.base import Kind, RunContext, Section
 from runner.runtime_specs import (RuntimeMeasurement, blank_nulls, greedy, open_runtime, resumed_unavailable,
-                                  runtime_section, unavailable_reason)
+                                  runtime_sections, with_unavailable)
 from runner.spec_base import Name
 
 
@@ -141,20 +141,14 @@ def metrics(con, run_id: str, m: ClosedLoopMeasurement, candidate: str, baseline
                  "action_count_l1": float(row[3]),
                  "first_divergence_step": float(row[5] if first is None else first),  # K: no divergence in K steps
                  "diverged": float(first is not None)}
-    reason = unavailable_reason(con, run_id, [m.name], [candidate, baseline])
-    if reason:
-        found["unavailable_reason"] = reason
-    return found
+    return with_unavailable(found, con, run_id, [m.name], [candidate, baseline])
 
 
 def report(con, run_id: str, m: ClosedLoopMeasurement) -> list[Section]:
     from runner.report_html import altair, table_html
 
     alt = altair()
-    sections = []
-    status = runtime_section(con, run_id, m.name)
-    if status is not None:
-        sections.append(status)
+    sections = runtime_sections(con, run_id, m.name)
     summary = con.execute("SELECT runtime, seed, steps, score, games_ended, action_noop, action_fire, action_right, "
                           "action_left FROM closed_loop_summary WHERE run_id = ? AND measurement = ? ORDER BY runtime",
                           [run_id, m.name]).df()

@@ -22,8 +22,8 @@ from pydantic import Field
 
 from runner.kinds import evaluate, latency, parity
 from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_specs import (RuntimeMeasurement, RuntimePolicy, open_runtime, resumed_unavailable, runtime_section,
-                                  unavailable_reason)
+from runner.runtime_specs import (RuntimeMeasurement, RuntimePolicy, open_runtime, resumed_unavailable,
+                                  runtime_sections, with_unavailable)
 from runner.spec_base import Name, Seeds, seed_list
 
 
@@ -114,19 +114,13 @@ def metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: 
         found.update(parity.pair_metrics(con, run_id, m.parity, candidate, baseline))
     if m.latency is not None:
         found.update(latency.pair_metrics(con, run_id, m.latency, candidate, baseline, None))
-    reason = unavailable_reason(con, run_id, [m.name, m.parity, m.latency], [candidate, baseline])
-    if reason:
-        found["unavailable_reason"] = reason
-    return found
+    return with_unavailable(found, con, run_id, [m.name, m.parity, m.latency], [candidate, baseline])
 
 
 def report(con, run_id: str, m: EpisodesMeasurement) -> list[Section]:
     from runner.report_html import table_html
 
-    sections = []
-    status = runtime_section(con, run_id, m.name)
-    if status is not None:
-        sections.append(status)
+    sections = runtime_sections(con, run_id, m.name)
     sections += evaluate.report(con, run_id, m.as_evaluate())
     inference = con.execute("SELECT runtime, episodes, batch_size, inference_calls, states_inferred, transitions, wall_s, "
                             "episodes_per_minute FROM episode_inference WHERE run_id = ? AND measurement = ? "

@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_specs import RuntimeMeasurement, load_states, open_runtime, runtime_section, unavailable_reason
+from runner.runtime_specs import RuntimeMeasurement, load_states, open_runtime, runtime_sections, with_unavailable
 from runner.spec_base import Name
 
 MIN_SAMPLES = 64  # breakout_core.latency.MIN_TIMED_CALLS; a tail percentile from fewer means nothing
@@ -188,20 +188,14 @@ def pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: s
 
 def metrics(con, run_id: str, m: LatencyMeasurement, candidate: str, baseline: str) -> dict:
     found = pair_metrics(con, run_id, m.name, candidate, baseline, m.decisive_batch_size)
-    reason = unavailable_reason(con, run_id, [m.name], [candidate, baseline])
-    if reason:
-        found["unavailable_reason"] = reason
-    return found
+    return with_unavailable(found, con, run_id, [m.name], [candidate, baseline])
 
 
 def report(con, run_id: str, m: LatencyMeasurement) -> list[Section]:
     from runner.report_html import MAX_CHART_POINTS, altair, table_html
 
     alt = altair()
-    sections = []
-    status = runtime_section(con, run_id, m.name)
-    if status is not None:
-        sections.append(status)
+    sections = runtime_sections(con, run_id, m.name)
     summary = con.execute("SELECT runtime, batch_size, n, p50_ms, p90_ms, p95_ms, p99_ms, mean_ms, std_ms, min_ms, max_ms "
                           "FROM latency_summary WHERE run_id = ? AND measurement = ? ORDER BY batch_size, runtime",
                           [run_id, m.name]).df()

@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
 from runner.runtime_specs import (RuntimeMeasurement, greedy, infer_in_batches, load_states, open_runtime,
-                                  resumed_unavailable, runtime_precision, runtime_section, unavailable_reason)
+                                  resumed_unavailable, runtime_precision, runtime_sections, with_unavailable)
 from runner.spec_base import Name, StrictModel
 
 
@@ -205,10 +205,8 @@ def pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: s
 
 
 def metrics(con, run_id: str, m: ParityMeasurement, candidate: str, baseline: str) -> dict:
-    reason = unavailable_reason(con, run_id, [m.name], [candidate, baseline])
-    found = pair_metrics(con, run_id, m.name, candidate, baseline)
-    if reason:
-        found["unavailable_reason"] = reason
+    found = with_unavailable(pair_metrics(con, run_id, m.name, candidate, baseline), con, run_id, [m.name],
+                             [candidate, baseline])
     return found
 
 
@@ -217,10 +215,7 @@ def report(con, run_id: str, m: ParityMeasurement) -> list[Section]:
 
     alt = altair()
     base = m.baseline_runtime
-    sections = []
-    status = runtime_section(con, run_id, m.name)
-    if status is not None:
-        sections.append(status)
+    sections = runtime_sections(con, run_id, m.name)
     summary = con.execute(
         "SELECT candidate, batch_size, n_states, action_agreement, action_agreement_fraction, "
         "coalesce(array_to_string(disagreeing_states, ', '), '') AS disagreeing_states, max_abs_dq, mean_abs_dq, "
