@@ -19,7 +19,6 @@ Each check is run, and named in ExportResult.checks; one that fails raises Expor
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import warnings
 from dataclasses import dataclass, field
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from breakout_core.hashing import file_sha256
 
 INPUT_NAME = "obs"
 OUTPUT_NAME = "q_values"
@@ -342,7 +343,7 @@ def _network_from(source: Any, contract_hash: str | None):
         own = meta.get("contract_hash")
         if contract_hash is not None and own != contract_hash:
             raise ValueError(f"{source}: checkpoint contract {own}, expected {contract_hash}")
-        return network, _sha256(Path(source)), own
+        return network, file_sha256(source), own
     raise TypeError(f"export source must be a QNetwork or a checkpoint path, got {type(source).__name__}")
 
 
@@ -396,11 +397,7 @@ def _default_opset(model) -> int:
 
 
 def _artifact(path: Path, precision: str) -> OnnxArtifact:
-    return OnnxArtifact(path=path, size_bytes=path.stat().st_size, sha256=_sha256(path), precision=precision)
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return OnnxArtifact(path=path, size_bytes=path.stat().st_size, sha256=file_sha256(path), precision=precision)
 
 
 def _versions() -> dict[str, str]:

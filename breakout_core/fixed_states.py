@@ -19,7 +19,6 @@ produced them, the contract hash and the checkpoint's path and sha256.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
@@ -33,6 +32,7 @@ import numpy as np
 from breakout_core.contract import Contract
 from breakout_core.envs import make_vector_env, noop_start_steps
 from breakout_core.evaluator import noop_rng
+from breakout_core.hashing import file_sha256
 from breakout_core.policies import Policy, episode_rng
 
 FIXED_STATES_FORMAT = "breakout-fixed-states/1"
@@ -66,14 +66,6 @@ class FixedStates:
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class _EvenSampler:

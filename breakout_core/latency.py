@@ -88,8 +88,13 @@ def measure_latency(
     return latency_result(np.asarray(samples, dtype=np.float64) / 1e6, warmup=warmup)
 
 
-def latency_result(samples_ms: np.ndarray, *, warmup: int = 0) -> LatencyResult:
-    """Statistics of samples already taken (milliseconds); at least MIN_TIMED_CALLS of them."""
+def latency_result(samples_ms: np.ndarray, *, warmup: int = 0, timer: str | None = None,
+                   timer_resolution_s: float | None = None) -> LatencyResult:
+    """Statistics of samples already taken (milliseconds); at least MIN_TIMED_CALLS of them.
+
+    `timer` and `timer_resolution_s` name a clock other than this process's perf_counter
+    (a page's performance.now()); by default the samples are perf_counter's.
+    """
     samples_ms = np.asarray(samples_ms, dtype=np.float64).reshape(-1)
     if samples_ms.size < MIN_TIMED_CALLS:
         raise ValueError(f"need >= {MIN_TIMED_CALLS} latency samples, got {samples_ms.size}")
@@ -109,7 +114,7 @@ def latency_result(samples_ms: np.ndarray, *, warmup: int = 0) -> LatencyResult:
         max_ms=float(samples_ms.max()),
         std_ms=float(samples_ms.std(ddof=1)),
         percentile_method=PERCENTILE_METHOD,
-        timer=TIMER,
-        timer_resolution_s=float(info.resolution),
-        timer_implementation=info.implementation,
+        timer=timer or TIMER,
+        timer_resolution_s=float(info.resolution if timer_resolution_s is None else timer_resolution_s),
+        timer_implementation=info.implementation if timer is None else timer,
     )

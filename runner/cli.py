@@ -189,6 +189,42 @@ def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: P
     click.echo(f"wrote {path}")
 
 
+@main.command()
+@click.option("--model", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=Path("models/reference/dqn_breakout.onnx"), show_default=True, help="the agent's ONNX file")
+@click.option("--provider", type=click.Choice(["wasm", "webgpu"]), default="wasm", show_default=True,
+              help="onnxruntime-web provider the page runs the agent on")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="the seed the page starts with")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(min=0, max=65535),
+              help="port on 127.0.0.1 (0: any free port)")
+@click.option("--pace-ms", default=1000 / 15, show_default=True, type=click.FloatRange(min=0),
+              help="ms between agent steps (66.7: 15 steps a second, the game's real speed)")
+@db_option
+def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, db: Path | None) -> None:
+    """Serve a page where a person plays Breakout beside the agent (same seed); games go to DuckDB."""
+    import time
+
+    from breakout_core.browser.server import web_files_missing
+    from breakout_core.contract import Contract
+    from runner.play import PlayServer
+
+    missing = web_files_missing()
+    if missing:
+        _fail(missing, EXIT_USAGE)
+    try:
+        server = PlayServer(_store(db), model, Contract(), provider=provider, seed=seed, port=port,
+                            pace_ms=pace_ms).start()
+    except OSError as exc:
+        _fail(str(exc))
+    click.echo(f"play page: {server.url()}  (keys: left/right arrows move, space serves; Ctrl-C stops)")
+    click.echo(f"finished games go to {server.store.path}, table play_games")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.stop()
+
+
 @main.command(name="export")
 @click.argument("run_id")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,

@@ -40,7 +40,8 @@ from runner.spec_base import Name, StrictModel
 
 ARTIFACT_TYPES = {".pt": "checkpoint", ".pth": "checkpoint", ".onnx": "onnx", ".npz": "fixed_states",
                   ".engine": "engine", ".plan": "engine"}
-RUNTIME_ARTIFACTS = {"torch": ("checkpoint",), "onnxruntime": ("onnx",), "tensorrt": ("onnx", "engine")}
+RUNTIME_ARTIFACTS = {"torch": ("checkpoint",), "onnxruntime": ("onnx",), "tensorrt": ("onnx", "engine"),
+                     "browser": ("onnx",)}
 UNAVAILABLE = "unavailable_reason"  # the key a kind's metrics() sets when a participant could not run
 
 
@@ -121,15 +122,26 @@ class TensorRTRuntimeConfig(_RuntimeConfig):
         return None if path is None else _resolve(path, info)
 
 
-RuntimeConfig = Annotated[Union[TorchRuntimeConfig, OnnxRuntimeConfig, TensorRTRuntimeConfig],
+class BrowserRuntimeConfig(_RuntimeConfig):
+    runtime: Literal["browser"]
+    provider: Literal["wasm", "webgpu"] = Field(default="wasm", description="onnxruntime-web execution provider")
+    num_threads: int | None = Field(default=None, ge=1, description="WASM threads (ort.env.wasm.numThreads); "
+                                    "None: onnxruntime-web's default")
+    webgpu_adapter: Literal["swiftshader", "default"] = Field(
+        default="swiftshader", description="Chromium's WebGPU adapter: SwiftShader (software, on the CPU) or "
+        "whatever Chromium picks")
+
+
+RuntimeConfig = Annotated[Union[TorchRuntimeConfig, OnnxRuntimeConfig, TensorRTRuntimeConfig, BrowserRuntimeConfig],
                           Field(discriminator="runtime")]
-RUNTIME_CONFIGS = {"torch": TorchRuntimeConfig, "onnxruntime": OnnxRuntimeConfig, "tensorrt": TensorRTRuntimeConfig}
+RUNTIME_CONFIGS = {"torch": TorchRuntimeConfig, "onnxruntime": OnnxRuntimeConfig, "tensorrt": TensorRTRuntimeConfig,
+                   "browser": BrowserRuntimeConfig}
 
 
 def runtime_precision(spec, name: str) -> str:
-    """'fp32' or 'fp16': the runtime's own precision, or for ONNX Runtime its file's."""
+    """'fp32' or 'fp16': the runtime's own precision, or for an ONNX runtime its file's."""
     config = spec.runtimes[name]
-    if isinstance(config, OnnxRuntimeConfig):
+    if isinstance(config, (OnnxRuntimeConfig, BrowserRuntimeConfig)):
         return spec.artifacts[config.artifact].precision
     return config.precision
 

@@ -90,12 +90,13 @@ class Migration:
 
 
 def _all_migrations() -> list[Migration]:
+    from runner import play
     from runner.kinds import KINDS
 
     migrations = [Migration(n, s) for n, s in CORE_MIGRATIONS]
     for kind in KINDS.values():
         migrations += [Migration(n, s) for n, s in kind.migrations]
-    return migrations
+    return migrations + [Migration(n, s) for n, s in play.MIGRATIONS]
 
 
 def _all_views() -> list[str]:

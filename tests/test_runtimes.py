@@ -12,6 +12,7 @@ from breakout_core.latency import measure_latency
 from breakout_core.parity import compare_q
 from breakout_core.runtimes import (
     RUNTIMES,
+    BrowserRuntime,
     OnnxRuntimeRuntime,
     RuntimeUnavailable,
     TensorRTRuntime,
@@ -23,9 +24,10 @@ from runtime_artifacts import N_STATES, artifacts, one_torch_thread  # noqa: F40
 
 
 def test_registry_and_option_validation():
-    assert RUNTIMES == {"torch": TorchRuntime, "onnxruntime": OnnxRuntimeRuntime, "tensorrt": TensorRTRuntime}
+    assert RUNTIMES == {"torch": TorchRuntime, "onnxruntime": OnnxRuntimeRuntime, "tensorrt": TensorRTRuntime,
+                        "browser": BrowserRuntime}
     assert isinstance(make_runtime("onnxruntime", provider="cpu"), OnnxRuntimeRuntime)
-    with pytest.raises(ValueError, match="unknown runtime 'tflite'; known: onnxruntime, tensorrt, torch"):
+    with pytest.raises(ValueError, match="unknown runtime 'tflite'; known: browser, onnxruntime, tensorrt, torch"):
         make_runtime("tflite")
     with pytest.raises(ValueError, match="unknown option"):
         make_runtime("torch", provider="cpu")
@@ -35,7 +37,7 @@ def test_registry_and_option_validation():
 
 def test_importing_the_package_imports_no_backend():
     code = ("import sys, breakout_core.runtimes; "
-            "print(sorted(m for m in ('torch', 'onnxruntime', 'tensorrt', 'pycuda') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'onnxruntime', 'tensorrt', 'pycuda', 'playwright', 'aiohttp') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
 

@@ -5,7 +5,7 @@
         rt.load("model.onnx")
         q = rt.infer(states.obs)
 
-Importing this package imports no backend library: torch, onnxruntime, tensorrt and pycuda
+Importing this package imports no backend library: torch, onnxruntime, tensorrt, pycuda, playwright and aiohttp
 are imported by available() and load(), so a machine without a GPU stack can list every
 runtime and say why one cannot run.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from breakout_core.runtimes.base import Runtime, RuntimeUnavailable
+from breakout_core.runtimes.browser_runtime import BrowserRuntime
 from breakout_core.runtimes.onnxruntime_runtime import OnnxRuntimeRuntime
 from breakout_core.runtimes.tensorrt_runtime import TensorRTRuntime
 from breakout_core.runtimes.torch_runtime import TorchRuntime
@@ -23,6 +24,7 @@ RUNTIMES: dict[str, type[Runtime]] = {
     TorchRuntime.name: TorchRuntime,
     OnnxRuntimeRuntime.name: OnnxRuntimeRuntime,
     TensorRTRuntime.name: TensorRTRuntime,
+    BrowserRuntime.name: BrowserRuntime,
 }
 
 
@@ -45,6 +47,7 @@ def runtime_available(name: str, **options: Any) -> tuple[bool, str]:
 
 __all__ = [
     "RUNTIMES",
+    "BrowserRuntime",
     "OnnxRuntimeRuntime",
     "Runtime",
     "RuntimeUnavailable",

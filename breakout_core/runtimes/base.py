@@ -12,12 +12,13 @@ available() and RuntimeUnavailable; it never falls back to another device or pre
 
 from __future__ import annotations
 
-import hashlib
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+
+from breakout_core.hashing import file_sha256
 
 OBS_SHAPE = (4, 84, 84)
 NUM_ACTIONS = 4
@@ -84,7 +85,7 @@ class Runtime(ABC):
         if not path.is_file():
             raise FileNotFoundError(f"{self.name}: artifact {path} does not exist")
         self.artifact = path
-        self.artifact_sha256 = _sha256(path)
+        self.artifact_sha256 = file_sha256(path)
         try:
             self._load(path)
         except BaseException:
@@ -153,14 +154,6 @@ class Runtime(ABC):
 
     def _close(self) -> None:
         pass
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def import_error_reason(module: str, exc: BaseException) -> str:

@@ -95,7 +95,8 @@ def _already_stored(ctx: RunContext, measurement: str) -> bool:
 
 def execute(m: ExportMeasurement, ctx: RunContext) -> None:
     from breakout_core.export import export_onnx
-    from breakout_core.fixed_states import capture_from_checkpoint, file_sha256, save_fixed_states
+    from breakout_core.fixed_states import capture_from_checkpoint, save_fixed_states
+    from breakout_core.hashing import file_sha256
 
     if ctx.resume and _already_stored(ctx, m.name):
         return

@@ -1,0 +1,134 @@
+"""onnxruntime-web in headless Chromium (Days 27-28): the ONNX model run inside a real page.
+
+load() serves web/runtime.html and the ONNX file on 127.0.0.1 (breakout_core.browser.server),
+opens it in headless Chromium through Playwright and creates an onnxruntime-web session on
+the requested provider, `wasm` or `webgpu`, and no other. infer() sends the states to the
+page (base64 uint8) and reads back the Q-values the page computed; timed_runs() times
+session.run inside the page with performance.now() (model load and the transfer from
+Python excluded), the way a page would see its own latency.
+
+describe() carries what the page read back: the provider that ran (for WebGPU, the
+number of GPU kernels in a probe run, from onnxruntime-web's profiling), the WebGPU
+adapter's vendor/architecture/description (SwiftShader is a CPU software adapter, flagged
+`software`), the browser version, whether the page is cross-origin isolated, the WASM
+thread count and performance.now()'s resolution.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from breakout_core.runtimes.base import NUM_ACTIONS, Runtime, RuntimeUnavailable, installed_version
+
+PAGE = "/runtime.html"
+MODEL_ROUTE = "/artifact/model.onnx"
+PAGE_TIMEOUT_MS = 120_000  # model load and a WebGPU pipeline compile on SwiftShader take seconds
+
+
+class BrowserRuntime(Runtime):
+    name = "browser"
+    artifact_kind = "onnx"
+    OPTIONS = {
+        "provider": ("wasm", ("wasm", "webgpu")),
+        "num_threads": (None, None),  # ort.env.wasm.numThreads; None: onnxruntime-web's default
+        "webgpu_adapter": ("swiftshader", ("swiftshader", "default")),  # Chromium's adapter choice for webgpu
+    }
+
+    @classmethod
+    def _available(cls, options: dict[str, Any]) -> tuple[bool, str]:
+        from breakout_core.browser.chromium import browser_missing
+        from breakout_core.browser.server import web_files_missing
+
+        threads = options["num_threads"]
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            return False, f"num_threads must be None or an int >= 1, got {threads!r}"
+        reason = browser_missing() or web_files_missing()
+        try:
+            import aiohttp  # noqa: F401
+        except Exception as exc:
+            reason = reason or f"aiohttp cannot be imported ({type(exc).__name__}: {exc})"
+        return (not reason), reason
+
+    def _load(self, path: Path) -> None:
+        from breakout_core.browser import chromium
+        from breakout_core.browser.server import PageServer
+
+        self._server = PageServer(files={MODEL_ROUTE: path}).start()
+        adapter = self.requested["webgpu_adapter"] if self.requested["provider"] == "webgpu" else None
+        try:
+            self._browser = chromium.launch(adapter)
+        except BaseException:
+            self._server.stop()
+            raise
+        try:
+            self._page = self._browser.new_page()
+            self._page.set_default_timeout(PAGE_TIMEOUT_MS)
+            self._page.goto(self._server.url(PAGE))
+            self._page.wait_for_function("window.breakoutRuntimeReady === true")
+            result = self._page.evaluate("([url, provider, threads]) => window.breakoutRuntime.load(url, provider, threads)",
+                                         [MODEL_ROUTE, self.requested["provider"], self.requested["num_threads"]])
+            if "info" not in result:
+                if result.get("unavailable"):
+                    raise RuntimeUnavailable(self.name, f"{self.requested['provider']} in Chromium "
+                                             f"{self._browser.version}: {result['error']}")
+                raise ValueError(f"{path}: onnxruntime-web cannot load this model: {result['error']}")
+            self._page_info = result["info"]
+            self._browser_version = self._browser.version
+        except BaseException:
+            self._close()
+            raise
+
+    def _infer(self, obs: np.ndarray) -> np.ndarray:
+        q = self._page.evaluate("([data, batch]) => window.breakoutRuntime.qValues(data, batch)",
+                                [base64.b64encode(obs.tobytes()).decode("ascii"), obs.shape[0]])
+        return np.asarray(q, dtype=np.float32).reshape(obs.shape[0], NUM_ACTIONS)
+
+    def timed_runs(self, obs: np.ndarray, warmup: int, iterations: int) -> tuple[np.ndarray, str, float]:
+        """In-page latency: (samples in ms, timer name, the timer's resolution in seconds)."""
+        if not self._loaded:
+            raise RuntimeError(f"runtime {self.name!r}: load() an artifact before timing it")
+        samples = self._page.evaluate(
+            "([data, batch, warmup, iterations]) => window.breakoutRuntime.timedRuns(data, batch, warmup, iterations)",
+            [base64.b64encode(np.ascontiguousarray(obs).tobytes()).decode("ascii"), obs.shape[0], warmup, iterations])
+        resolution_s = float(self._page_info["timer_resolution_ms"]) / 1000.0
+        return np.asarray(samples, dtype=np.float64), "performance.now() in the page", resolution_s
+
+    def _actual(self) -> dict[str, Any]:
+        info = dict(self._page_info)
+        adapter = info.get("adapter")
+        return {
+            **info,
+            "provider": info["actual_provider"],
+            "device": ("webgpu software adapter (SwiftShader, runs on the CPU)" if adapter and adapter.get("software")
+                       else f"webgpu adapter {adapter}" if adapter else "cpu (WebAssembly)"),
+            "browser_version": self._browser_version,
+            "precision": "fp32",
+        }
+
+    def _versions(self) -> dict[str, str]:
+        from breakout_core.browser.server import ort_web_version
+
+        versions = {"numpy": np.__version__}
+        for name, version in (("playwright", installed_version("playwright")), ("onnxruntime-web", ort_web_version())):
+            if version:
+                versions[name] = version
+        if getattr(self, "_browser_version", None):
+            versions["chromium"] = self._browser_version
+        return versions
+
+    def _close(self) -> None:
+        from breakout_core.browser import chromium
+
+        browser, server = getattr(self, "_browser", None), getattr(self, "_server", None)
+        self._browser = self._server = self._page = None
+        try:
+            if browser is not None:
+                browser.close()
+                chromium.release()
+        finally:
+            if server is not None:
+                server.stop()

@@ -1,0 +1,249 @@
+"""`runner play`: a person plays Breakout in the browser beside the agent, on the same seed.
+
+The games run in the real ALE here, in the server: one game for the person, one for the
+agent, both started from the same seed (the contract's no-op start drawn from it, as in
+every evaluation). Over a WebSocket the page receives, each agent step, both screens (the
+84x84 frame the agent sees) and the agent's 4-frame observation; it computes the agent's
+Q-values with onnxruntime-web in the page, reads the person's keys, and sends both actions
+back. The page paces the steps (15 a second by default: one agent step is 4 frames of a
+60 Hz game). When both games are over the server stores one row in `play_games`.
+
+Protocol (JSON text messages):
+    page -> server  {"type": "start", "seed": int}
+                    {"type": "act", "human_action": 0-3, "agent_action": 0-3}
+    server -> page  {"type": "state", ...both sides...}    after start and each act
+                    {"type": "over", ...both sides' last views..., "game": {...the stored row...}}
+                    {"type": "error", "message": str}      a bad message; nothing is stepped
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from breakout_core.contract import Contract
+from breakout_core.envs import ACTION_NAMES, NUM_ACTIONS, make_single_env, noop_start_steps
+from breakout_core.evaluator import GAME_OVER, TIME_LIMIT, noop_rng
+
+MIGRATIONS = [
+    (
+        "0900_play_games",
+        """
+        CREATE TABLE play_games (
+            game_id VARCHAR PRIMARY KEY, started_at TIMESTAMPTZ NOT NULL, finished_at TIMESTAMPTZ NOT NULL,
+            seed BIGINT NOT NULL, contract_hash VARCHAR NOT NULL, contract JSON NOT NULL,
+            model_path VARCHAR NOT NULL, model_sha256 VARCHAR NOT NULL, provider VARCHAR NOT NULL,
+            human_score DOUBLE NOT NULL, human_steps INTEGER NOT NULL, human_ended_by VARCHAR NOT NULL,
+            human_actions JSON NOT NULL,
+            agent_score DOUBLE NOT NULL, agent_steps INTEGER NOT NULL, agent_ended_by VARCHAR NOT NULL,
+            agent_actions JSON NOT NULL
+        );
+        """,
+    )
+]
+
+
+@dataclass
+class Side:
+    """One game in the ALE: the person's or the agent's."""
+
+    env: Any
+    obs: np.ndarray
+    lives: int
+    score: float = 0.0
+    steps: int = 0
+    ended_by: str | None = None
+    actions: np.ndarray = field(default_factory=lambda: np.zeros(NUM_ACTIONS, dtype=np.int64))
+
+    @classmethod
+    def start(cls, contract: Contract, noops: int) -> "Side":
+        env = make_single_env(contract)
+        obs, info = env.reset()
+        side = cls(env=env, obs=obs, lives=int(info["lives"][0]))
+        for _ in range(noops):  # the contract's no-op start, the same for both sides
+            side.step(0)
+        return side
+
+    @property
+    def done(self) -> bool:
+        return self.ended_by is not None
+
+    def step(self, action: int) -> None:
+        obs, reward, terminated, truncated, info = self.env.step(np.array([action], dtype=np.int64))
+        self.obs = obs
+        self.score += float(reward[0])
+        self.steps += 1
+        self.actions[action] += 1
+        self.lives = int(info["lives"][0])
+        if terminated[0] or truncated[0]:
+            self.ended_by = GAME_OVER if terminated[0] else TIME_LIMIT
+            self.env.close()
+
+    def view(self, with_obs: bool) -> dict[str, Any]:
+        out = {"frame": base64.b64encode(self.obs[0, -1].tobytes()).decode("ascii"), "score": self.score,
+               "lives": self.lives, "steps": self.steps, "done": self.done, "ended_by": self.ended_by}
+        if with_obs and not self.done:
+            out["obs"] = base64.b64encode(self.obs.tobytes()).decode("ascii")
+        return out
+
+    def action_counts(self) -> str:
+        return json.dumps({name: int(n) for name, n in zip(ACTION_NAMES, self.actions)})
+
+    def close(self) -> None:
+        if not self.done:
+            self.env.close()
+
+
+class PlayGame:
+    """The person's and the agent's games on one seed."""
+
+    def __init__(self, contract: Contract, seed: int):
+        from runner.store import utcnow
+
+        self.contract, self.seed = contract, seed
+        self.game_id = uuid.uuid4().hex[:12]
+        self.started_at = utcnow()
+        noops = noop_start_steps(contract, noop_rng(seed))
+        self.human = Side.start(contract, noops)
+        self.agent = Side.start(contract, noops)
+
+    @property
+    def over(self) -> bool:
+        return self.human.done and self.agent.done
+
+    def step(self, human_action: int, agent_action: int) -> None:
+        if not self.human.done:
+            self.human.step(human_action)
+        if not self.agent.done:
+            self.agent.step(agent_action)
+
+    def state(self) -> dict[str, Any]:
+        return {"type": "state", "game_id": self.game_id, "seed": self.seed,
+                "human": self.human.view(with_obs=False), "agent": self.agent.view(with_obs=True)}
+
+    def row(self, model_path: Path, model_sha256: str, provider: str) -> dict[str, Any]:
+        from runner.store import utcnow
+
+        return {
+            "game_id": self.game_id, "started_at": self.started_at, "finished_at": utcnow(), "seed": self.seed,
+            "contract_hash": self.contract.hash, "contract": json.dumps(self.contract.to_dict()),
+            "model_path": str(model_path), "model_sha256": model_sha256, "provider": provider,
+            "human_score": self.human.score, "human_steps": self.human.steps, "human_ended_by": self.human.ended_by,
+            "human_actions": self.human.action_counts(),
+            "agent_score": self.agent.score, "agent_steps": self.agent.steps, "agent_ended_by": self.agent.ended_by,
+            "agent_actions": self.agent.action_counts(),
+        }
+
+    def close(self) -> None:
+        self.human.close()
+        self.agent.close()
+
+
+def _action(message: dict, key: str) -> int:
+    value = message.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < NUM_ACTIONS:
+        raise ValueError(f"{key} must be an integer 0..{NUM_ACTIONS - 1} ({', '.join(ACTION_NAMES)}), got {value!r}")
+    return value
+
+
+class PlayServer:
+    """The page, the model and the game WebSocket on 127.0.0.1; finished games go to `store`."""
+
+    def __init__(self, store, model: Path, contract: Contract, *, provider: str = "wasm", seed: int = 0,
+                 port: int = 0, pace_ms: float = 1000 / 15):
+        from breakout_core.hashing import file_sha256
+
+        self.store, self.model, self.contract = store, Path(model), contract
+        self.model_sha256 = file_sha256(self.model)
+        self.provider, self.seed, self.port, self.pace_ms = provider, seed, port, pace_ms
+        self.server = None
+
+    def config(self) -> dict[str, Any]:
+        return {"model": "/artifact/model.onnx", "provider": self.provider, "seed": self.seed,
+                "pace_ms": self.pace_ms, "actions": list(ACTION_NAMES), "contract_hash": self.contract.hash,
+                "model_sha256": self.model_sha256}
+
+    async def _config(self, request):
+        from aiohttp import web
+
+        return web.json_response(self.config())
+
+    async def _games(self, request):
+        import asyncio
+
+        from aiohttp import WSMsgType, web
+
+        ws = web.WebSocketResponse(max_msg_size=1 << 16)
+        await ws.prepare(request)
+        loop = asyncio.get_running_loop()
+        game: PlayGame | None = None
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                try:
+                    message = json.loads(msg.data)
+                    if not isinstance(message, dict):
+                        raise ValueError("a message must be a JSON object")
+                    kind = message.get("type")
+                    if kind == "start":
+                        seed = message.get("seed")
+                        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+                            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+                        if game is not None:
+                            game.close()
+                        game = PlayGame(self.contract, seed)
+                        await ws.send_json(game.state())
+                    elif kind == "act":
+                        if game is None:
+                            raise ValueError("send {'type': 'start', 'seed': N} before any action")
+                        game.step(_action(message, "human_action"), _action(message, "agent_action"))
+                        if game.over:
+                            row = game.row(self.model, self.model_sha256, self.provider)
+                            await loop.run_in_executor(None, self.store.append_rows, "play_games", [row])
+                            final = game.state()
+                            game = None
+                            await ws.send_json({**final, "type": "over", "game": _jsonable(row)})
+                        else:
+                            await ws.send_json(game.state())
+                    else:
+                        raise ValueError(f"unknown message type {kind!r}; expected 'start' or 'act'")
+                except ValueError as exc:
+                    await ws.send_json({"type": "error", "message": str(exc)})
+        finally:
+            if game is not None:
+                game.close()
+        return ws
+
+    def start(self) -> "PlayServer":
+        from breakout_core.browser.server import PageServer
+
+        self.server = PageServer(files={"/artifact/model.onnx": self.model},
+                                 routes={"/play/config.json": self._config, "/play/ws": self._games},
+                                 port=self.port).start()
+        return self
+
+    def url(self) -> str:
+        return self.server.url("/play.html")
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def __enter__(self) -> "PlayServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.isoformat() if hasattr(v, "isoformat") else json.loads(v) if k.endswith("actions") else v)
+            for k, v in row.items() if k != "contract"}

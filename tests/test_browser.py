@@ -1,0 +1,233 @@
+"""The browser runtime and the play page, in real headless Chromium with onnxruntime-web.
+
+Needs Debian's `chromium` and `npm ci --prefix web` (both done by .ci/run). The runtime
+tests compare the page's Q-values with PyTorch's on states captured from real ALE play,
+for WASM and for WebGPU on Chromium's software adapter (SwiftShader); a tiny spec runs
+parity, in-page latency, a closed loop and episodes through the CLI into DuckDB; the play
+page is driven by a scripted keyboard player until both games end, and the stored row is
+checked against what the page showed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from breakout_core.parity import compare_q
+from breakout_core.runtimes import BrowserRuntime, RuntimeUnavailable, make_runtime, runtime_available
+from runtime_artifacts import artifacts, one_torch_thread  # noqa: F401
+
+REPO = Path(__file__).parents[1]
+
+
+@pytest.fixture(scope="module")
+def torch_q(artifacts):  # noqa: F811
+    with make_runtime("torch") as rt:
+        rt.load(artifacts.checkpoint)
+        return rt.infer(artifacts.states.obs)
+
+
+@pytest.mark.parametrize("provider", ["wasm", "webgpu"])
+def test_page_q_values_match_torch_on_real_states(artifacts, torch_q, provider):  # noqa: F811
+    with make_runtime("browser", provider=provider) as rt:
+        rt.load(artifacts.export.onnx_path)
+        q_batch = rt.infer(artifacts.states.obs)
+        q_one = np.concatenate([rt.infer(artifacts.states.obs[i:i + 1]) for i in range(4)])
+        actual = rt.describe()["actual"]
+    assert q_batch.shape == (len(artifacts.states.obs), 4) and q_batch.dtype == np.float32
+    report = compare_q(torch_q, q_batch, atol=1e-4, rtol=1e-4)
+    assert report.action_agreement_fraction == 1.0 and report.max_abs_diff <= 1e-4, report
+    np.testing.assert_allclose(q_one, q_batch[:4], atol=1e-5)
+    assert actual["requested_provider"] == provider and actual["provider"] == provider
+    assert actual["cross_origin_isolated"] is True
+    assert actual["wasm_threads"] >= 1 and actual["timer_resolution_ms"] > 0
+    assert actual["browser_version"].split(".")[0].isdigit()
+    if provider == "webgpu":
+        # every node on the WebGPU provider, and the adapter named for what it is
+        assert set(actual["nodes_by_provider"]) == {"WebGpuExecutionProvider"}
+        assert actual["adapter"]["architecture"] == "swiftshader" and actual["adapter"]["software"] is True
+        assert "software" in actual["device"]
+    else:
+        assert set(actual["nodes_by_provider"]) == {"CPUExecutionProvider"} and actual["adapter"] is None
+
+
+def test_in_page_latency_samples(artifacts):  # noqa: F811
+    with make_runtime("browser", provider="wasm") as rt:
+        rt.load(artifacts.export.onnx_path)
+        samples, timer, resolution_s = rt.timed_runs(artifacts.states.obs[:1], warmup=3, iterations=64)
+    assert samples.shape == (64,) and np.all(samples > 0) and np.all(np.isfinite(samples))
+    assert timer == "performance.now() in the page" and 0 < resolution_s < 1e-3
+
+
+def test_missing_browser_is_unavailable_with_the_reason(artifacts, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("BREAKOUT_CHROMIUM", str(REPO / "no-such-chromium"))
+    ok, reason = runtime_available("browser", provider="wasm")
+    assert not ok and "BREAKOUT_CHROMIUM" in reason and "not an executable" in reason
+    with pytest.raises(RuntimeUnavailable, match="not an executable"):
+        BrowserRuntime(provider="webgpu").load(artifacts.export.onnx_path)
+
+
+def test_browser_option_errors_are_one_line():
+    with pytest.raises(ValueError, match="provider='webgl' is not one of"):
+        make_runtime("browser", provider="webgl")
+    ok, reason = runtime_available("browser", num_threads=0)
+    assert not ok and "num_threads" in reason
+
+
+BROWSER_SPEC = """
+name: browser_tiny
+contract: {name: breakout-v2}
+artifacts:
+  checkpoint: {path: CHECKPOINT}
+  onnx_fp32: {path: ONNX}
+  states: {path: STATES}
+runtimes:
+  torch_fp32: {runtime: torch, threads: 1, artifact: checkpoint}
+  browser_wasm: {runtime: browser, provider: wasm, artifact: onnx_fp32}
+  browser_webgpu: {runtime: browser, provider: webgpu, artifact: onnx_fp32}
+measurements:
+  - kind: parity
+    name: parity
+    fixed_states: states
+    baseline: torch_fp32
+    runtimes: [torch_fp32, browser_wasm, browser_webgpu]
+    batch_sizes: [1, 24]
+  - kind: latency
+    name: latency
+    fixed_states: states
+    baseline: browser_wasm
+    runtimes: [browser_wasm, torch_fp32]
+    iterations: 64
+    warmup: 3
+  - kind: closed_loop
+    name: loop
+    baseline: torch_fp32
+    runtimes: [torch_fp32, browser_wasm]
+    steps: 40
+verdicts:
+  - {name: wasm_same, measurement: parity, candidate: browser_wasm, baseline: torch_fp32,
+     deployment_worthy_when: {action_agreement: ">= 1.0", max_abs_dq: "<= 1e-4"}}
+  - {name: webgpu_same, measurement: parity, candidate: browser_webgpu, baseline: torch_fp32,
+     deployment_worthy_when: {action_agreement: ">= 1.0", max_abs_dq: "<= 1e-4"}}
+  - {name: loop_same, measurement: loop, candidate: browser_wasm, baseline: torch_fp32,
+     deployment_worthy_when: {score_diff: "== 0", diverged: "== 0"}}
+"""
+
+# full games, capped at 500 agent steps by the contract (an untrained agent stalls until the cap)
+EPISODES_SPEC = """
+name: browser_episodes
+contract: {name: breakout-v2, max_episode_frames: 2000}
+artifacts:
+  checkpoint: {path: CHECKPOINT}
+  onnx_fp32: {path: ONNX}
+runtimes:
+  torch_fp32: {runtime: torch, threads: 1, artifact: checkpoint}
+  browser_wasm: {runtime: browser, provider: wasm, artifact: onnx_fp32}
+measurements:
+  - kind: episodes
+    name: scores
+    baseline: torch_fp32
+    runtimes: [torch_fp32, browser_wasm]
+    seeds: [0, 1]
+    batch_size: 2
+verdicts:
+  - {name: scores_same, measurement: scores, candidate: browser_wasm, baseline: torch_fp32,
+     deployment_worthy_when: {paired_score_diff_ci_low: ">= 0", paired_score_diff_ci_high: "<= 0"}}
+"""
+
+
+def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):  # noqa: F811
+    db = tmp_path / "browser.duckdb"
+    for name, text in (("browser.yaml", BROWSER_SPEC), ("episodes.yaml", EPISODES_SPEC)):
+        spec = tmp_path / name
+        spec.write_text(text.replace("CHECKPOINT", str(artifacts.checkpoint))
+                        .replace("ONNX", str(artifacts.export.onnx_path)).replace("STATES", str(artifacts.states_path)))
+        out = subprocess.run([sys.executable, "-m", "runner", "run", str(spec), "--db", str(db), "--no-report",
+                              "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "COLUMNS": "200"})
+        assert out.returncode == 0, out.stderr[-3000:]
+    con = duckdb.connect(str(db), read_only=True)
+    outcomes = dict(con.execute("SELECT verdict, outcome FROM verdicts").fetchall())
+    assert outcomes == {name: "deployment-worthy" for name in ("wasm_same", "webgpu_same", "loop_same", "scores_same")}
+    status = {r[0]: json.loads(r[1]) for r in con.execute(
+        "SELECT runtime, runtime_describe FROM runtime_status WHERE measurement = 'parity'").fetchall()}
+    assert status["browser_webgpu"]["actual"]["adapter"]["software"] is True
+    series = con.execute("SELECT timer, timer_resolution_s FROM latency_series WHERE runtime = 'browser_wasm'").fetchone()
+    assert series[0] == "performance.now() in the page" and series[1] > 0
+    assert con.execute("SELECT count(*) FROM latency_samples WHERE runtime = 'browser_wasm'").fetchone()[0] == 64
+    scores = con.execute("SELECT policy, count(*) FROM episodes WHERE measurement = 'scores' GROUP BY policy").fetchall()
+    assert dict(scores) == {"torch_fp32": 2, "browser_wasm": 2}
+
+
+# -- the play page ------------------------------------------------------------------------------
+
+def test_play_page_person_and_agent_play_to_the_end_and_the_row_is_stored(tmp_path):
+    from breakout_core.browser import chromium
+    from breakout_core.contract import Contract
+    from runner.play import PlayServer
+    from runner.store import Store
+
+    # a shorter time limit (recorded: the row's contract hash differs from breakout-v2's) keeps
+    # a stalling agent's episode to 1,500 steps; an agent that loses its lives ends sooner
+    contract = Contract().replace(max_episode_frames=6000)
+    store = Store(tmp_path / "play.duckdb")
+    model = REPO / "models" / "reference" / "dqn_breakout.onnx"
+    with PlayServer(store, model, contract, port=0, pace_ms=0) as server:
+        browser = chromium.launch()
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(server.url() + "?pace_ms=0&seed=5")
+            page.wait_for_function("window.playPage && window.playPage.ready", timeout=60_000)
+            # a bad message is answered with an error and steps nothing
+            reply = page.evaluate("""() => new Promise((resolve) => {
+                const ws = new WebSocket(`ws://${location.host}/play/ws`);
+                ws.onopen = () => ws.send(JSON.stringify({type: 'act', human_action: 9, agent_action: 0}));
+                ws.onmessage = (e) => { resolve(JSON.parse(e.data)); ws.close(); };
+            })""")
+            assert reply == {"type": "error", "message": "send {'type': 'start', 'seed': N} before any action"}
+            page.click("#start")
+            # the scripted player: hold right, then left, serving with space now and then
+            for i in range(2000):
+                if page.evaluate("window.playPage.games.length") > 0:
+                    break
+                key = "ArrowRight" if (i // 10) % 2 == 0 else "ArrowLeft"
+                page.keyboard.down(key)
+                if i % 5 == 0:
+                    page.keyboard.press(" ")
+                page.wait_for_timeout(40)
+                page.keyboard.up(key)
+            page.wait_for_function("window.playPage.games.length > 0", timeout=120_000)
+            shown = page.evaluate("window.playPage.games[0]")
+            last = page.evaluate("window.playPage.lastState")
+            page_text = page.inner_text("#games")
+        finally:
+            browser.close()
+            chromium.release()
+    assert not errors
+    with store.reader() as con:
+        rows = con.execute("SELECT * FROM play_games").df().to_dict("records")
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["game_id"] == shown["game_id"] and row["seed"] == 5 == shown["seed"]
+    assert row["contract_hash"] == contract.hash != Contract().hash
+    for side in ("human", "agent"):
+        assert row[f"{side}_score"] == shown[f"{side}_score"] == last[side]["score"]
+        assert row[f"{side}_steps"] == shown[f"{side}_steps"] == last[side]["steps"]
+        assert row[f"{side}_ended_by"] == last[side]["ended_by"] in ("game_over", "time_limit")
+        assert sum(json.loads(row[f"{side}_actions"]).values()) == row[f"{side}_steps"]
+    human_actions = json.loads(row["human_actions"])
+    assert human_actions["RIGHT"] > 0 and human_actions["LEFT"] > 0 and human_actions["FIRE"] > 0
+    if row["human_ended_by"] == "game_over":
+        assert last["human"]["lives"] == 0
+    if row["agent_ended_by"] == "time_limit":
+        assert row["agent_steps"] == contract.max_episode_frames // contract.frame_skip
+    assert f"{row['human_score']:g}" in page_text and row["model_sha256"] == shown["model_sha256"]

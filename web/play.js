@@ -1,0 +1,111 @@
+// The play page: the server steps both games in the real ALE; this page draws the two
+// screens, reads the person's keys, and computes the agent's action with onnxruntime-web.
+// Each agent step: state arrives -> agent Q-values for that observation -> both actions
+// sent back; the next step is scheduled `pace` ms after the previous one was sent.
+import { PageModel } from './ort_page.js';
+
+const params = new URLSearchParams(location.search);
+const config = await (await fetch('/play/config.json')).json();
+const pace = params.has('pace_ms') ? Number(params.get('pace_ms')) : config.pace_ms;
+const provider = params.get('provider') || config.provider;
+const ACTIONS = config.actions; // NOOP, FIRE, RIGHT, LEFT
+const $ = (id) => document.getElementById(id);
+$('seed').value = params.get('seed') ?? config.seed;
+
+const keys = new Set();
+addEventListener('keydown', (e) => {
+  if (['ArrowLeft', 'ArrowRight', ' '].includes(e.key)) { keys.add(e.key); e.preventDefault(); }
+});
+addEventListener('keyup', (e) => keys.delete(e.key));
+function humanAction() {
+  if (keys.has(' ')) return ACTIONS.indexOf('FIRE');
+  if (keys.has('ArrowRight') && !keys.has('ArrowLeft')) return ACTIONS.indexOf('RIGHT');
+  if (keys.has('ArrowLeft') && !keys.has('ArrowRight')) return ACTIONS.indexOf('LEFT');
+  return ACTIONS.indexOf('NOOP');
+}
+
+function draw(canvasId, base64) {
+  const gray = Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
+  const ctx = $(canvasId).getContext('2d');
+  const image = ctx.createImageData(84, 84);
+  for (let i = 0; i < gray.length; i++) {
+    image.data[4 * i] = image.data[4 * i + 1] = image.data[4 * i + 2] = gray[i];
+    image.data[4 * i + 3] = 255;
+  }
+  ctx.putImageData(image, 0, 0);
+}
+
+function stats(side) {
+  const end = side.done ? ` · over (${side.ended_by.replace('_', ' ')})` : '';
+  return `score ${side.score} · lives ${side.lives} · step ${side.steps}${end}`;
+}
+
+function showQ(q, chosen) {
+  if (!q) return;
+  const lo = Math.min(...q), hi = Math.max(...q), span = hi - lo || 1;
+  $('q').innerHTML = q.map((v, a) => {
+    const cls = a === chosen ? 'chosen' : '';
+    const width = 10 + 90 * (v - lo) / span;
+    return `<span class="${cls}">${ACTIONS[a]}</span><span class="bar ${a === chosen ? 'chosen-bar' : ''}" style="width:${width}%"></span>` +
+      `<span class="${cls}">${v.toFixed(4)}</span>`;
+  }).join('');
+}
+
+const model = await PageModel.load(config.model, provider);
+const info = model.info;
+const adapter = info.adapter ? ` · adapter ${info.adapter.vendor}/${info.adapter.architecture}${info.adapter.software ? ' (software, on the CPU)' : ''}` : '';
+$('agent-provider').textContent = `(onnxruntime-web ${info.onnxruntime_web}, ${info.actual_provider})`;
+$('runtime').textContent = `requested ${info.requested_provider}, ran on ${info.actual_provider}${adapter} · ` +
+  `WASM threads ${info.wasm_threads} · cross-origin isolated ${info.cross_origin_isolated} · ${info.user_agent}`;
+
+const ws = new WebSocket(`ws://${location.host}/play/ws`);
+await new Promise((resolve, reject) => { ws.onopen = resolve; ws.onerror = reject; });
+window.playPage = { games: [], steps: 0, errors: [], lastState: null, ready: true, info };
+$('status').textContent = 'ready: press Start';
+
+let lastSent = 0;
+async function act(state) {
+  let agentAction = 0;
+  if (!state.agent.done) {
+    const q = await model.qValues(state.agent.obs, 1);
+    agentAction = q.indexOf(Math.max(...q));
+    showQ(q, agentAction);
+  }
+  const wait = Math.max(0, lastSent + pace - performance.now());
+  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  lastSent = performance.now();
+  ws.send(JSON.stringify({ type: 'act', human_action: humanAction(), agent_action: agentAction }));
+  window.playPage.steps++;
+}
+
+function show(msg) {
+  window.playPage.lastState = { human: { ...msg.human, frame: undefined }, agent: { ...msg.agent, frame: undefined, obs: undefined } };
+  draw('human', msg.human.frame);
+  draw('agent', msg.agent.frame);
+  $('human-stats').textContent = stats(msg.human);
+  $('agent-stats').textContent = stats(msg.agent);
+}
+
+ws.onmessage = async (event) => {
+  const msg = JSON.parse(event.data);
+  if (msg.type === 'state') {
+    show(msg);
+    $('status').textContent = `game ${msg.game_id} · seed ${msg.seed}`;
+    await act(msg);
+  } else if (msg.type === 'over') {
+    show(msg);
+    const g = msg.game;
+    window.playPage.games.push(g);
+    $('status').textContent = `game over: you ${g.human_score}, agent ${g.agent_score} (stored as ${g.game_id})`;
+    $('games').insertAdjacentHTML('afterbegin', `<tr><td>${g.seed}</td><td>${g.human_score}</td><td>${g.agent_score}</td>` +
+      `<td>${g.human_ended_by}</td><td>${g.agent_ended_by}</td><td>${g.human_steps} / ${g.agent_steps}</td></tr>`);
+  } else if (msg.type === 'error') {
+    window.playPage.errors.push(msg.message);
+    $('status').textContent = `error: ${msg.message}`;
+  }
+};
+
+$('start').onclick = () => {
+  ws.send(JSON.stringify({ type: 'start', seed: Number($('seed').value) }));
+  $('start').blur();
+};
