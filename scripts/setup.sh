@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Everything the project needs on a fresh Debian machine: Chromium and Node (Debian
+# packages, only when missing), the Python package in .venv, and onnxruntime-web at the
+# version pinned in web/package-lock.json. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+missing=()
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || missing+=(chromium)
+command -v npm >/dev/null || missing+=(nodejs npm)
+if ((${#missing[@]})); then
+    SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
+    $SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+[ -d .venv ] || python3 -m venv .venv
+. .venv/bin/activate
+pip install -q -e '.[test]'
+npm ci --prefix web --no-audit --no-fund --loglevel=error
