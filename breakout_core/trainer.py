@@ -170,13 +170,22 @@ class Trainer:
 
     # -- acting ----------------------------------------------------------------------
     def _act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
-        with torch.inference_mode():
-            x = torch.from_numpy(obs).to(self.device)
-            if self.config.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            greedy = self.online(x).argmax(dim=1).cpu().numpy()
+        """Epsilon-greedy; the network runs only on the envs that act greedily this step.
+
+        The random draws are the same whatever the network does (explore flags, then one
+        random action per env), so skipping the forward pass for exploring envs (all of
+        them while epsilon is 1) changes no trajectory, only the cost of collecting.
+        """
         explore = self.rng.random(len(obs)) < epsilon
-        return np.where(explore, self.rng.integers(NUM_ACTIONS, size=len(obs)), greedy).astype(np.int64)
+        actions = self.rng.integers(NUM_ACTIONS, size=len(obs)).astype(np.int64)
+        greedy = np.flatnonzero(~explore)
+        if len(greedy):
+            with torch.inference_mode():
+                x = torch.from_numpy(obs[greedy]).to(self.device)
+                if self.config.channels_last:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                actions[greedy] = self.online(x).argmax(dim=1).cpu().numpy()
+        return actions
 
     # -- learning --------------------------------------------------------------------
     def _update(self, replay: FrameReplay, want_diagnostics: bool) -> dict | None:

@@ -1,0 +1,116 @@
+"""The shipped checkpoint's model card, written from the database, not by hand.
+
+Everything on the card comes from stored rows or the files themselves: the training run
+(spec text, git commit, host, CPU) from `runs`; the transitions from the checkpoint's own
+metadata; the wall time of the attempts that led to this checkpoint from their start
+(`train_attempts.started_at`) and the checkpoint files' modification times; the
+evaluation table from `episode_summary` of the evaluation run, with its verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from breakout_core.hashing import file_sha256
+from runner.store import Store, StoreError
+
+SUMMARY_COLUMNS = ("episodes", "mean", "median", "std", "p10", "p90", "min", "max", "time_limit_episodes")
+
+
+def _one(con, sql: str, params: list) -> tuple:
+    row = con.execute(sql, params).fetchone()
+    if row is None:
+        raise StoreError(f"nothing found for: {sql.split('FROM')[1].split('WHERE')[0].strip()} {params}")
+    return row
+
+
+def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> tuple[float, float]:
+    """(wall s of the attempts that built this checkpoint, wall s of every attempt up to its last file).
+
+    An attempt's end is the modification time of the last checkpoint file it wrote; one that
+    resumed from a checkpoint continues the chain, so work an attempt did past the checkpoint
+    the next one resumed from counts only in the second figure.
+    """
+    attempts = con.execute("SELECT attempt, from_transition, started_at FROM train_attempts WHERE run_id = ? "
+                           "AND measurement = ? ORDER BY attempt", [run_id, measurement]).fetchall()
+    files = con.execute("SELECT attempt, transition, path FROM train_checkpoints WHERE run_id = ? AND measurement = ? "
+                        "ORDER BY attempt, transition", [run_id, measurement]).fetchall()
+    mtimes = {(a, t): datetime.fromtimestamp(Path(p).stat().st_mtime, timezone.utc)
+              for a, t, p in files if Path(p).is_file()}
+    chain = spent = 0.0
+    for i, (attempt, _, started) in enumerate(attempts):
+        own = sorted((t, m) for (a, t), m in mtimes.items() if a == attempt)
+        if not own:
+            continue
+        spent += (own[-1][1] - started).total_seconds()
+        next_from = attempts[i + 1][1] if i + 1 < len(attempts) else transitions
+        useful = [m for t, m in own if t <= min(next_from, transitions)]
+        if useful:
+            chain += (useful[-1] - started).total_seconds()
+    return chain, spent
+
+
+def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_run: str, out: Path,
+                     eval_spec: str, measurement: str = "reference") -> Path:
+    from breakout_core.qnetwork import load_checkpoint
+
+    _, meta = load_checkpoint(checkpoint)
+    transitions = int(meta["transitions"])
+    with store.reader() as con:
+        spec_name, spec_text, commit, host, cpu, packages = _one(
+            con, "SELECT spec_name, spec_text, git_commit, host, cpu, packages FROM runs WHERE run_id = ?", [train_run])
+        eval_commit, eval_started = _one(con, "SELECT git_commit, started_at FROM runs WHERE run_id = ?", [eval_run])
+        chain_s, spent_s = _training_wall_s(con, train_run, measurement, transitions)
+        summary = con.execute(f"SELECT measurement, policy, {', '.join(SUMMARY_COLUMNS)} FROM episode_summary "
+                              "WHERE run_id = ? ORDER BY measurement, policy DESC", [eval_run]).fetchall()
+        verdicts = con.execute("SELECT verdict, outcome, reason FROM verdicts WHERE run_id = ? ORDER BY verdict",
+                               [eval_run]).fetchall()
+        episodes = con.execute("SELECT count(*), max(transition) FROM train_episodes_valid WHERE run_id = ? "
+                               "AND measurement = ? AND transition <= ?", [train_run, measurement, transitions]).fetchone()
+    if not summary:
+        raise StoreError(f"run {eval_run} has no evaluation episodes")
+    versions = json.loads(packages) if packages else {}
+    table = ["| measurement | policy | " + " | ".join(SUMMARY_COLUMNS) + " |",
+             "|" + " --- |" * (len(SUMMARY_COLUMNS) + 2)]
+    for row in summary:
+        cells = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in row]
+        table.append("| " + " | ".join(cells) + " |")
+    lines = [
+        f"# Model card: {checkpoint.name}",
+        "",
+        "Written by `runner model-card` from the results database; regenerate it rather than edit it.",
+        "",
+        "## What it is",
+        f"- File: `{checkpoint.name}`, sha256 `{file_sha256(checkpoint)}`",
+        f"- Architecture: {meta.get('architecture')}; contract `{meta['contract']['name']}` "
+        f"(hash `{meta['contract_hash']}`)",
+        f"- Trained for **{transitions:,} transitions** (agent steps over all envs; x{meta['contract']['frame_skip']} "
+        f"emulator frames), {episodes[0]:,} training episodes",
+        f"- Training run `{train_run}` of spec `{spec_name}`, git commit `{commit}`",
+        f"- Machine: {host}, {cpu}; torch {versions.get('torch', '?')}, ale-py {versions.get('ale-py', '?')}",
+        f"- Wall time to this checkpoint: **{chain_s / 3600:.2f} h** over the attempts that led to it "
+        f"({spent_s / 3600:.2f} h including work lost to stops between checkpoints); on 2 shared CPU cores, "
+        "often beside other jobs",
+        "",
+        "## Evaluation (raw Atari score, full games, epsilon 0, fixed seeds)",
+        f"Run `{eval_run}` ({eval_started:%Y-%m-%d}, commit `{eval_commit}`); reproduce with "
+        f"`runner run {eval_spec}`.",
+        "",
+        *table,
+        "",
+        "`time_limit_episodes`: episodes ended by the 108,000-frame limit instead of game over "
+        "(an agent that stalls without serving after a lost life ends that way).",
+        "",
+        "Verdicts:",
+        *[f"- `{v}`: **{o}** — {r}" for v, o, r in verdicts],
+        "",
+        "## Training spec",
+        "```yaml",
+        spec_text.rstrip(),
+        "```",
+        "",
+    ]
+    out.write_text("\n".join(lines), encoding="utf-8")
+    return out
