@@ -1,0 +1,123 @@
+"""The shipped reference agent, and the path that ships one: train -> export rows -> evaluate
+with the training history -> model card, all through the real CLI on a tiny training."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from breakout_core.contract import Contract
+from breakout_core.evaluator import evaluate
+from breakout_core.policies import QNetworkPolicy, RandomPolicy
+from breakout_core.qnetwork import load_checkpoint
+
+REPO = Path(__file__).parents[1]
+SHIPPED = REPO / "models" / "reference"
+
+
+def test_shipped_checkpoint_has_the_contract_and_beats_random_on_three_seeds():
+    import torch
+
+    network, meta = load_checkpoint(SHIPPED / "dqn_breakout.pt")
+    assert meta["contract_hash"] == Contract().hash and meta["transitions"] > 0
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        seeds = [0, 1, 2]
+        agent = evaluate(QNetworkPolicy(network, epsilon=0.0), seeds, Contract(), batch_size=3)
+        random = evaluate(RandomPolicy(), seeds, Contract(), batch_size=3)
+    finally:
+        torch.set_num_threads(previous)
+    agent_scores = np.array([e.score for e in agent.episodes])
+    random_scores = np.array([e.score for e in random.episodes])
+    assert agent_scores.mean() > random_scores.mean(), (agent_scores, random_scores)
+
+
+def _runner(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True, timeout=600,
+                         cwd=cwd, env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+TRAIN = """
+name: tiny_reference
+measurements:
+  - kind: train
+    name: reference
+    algorithm: double
+    total_transitions: 1200
+    num_envs: 2
+    replay_capacity: 1000
+    learning_starts: 100
+    train_every: 4
+    target_sync_every: 100
+    epsilon_decay_transitions: 1200
+    diagnostics_every: 50
+    checkpoint_every: 600
+    torch_threads: 1
+    seed: 3
+"""
+
+EVALUATE = """
+name: tiny_reference_agent
+contract: {name: breakout-v2, max_episode_frames: 2000}
+policies:
+  random: {type: random}
+  dqn: {type: checkpoint, path: CHECKPOINT}
+measurements:
+  - kind: evaluate
+    name: scores
+    policies: [random, dqn]
+    seeds: [0, 1]
+    batch_size: 2
+  - kind: training_history
+    name: history
+    rows: ROWS
+verdicts:
+  - {name: dqn_beats_random, measurement: scores, candidate: dqn, baseline: random,
+     deployment_worthy_when: {paired_score_diff_ci_low: "> 0"}}
+"""
+
+
+def test_train_export_evaluate_with_history_and_model_card(tmp_path):
+    (tmp_path / "train.yaml").write_text(TRAIN)
+    _runner("run", "train.yaml", "--db", "train.duckdb", "--no-report", cwd=tmp_path)
+    con = duckdb.connect(str(tmp_path / "train.duckdb"), read_only=True)
+    train_run = con.execute("SELECT run_id FROM runs").fetchone()[0]
+    checkpoint = Path(con.execute("SELECT path FROM train_checkpoints WHERE transition = 1200").fetchone()[0])
+    con.close()
+    _runner("export", train_run, "--out", "rows", "--db", "train.duckdb", cwd=tmp_path)
+
+    # a clean database: the evaluation spec brings the training rows in with it
+    (tmp_path / "evaluate.yaml").write_text(EVALUATE.replace("CHECKPOINT", str(tmp_path / checkpoint))
+                                            .replace("ROWS", "rows"))
+    out = _runner("run", "evaluate.yaml", "--db", "clean.duckdb", "--reports", "reports", cwd=tmp_path)
+    report = next((tmp_path / "reports").glob("tiny_reference_agent-*.html")).read_text()
+    assert "how the shipped agent was trained" in report and "learning curves" in report
+    con = duckdb.connect(str(tmp_path / "clean.duckdb"), read_only=True)
+    eval_run = con.execute("SELECT run_id FROM runs WHERE spec_name = 'tiny_reference_agent'").fetchone()[0]
+    episodes = con.execute("SELECT count(*) FROM train_episodes WHERE run_id = ?", [train_run]).fetchone()[0]
+    assert episodes > 0
+    history = con.execute("SELECT source_run_id, imported_rows FROM training_history").fetchone()
+    assert history[0] == train_run and history[1] > episodes
+    con.close()
+    # running it again does not import the rows twice
+    _runner("run", "evaluate.yaml", "--db", "clean.duckdb", "--no-report", cwd=tmp_path)
+    con = duckdb.connect(str(tmp_path / "clean.duckdb"), read_only=True)
+    assert con.execute("SELECT count(*) FROM train_episodes WHERE run_id = ?", [train_run]).fetchone()[0] == episodes
+    con.close()
+
+    _runner("model-card", "--checkpoint", str(tmp_path / checkpoint), "--train-run", train_run,
+            "--eval-run", eval_run, "--eval-spec", "evaluate.yaml", "--out", "CARD.md", "--db", "clean.duckdb",
+            cwd=tmp_path)
+    card = (tmp_path / "CARD.md").read_text()
+    assert "Trained for **1,200 transitions**" in card and train_run in card and eval_run in card
+    assert "| scores | dqn | 2 |" in card and "| scores | random | 2 |" in card
+    assert "dqn_beats_random" in card and "name: tiny_reference" in card
+    assert "verdict dqn_beats_random" in out.stdout
