@@ -231,3 +231,29 @@ def test_play_page_person_and_agent_play_to_the_end_and_the_row_is_stored(tmp_pa
     if row["agent_ended_by"] == "time_limit":
         assert row["agent_steps"] == contract.max_episode_frames // contract.frame_skip
     assert f"{row['human_score']:g}" in page_text and row["model_sha256"] == shown["model_sha256"]
+
+
+def test_runner_play_serves_the_page_and_refuses_a_missing_model(tmp_path):
+    import time
+    import urllib.request
+
+    missing = subprocess.run([sys.executable, "-m", "runner", "play", "--model", str(tmp_path / "none.onnx")],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+    process = subprocess.Popen([sys.executable, "-m", "runner", "play", "--port", "0", "--seed", "7",
+                                "--db", str(tmp_path / "play.duckdb")], stdout=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("play page: http://127.0.0.1:"), line
+        url = line.split()[2]
+        page = urllib.request.urlopen(url, timeout=10)
+        assert page.headers["Cross-Origin-Embedder-Policy"] == "require-corp" and b"Breakout" in page.read()
+        config = json.load(urllib.request.urlopen(url.replace("/play.html", "/play/config.json"), timeout=10))
+        assert config["seed"] == 7 and config["provider"] == "wasm" and len(config["model_sha256"]) == 64
+    finally:
+        process.terminate()
+        started = time.monotonic()
+        while process.poll() is None and time.monotonic() - started < 10:
+            time.sleep(0.1)
+        if process.poll() is None:
+            process.kill()
