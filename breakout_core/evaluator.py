@@ -21,6 +21,7 @@ import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
 from breakout_core.contract import Contract
+from breakout_core.contract import FIRE, serves
 from breakout_core.envs import NUM_ACTIONS, make_vector_env, noop_start_steps
 from breakout_core.policies import Policy, episode_rng
 
@@ -86,7 +87,9 @@ def evaluate(
     started = time.perf_counter()
     transitions = 0
     try:
-        obs, _ = env.reset()  # unseeded, like every later reset of a slot
+        obs, info = env.reset()  # unseeded, like every later reset of a slot
+        lives = info["lives"].copy()
+        serve = np.zeros(slots, dtype=bool)  # the contract's forced FIRE after a lost life
         rngs = [episode_rng(policy_seed, s) if s is not None else None for s in slot_seed]
         noops = np.array([noop_start_steps(contract, noop_rng(s)) if s is not None else 0 for s in slot_seed],
                          dtype=np.int64)
@@ -100,14 +103,14 @@ def evaluate(
             if recorded is not None and record_seed in slot_seed:
                 recorded.append(obs[slot_seed.index(record_seed), -1].copy())
             actions = np.zeros(slots, dtype=np.int64)  # NOOP: idle slots and no-op starts
-            if noops.any():
-                deciding = np.flatnonzero(active & (noops == 0))
-                noops[idx] = np.maximum(noops[idx] - 1, 0)
-            else:
-                deciding = idx
+            actions[serve] = FIRE
+            deciding = np.flatnonzero(active & (noops == 0) & ~serve)
+            noops[idx] = np.maximum(noops[idx] - 1, 0)
             if len(deciding):
                 actions[deciding] = policy.act(obs[deciding], [rngs[i] for i in deciding])
             obs, reward, terminated, truncated, info = env.step(actions)
+            serve = serves(contract, lives, info["lives"], terminated | truncated) & active
+            lives = info["lives"].copy()
             score[idx] += reward[idx]
             steps[idx] += 1
             counts[idx, actions[idx]] += 1
@@ -143,7 +146,8 @@ def evaluate(
                     active[i] = False
             idx = np.flatnonzero(active)
             if reset_mask.any():
-                obs, _ = env.reset(options={"reset_mask": reset_mask})
+                obs, info = env.reset(options={"reset_mask": reset_mask})
+                lives[reset_mask] = info["lives"][reset_mask]
     finally:
         if owned:
             env.close()

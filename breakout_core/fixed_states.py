@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from breakout_core.contract import Contract
+from breakout_core.contract import FIRE, serves
 from breakout_core.envs import make_vector_env, noop_start_steps
 from breakout_core.evaluator import noop_rng
 from breakout_core.hashing import file_sha256
@@ -163,7 +164,9 @@ def capture_fixed_states(
     episodes: dict[int, CapturedEpisode] = {}
     env = make_vector_env(contract, slots)
     try:
-        obs, _ = env.reset()  # unseeded, as in the evaluator: the seed decides the no-op start
+        obs, info = env.reset()  # unseeded, as in the evaluator: the seed decides the no-op start
+        lives = info["lives"].copy()
+        serve = np.zeros(slots, dtype=bool)  # the contract's forced FIRE after a lost life
 
         def start(i: int) -> None:
             seed = slot_seed[i]
@@ -184,13 +187,16 @@ def capture_fixed_states(
         active = np.ones(slots, dtype=bool)
         while active.any():
             actions = np.zeros(slots, dtype=np.int64)  # NOOP for idle slots and no-op starts
-            deciding = np.flatnonzero(active & (noops == 0))
+            actions[serve] = FIRE
+            deciding = np.flatnonzero(active & (noops == 0) & ~serve)
             if len(deciding):
                 actions[deciding] = policy.act(obs[deciding], [rngs[i] for i in deciding])
                 for i in deciding:
                     samplers[i].offer(int(steps[i] - noop_total[i]), int(steps[i]), obs[i], int(actions[i]))
             noops[active] = np.maximum(noops[active] - 1, 0)
-            obs, reward, terminated, truncated, _ = env.step(actions)
+            obs, reward, terminated, truncated, info = env.step(actions)
+            serve = serves(contract, lives, info["lives"], terminated | truncated) & active
+            lives = info["lives"].copy()
             score[active] += reward[active]
             steps[active] += 1
             capped = np.zeros(slots, dtype=bool)

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from breakout_core.contract import Contract
+from breakout_core.contract import FIRE, serves
 from breakout_core.envs import NUM_ACTIONS, make_vector_env, noop_start_steps
 from breakout_core.qnetwork import QNetwork, save_checkpoint
 from breakout_core.replay import FrameReplay
@@ -247,11 +248,13 @@ class Trainer:
             first_of_episode = np.ones(n, dtype=bool)
             resetting = np.zeros(n, dtype=bool)  # this step is an autoreset for these envs
             noops = np.array([noop_start_steps(self.contract, self.rng) for _ in range(n)], dtype=np.int64)
+            serve = np.zeros(n, dtype=bool)  # the contract's forced FIRE after a lost life
             returns = np.zeros(n)
             lengths = np.zeros(n, dtype=np.int64)
             while self.transitions < cfg.total_transitions:
                 epsilon = cfg.epsilon(self.transitions)
                 actions = np.where(noops > 0, 0, self._act(obs, epsilon))  # the contract's no-op start
+                actions[serve] = FIRE
                 noops = np.maximum(noops - 1, 0)
                 next_obs, reward, terminated, truncated, info = env.step(actions)
                 record = ~resetting
@@ -259,6 +262,7 @@ class Trainer:
                 idx = np.flatnonzero(record)
                 done = terminated | truncated
                 life_lost = info["lives"] < lives
+                serve = serves(self.contract, lives, info["lives"], done)
                 learn_reward = np.sign(reward) if self.contract.clip_rewards_in_training else reward
                 terminal = terminated | (life_lost & cfg.life_loss_terminal)
                 if len(idx):

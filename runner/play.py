@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from breakout_core.contract import Contract
+from breakout_core.contract import FIRE, Contract, serves
 from breakout_core.envs import ACTION_NAMES, NUM_ACTIONS, make_single_env, noop_start_steps
 from breakout_core.evaluator import GAME_OVER, TIME_LIMIT, noop_rng
 
@@ -60,6 +60,7 @@ class Side:
     steps: int = 0
     ended_by: str | None = None
     actions: np.ndarray = field(default_factory=lambda: np.zeros(NUM_ACTIONS, dtype=np.int64))
+    serve: bool = False  # the contract's forced FIRE after a lost life is due
 
     @classmethod
     def start(cls, contract: Contract, noops: int) -> "Side":
@@ -67,15 +68,18 @@ class Side:
         obs, info = env.reset()
         side = cls(env=env, obs=obs, lives=int(info["lives"][0]))
         for _ in range(noops):  # the contract's no-op start, the same for both sides
-            side.step(0)
+            side.step(0, contract)
         return side
 
     @property
     def done(self) -> bool:
         return self.ended_by is not None
 
-    def step(self, action: int) -> None:
+    def step(self, action: int, contract: Contract) -> None:
+        if self.serve:
+            action, self.serve = FIRE, False
         obs, reward, terminated, truncated, info = self.env.step(np.array([action], dtype=np.int64))
+        self.serve = bool(serves(contract, [self.lives], info["lives"], terminated | truncated)[0])
         self.obs = obs
         self.score += float(reward[0])
         self.steps += 1
@@ -119,9 +123,9 @@ class PlayGame:
 
     def step(self, human_action: int, agent_action: int) -> None:
         if not self.human.done:
-            self.human.step(human_action)
+            self.human.step(human_action, self.contract)
         if not self.agent.done:
-            self.agent.step(agent_action)
+            self.agent.step(agent_action, self.contract)
 
     def state(self) -> dict[str, Any]:
         return {"type": "state", "game_id": self.game_id, "seed": self.seed,

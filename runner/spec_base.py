@@ -58,6 +58,7 @@ class ContractSpec(StrictModel):
     max_episode_frames: int | None = Field(default=None, gt=0)
     noop_start_max: int | None = Field(default=None, ge=0)
     repeat_action_probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    serve_after_life_loss: bool | None = Field(default=None, description="a forced FIRE after each lost life")
 
     @field_validator("name")
     @classmethod

@@ -32,3 +32,9 @@ def test_hash_is_stable_and_the_contract_frozen():
 def test_unknown_contract_names_the_known_ones():
     with pytest.raises(KeyError, match="breakout-v2"):
         contract_by_name("pong")
+
+
+def test_breakout_v2_hash_is_the_one_stored_before_serving_existed():
+    # checkpoints, fixed states and rows made before serve_after_life_loss existed carry this hash
+    assert Contract().hash == "34831b6a492c742d"
+    assert Contract().replace(serve_after_life_loss=True).hash != Contract().hash

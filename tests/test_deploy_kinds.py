@@ -531,3 +531,23 @@ def test_artifacts_made_from_another_checkpoint_are_refused(tiny_run):
             else:
                 with pytest.raises(ValueError, match="made from a checkpoint with sha256 .* 'tiny_deploy' again"):
                     check_lineage(ctx, [artifact])
+
+
+class _HoldsLeft:
+    """A runtime whose Q-values always pick LEFT: it never serves by itself."""
+
+    def infer(self, obs):
+        return np.tile(np.array([[0.0, 0.1, 0.2, 0.3]], dtype=np.float32), (len(obs), 1))
+
+
+def test_closed_loop_plays_the_contracts_serve_after_each_lost_life():
+    from breakout_core.contract import Contract
+    from runner.kinds.closed_loop import play
+
+    stalled = play(_HoldsLeft(), Contract(), seed=0, steps=400)
+    assert (stalled["action"] == 1).sum() == 0 and stalled["lives"][-1] == 4
+    served = play(_HoldsLeft(), Contract().replace(serve_after_life_loss=True), seed=0, steps=400)
+    fires = np.flatnonzero(served["action"] == 1)
+    assert len(fires) >= 4 and served["forced_noop"][fires].all() and np.isnan(served["q"][fires]).all()
+    # each serve follows a step that lost a life without ending the game
+    assert all(served["lives"][i - 1] < served["lives"][i - 2] and not served["game_over"][i - 1] for i in fires)

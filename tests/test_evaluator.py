@@ -1,5 +1,6 @@
 """The evaluator on the real ALE: deterministic per seed, alone or inside any batch."""
 
+import numpy as np
 import imageio.v3 as iio
 import pytest
 
@@ -65,3 +66,23 @@ def test_gif_of_one_episode(tmp_path):
     frames = iio.imread(path, index=None)
     # GIF encoders merge identical consecutive frames, so the file may hold fewer than steps
     assert 0 < frames.shape[0] <= episode.steps and frames.shape[1:3] == (168, 168)
+
+
+class NeverServes:
+    """Holds LEFT: after a lost life the ball is never served again."""
+
+    def act(self, obs, rngs):
+        return np.full(len(obs), 3, dtype=np.int64)
+
+
+def test_the_serving_contract_ends_a_stalling_agent_by_game_over():
+    capped = Contract().replace(max_episode_frames=8000)
+    stalled = evaluate(NeverServes(), [0, 1], capped, batch_size=2).episodes
+    assert all(e.ended_by == TIME_LIMIT and e.action_counts[1] == 0 for e in stalled)
+    serving = capped.replace(serve_after_life_loss=True)
+    alone = [evaluate(NeverServes(), [s], serving, batch_size=1).episodes[0] for s in (0, 1)]
+    batched = evaluate(NeverServes(), [0, 1], serving, batch_size=2).episodes
+    for e in batched:
+        # five lives: four serves played by the contract, then game over
+        assert e.ended_by == GAME_OVER and e.action_counts[1] == 4
+    assert [(e.score, e.steps) for e in alone] == [(e.score, e.steps) for e in batched]

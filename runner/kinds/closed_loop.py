@@ -76,16 +76,19 @@ METRIC_NAMES = ("candidate_score", "baseline_score", "score_diff", "action_count
 
 def play(runtime, contract, seed: int, steps: int) -> dict[str, np.ndarray]:
     """K agent steps of greedy play through `runtime`, as arrays per step."""
+    from breakout_core.contract import FIRE, serves
     from breakout_core.envs import make_single_env, noop_start_steps
     from breakout_core.evaluator import noop_rng
 
     out = {k: [] for k in ("game", "forced_noop", "action", "reward", "lives", "game_over", "q")}
     env = make_single_env(contract)
     try:
-        obs, _ = env.reset()
-        noops, game = noop_start_steps(contract, noop_rng(seed)), 0
+        obs, info = env.reset()
+        noops, game, serve, lives = noop_start_steps(contract, noop_rng(seed)), 0, False, int(info["lives"][0])
         for _ in range(steps):
-            if noops > 0:
+            if serve:  # forced by the contract: the serve after a lost life (forced_noop is true for it too)
+                action, q, forced = FIRE, np.full(4, np.nan), True
+            elif noops > 0:  # forced by the contract: a no-op start step
                 noops -= 1
                 action, q, forced = 0, np.full(4, np.nan), True
             else:
@@ -93,12 +96,15 @@ def play(runtime, contract, seed: int, steps: int) -> dict[str, np.ndarray]:
                 action, q, forced = int(greedy(q)[0]), q[0].astype(np.float64), False
             obs, reward, terminated, truncated, info = env.step(np.array([action]))
             ended = bool(terminated[0] or truncated[0])
+            serve = bool(serves(contract, lives, info["lives"], np.array([ended]))[0])
+            lives = int(info["lives"][0])
             for key, value in (("game", game), ("forced_noop", forced), ("action", action), ("reward", float(reward[0])),
                                ("lives", int(info["lives"][0])), ("game_over", ended), ("q", q)):
                 out[key].append(value)
             if ended:
                 game += 1
-                obs, _ = env.reset()
+                obs, info = env.reset()
+                lives = int(info["lives"][0])
     finally:
         env.close()
     return {k: np.asarray(v) for k, v in out.items()}
