@@ -229,21 +229,20 @@ def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, db: P
 @click.option("--checkpoint", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               default=Path("models/reference/dqn_breakout.pt"), show_default=True)
 @click.option("--train-run", required=True, help="the run that trained the checkpoint")
-@click.option("--eval-run", required=True, help="the evaluation run whose table goes on the card")
-@click.option("--eval-spec", default="specs/reference_agent.yaml", show_default=True,
-              help="the spec that reproduces the evaluation (named on the card)")
+@click.option("--eval-run", "eval_runs", required=True, multiple=True,
+              help="an evaluation run whose table goes on the card (repeat for several)")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="default: MODEL_CARD.md beside the checkpoint")
 @db_option
-def model_card(checkpoint: Path, train_run: str, eval_run: str, eval_spec: str, out: Path | None,
+def model_card(checkpoint: Path, train_run: str, eval_runs: tuple[str, ...], out: Path | None,
                db: Path | None) -> None:
     """Write the checkpoint's model card from the training and evaluation runs' rows."""
     from runner.model_card import write_model_card
     from runner.store import StoreError
 
     try:
-        path = write_model_card(_store(db), checkpoint, train_run, eval_run, out or checkpoint.with_name("MODEL_CARD.md"),
-                                eval_spec)
+        path = write_model_card(_store(db), checkpoint, train_run, list(eval_runs),
+                                out or checkpoint.with_name("MODEL_CARD.md"))
     except (StoreError, KeyError, ValueError) as exc:
         _fail(str(exc))
     click.echo(f"model card: {path}")

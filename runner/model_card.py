@@ -52,8 +52,36 @@ def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> tu
     return chain, spent
 
 
-def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_run: str, out: Path,
-                     eval_spec: str, measurement: str = "reference") -> Path:
+def _evaluation_section(con, eval_run: str) -> list[str]:
+    spec_name, spec_path, commit, started, contract_hash, contract = _one(
+        con, "SELECT spec_name, spec_path, git_commit, started_at, contract_hash, contract FROM runs WHERE run_id = ?",
+        [eval_run])
+    summary = con.execute(f"SELECT measurement, policy, {', '.join(SUMMARY_COLUMNS)} FROM episode_summary "
+                          "WHERE run_id = ? ORDER BY measurement, policy DESC", [eval_run]).fetchall()
+    if not summary:
+        raise StoreError(f"run {eval_run} has no evaluation episodes")
+    verdicts = con.execute("SELECT verdict, outcome, reason FROM verdicts WHERE run_id = ? ORDER BY verdict",
+                           [eval_run]).fetchall()
+    serving = json.loads(contract or "{}").get("serve_after_life_loss", False)
+    table = ["| measurement | policy | " + " | ".join(SUMMARY_COLUMNS) + " |",
+             "|" + " --- |" * (len(SUMMARY_COLUMNS) + 2)]
+    for row in summary:
+        table.append("| " + " | ".join(f"{v:.2f}" if isinstance(v, float) else str(v) for v in row) + " |")
+    return [
+        f"### `{spec_name}`: contract hash `{contract_hash}`"
+        + (" (breakout-v2 plus a forced serve after each lost life)" if serving else ""),
+        f"Run `{eval_run}` ({started:%Y-%m-%d}, commit `{commit}`); reproduce with `runner run {spec_path}`.",
+        "",
+        *table,
+        "",
+        "Verdicts:",
+        *[f"- `{v}`: **{o}** — {r}" for v, o, r in verdicts],
+        "",
+    ]
+
+
+def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: list[str], out: Path,
+                     measurement: str = "reference") -> Path:
     from breakout_core.qnetwork import load_checkpoint
 
     _, meta = load_checkpoint(checkpoint)
@@ -61,22 +89,11 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_run: s
     with store.reader() as con:
         spec_name, spec_text, commit, host, cpu, packages = _one(
             con, "SELECT spec_name, spec_text, git_commit, host, cpu, packages FROM runs WHERE run_id = ?", [train_run])
-        eval_commit, eval_started = _one(con, "SELECT git_commit, started_at FROM runs WHERE run_id = ?", [eval_run])
         chain_s, spent_s = _training_wall_s(con, train_run, measurement, transitions)
-        summary = con.execute(f"SELECT measurement, policy, {', '.join(SUMMARY_COLUMNS)} FROM episode_summary "
-                              "WHERE run_id = ? ORDER BY measurement, policy DESC", [eval_run]).fetchall()
-        verdicts = con.execute("SELECT verdict, outcome, reason FROM verdicts WHERE run_id = ? ORDER BY verdict",
-                               [eval_run]).fetchall()
+        evaluations = [line for run in eval_runs for line in _evaluation_section(con, run)]
         episodes = con.execute("SELECT count(*), max(transition) FROM train_episodes_valid WHERE run_id = ? "
                                "AND measurement = ? AND transition <= ?", [train_run, measurement, transitions]).fetchone()
-    if not summary:
-        raise StoreError(f"run {eval_run} has no evaluation episodes")
     versions = json.loads(packages) if packages else {}
-    table = ["| measurement | policy | " + " | ".join(SUMMARY_COLUMNS) + " |",
-             "|" + " --- |" * (len(SUMMARY_COLUMNS) + 2)]
-    for row in summary:
-        cells = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in row]
-        table.append("| " + " | ".join(cells) + " |")
     lines = [
         f"# Model card: {checkpoint.name}",
         "",
@@ -95,17 +112,10 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_run: s
         "often beside other jobs",
         "",
         "## Evaluation (raw Atari score, full games, epsilon 0, fixed seeds)",
-        f"Run `{eval_run}` ({eval_started:%Y-%m-%d}, commit `{eval_commit}`); reproduce with "
-        f"`runner run {eval_spec}`.",
-        "",
-        *table,
-        "",
         "`time_limit_episodes`: episodes ended by the 108,000-frame limit instead of game over "
         "(an agent that stalls without serving after a lost life ends that way).",
         "",
-        "Verdicts:",
-        *[f"- `{v}`: **{o}** — {r}" for v, o, r in verdicts],
-        "",
+        *evaluations,
         "## Training spec",
         "```yaml",
         spec_text.rstrip(),

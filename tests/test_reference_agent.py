@@ -114,7 +114,7 @@ def test_train_export_evaluate_with_history_and_model_card(tmp_path):
     con.close()
 
     _runner("model-card", "--checkpoint", str(tmp_path / checkpoint), "--train-run", train_run,
-            "--eval-run", eval_run, "--eval-spec", "evaluate.yaml", "--out", "CARD.md", "--db", "clean.duckdb",
+            "--eval-run", eval_run, "--out", "CARD.md", "--db", "clean.duckdb",
             cwd=tmp_path)
     card = (tmp_path / "CARD.md").read_text()
     assert "Trained for **1,200 transitions**" in card and train_run in card and eval_run in card
