@@ -3,7 +3,7 @@
 Everything on the card comes from stored rows or the files themselves: the training run
 (spec text, git commit, host, CPU) from `runs`; the transitions from the checkpoint's own
 metadata; the wall time of the attempts that led to this checkpoint from their start
-(`train_attempts.started_at`) and the checkpoint files' modification times; the
+(`train_attempts.started_at`) and the modification times of the checkpoint files they wrote; the
 evaluation table from `episode_summary` of the evaluation run, with its verdicts.
 """
 
@@ -26,12 +26,12 @@ def _one(con, sql: str, params: list) -> tuple:
     return row
 
 
-def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> tuple[float, float]:
-    """(wall s of the attempts that built this checkpoint, wall s of every attempt up to its last file).
+def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> float:
+    """Wall seconds of the attempts that built this checkpoint.
 
-    An attempt's end is the modification time of the last checkpoint file it wrote; one that
-    resumed from a checkpoint continues the chain, so work an attempt did past the checkpoint
-    the next one resumed from counts only in the second figure.
+    An attempt counts from its start to the modification time of the last checkpoint file it
+    wrote that the chain used (up to the checkpoint the next attempt resumed from, or this
+    one); what an attempt did past that before it was stopped is not counted.
     """
     attempts = con.execute("SELECT attempt, from_transition, started_at FROM train_attempts WHERE run_id = ? "
                            "AND measurement = ? ORDER BY attempt", [run_id, measurement]).fetchall()
@@ -39,17 +39,13 @@ def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> tu
                         "ORDER BY attempt, transition", [run_id, measurement]).fetchall()
     mtimes = {(a, t): datetime.fromtimestamp(Path(p).stat().st_mtime, timezone.utc)
               for a, t, p in files if Path(p).is_file()}
-    chain = spent = 0.0
+    total = 0.0
     for i, (attempt, _, started) in enumerate(attempts):
-        own = sorted((t, m) for (a, t), m in mtimes.items() if a == attempt)
-        if not own:
-            continue
-        spent += (own[-1][1] - started).total_seconds()
-        next_from = attempts[i + 1][1] if i + 1 < len(attempts) else transitions
-        useful = [m for t, m in own if t <= min(next_from, transitions)]
-        if useful:
-            chain += (useful[-1] - started).total_seconds()
-    return chain, spent
+        until = min(attempts[i + 1][1], transitions) if i + 1 < len(attempts) else transitions
+        used = [m for (a, t), m in sorted(mtimes.items()) if a == attempt and t <= until]
+        if used:
+            total += (used[-1] - started).total_seconds()
+    return total
 
 
 def _evaluation_section(con, eval_run: str) -> list[str]:
@@ -89,7 +85,7 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
     with store.reader() as con:
         spec_name, spec_text, commit, host, cpu, packages = _one(
             con, "SELECT spec_name, spec_text, git_commit, host, cpu, packages FROM runs WHERE run_id = ?", [train_run])
-        chain_s, spent_s = _training_wall_s(con, train_run, measurement, transitions)
+        wall_s = _training_wall_s(con, train_run, measurement, transitions)
         evaluations = [line for run in eval_runs for line in _evaluation_section(con, run)]
         episodes = con.execute("SELECT count(*), max(transition) FROM train_episodes_valid WHERE run_id = ? "
                                "AND measurement = ? AND transition <= ?", [train_run, measurement, transitions]).fetchone()
@@ -107,9 +103,9 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         f"emulator frames), {episodes[0]:,} training episodes",
         f"- Training run `{train_run}` of spec `{spec_name}`, git commit `{commit}`",
         f"- Machine: {host}, {cpu}; torch {versions.get('torch', '?')}, ale-py {versions.get('ale-py', '?')}",
-        f"- Wall time to this checkpoint: **{chain_s / 3600:.2f} h** over the attempts that led to it "
-        f"({spent_s / 3600:.2f} h including work lost to stops between checkpoints); on 2 shared CPU cores, "
-        "often beside other jobs",
+        f"- Wall time to this checkpoint: **{wall_s / 3600:.2f} h** over the attempts that led to it (work "
+        "lost to a stop after an attempt's last checkpoint not counted), on the machine above, often beside "
+        "other jobs",
         "",
         "## Evaluation (raw Atari score, full games, epsilon 0, fixed seeds)",
         "`time_limit_episodes`: episodes ended by the 108,000-frame limit instead of game over "

@@ -15,6 +15,6 @@ rm -rf models/reference/training_rows
 runner export "$run_id" --out models/reference/training_rows --db "$db"
 runner run specs/reference_agent.yaml --db "$db"
 runner run specs/reference_agent_served.yaml --db "$db"
-latest() { runner sql "SELECT run_id FROM runs WHERE spec_name = '$1' AND status = 'done' ORDER BY started_at DESC LIMIT 1" --csv --db "$db" | tail -1; }
+latest() { runner sql "SELECT run_id FROM runs WHERE spec_name = '$1' AND status = 'done' ORDER BY started_at DESC LIMIT 1" --csv --db "$db" | tail -1 | tr -d '\r'; }
 runner model-card --checkpoint models/reference/dqn_breakout.pt --train-run "$run_id" \
     --eval-run "$(latest reference_agent)" --eval-run "$(latest reference_agent_served)" --db "$db"

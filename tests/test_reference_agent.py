@@ -28,9 +28,11 @@ def test_shipped_checkpoint_has_the_contract_and_beats_random_on_three_seeds():
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        seeds = [0, 1, 2]
-        agent = evaluate(QNetworkPolicy(network, epsilon=0.0), seeds, Contract(), batch_size=3)
-        random = evaluate(RandomPolicy(), seeds, Contract(), batch_size=3)
+        # the serving contract (breakout-v2 plus a forced FIRE after a lost life): a greedy agent
+        # that stalls under breakout-v2 plays until the time limit there (minutes per game)
+        serving, seeds = Contract().replace(serve_after_life_loss=True), [0, 1, 2]
+        agent = evaluate(QNetworkPolicy(network, epsilon=0.0), seeds, serving, batch_size=3)
+        random = evaluate(RandomPolicy(), seeds, serving, batch_size=3)
     finally:
         torch.set_num_threads(previous)
     agent_scores = np.array([e.score for e in agent.episodes])
