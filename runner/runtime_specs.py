@@ -36,7 +36,7 @@ from typing import Annotated, Any, Iterator, Literal, Union
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from runner.spec_base import Name, StrictModel
+from runner.spec_base import Name, StrictModel, spec_relative
 
 ARTIFACT_TYPES = {".pt": "checkpoint", ".pth": "checkpoint", ".onnx": "onnx", ".npz": "fixed_states",
                   ".engine": "engine", ".plan": "engine"}
@@ -46,8 +46,7 @@ UNAVAILABLE = "unavailable_reason"  # the key a kind's metrics() sets when a par
 
 
 def _resolve(path: str, info: ValidationInfo) -> str:
-    base = (info.context or {}).get("base_dir")
-    return str(Path(base, path)) if base is not None else path
+    return str(spec_relative(path, info))
 
 
 class ArtifactSpec(StrictModel):

@@ -15,6 +15,18 @@ Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
 Participant = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-=.,@:+]*$", max_length=200)]
 
 
+def spec_relative(path: str, info: ValidationInfo) -> Path:
+    """A path written in a spec, resolved against the spec file's folder (validation context
+    `base_dir`; as written when there is none)."""
+    base = (info.context or {}).get("base_dir")
+    return Path(base, path) if base is not None else Path(path)
+
+
+def checks_files(info: ValidationInfo) -> bool:
+    """Whether this validation checks that named files exist (context `check_files`, default yes)."""
+    return (info.context or {}).get("check_files", True)
+
+
 class StrictModel(BaseModel):
     """Every spec model refuses unknown keys and is immutable once validated."""
 
@@ -89,10 +101,8 @@ class CheckpointPolicySpec(StrictModel):
     @field_validator("path")
     @classmethod
     def _exists(cls, path: str, info: ValidationInfo) -> str:
-        context = info.context or {}
-        base = context.get("base_dir")
-        resolved = Path(base, path) if base is not None else Path(path)
-        if context.get("check_files", True) and not resolved.is_file():
+        resolved = spec_relative(path, info)
+        if checks_files(info) and not resolved.is_file():
             raise ValueError(f"model file not found: {resolved}")
         return str(resolved)
 

@@ -36,6 +36,15 @@ def export_run(store: Store, run_id: str, out_dir: Path) -> dict[str, int]:
     return counts
 
 
+def exported_run_id(con, in_dir: Path) -> str:
+    """The one run id in an export folder's runs.parquet."""
+    run_ids = [r[0] for r in con.execute("SELECT DISTINCT run_id FROM read_parquet(?)",
+                                         [str(in_dir / "runs.parquet")]).fetchall()]
+    if len(run_ids) != 1:
+        raise StoreError(f"{in_dir}/runs.parquet holds {len(run_ids)} runs, expected 1")
+    return run_ids[0]
+
+
 def import_run(store: Store, in_dir: Path) -> tuple[str, dict[str, int]]:
     """Append an exported run; refuses one whose run id is already stored."""
     files = sorted(in_dir.glob("*.parquet"))
@@ -44,11 +53,7 @@ def import_run(store: Store, in_dir: Path) -> tuple[str, dict[str, int]]:
     counts = {}
     with store.writer() as con:
         known = set(_run_tables(con))
-        run_ids = [r[0] for r in con.execute("SELECT DISTINCT run_id FROM read_parquet(?)",
-                                             [str(in_dir / "runs.parquet")]).fetchall()]
-        if len(run_ids) != 1:
-            raise StoreError(f"{in_dir}/runs.parquet holds {len(run_ids)} runs, expected 1")
-        run_id = run_ids[0]
+        run_id = exported_run_id(con, in_dir)
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
             raise StoreError(f"run {run_id} is already in {store.path}")
         unknown = [f.stem for f in files if f.stem not in known]

@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.spec_base import Name, StrictModel
+from runner.spec_base import Name, StrictModel, checks_files, spec_relative
 
 
 class TrainingHistoryMeasurement(StrictModel):
@@ -29,10 +29,8 @@ class TrainingHistoryMeasurement(StrictModel):
     @field_validator("rows")
     @classmethod
     def _export_folder(cls, rows: str, info: ValidationInfo) -> str:
-        context = info.context or {}
-        base = context.get("base_dir")
-        folder = Path(base, rows) if base is not None else Path(rows)
-        if context.get("check_files", True) and not (folder / "runs.parquet").is_file():
+        folder = spec_relative(rows, info)
+        if checks_files(info) and not (folder / "runs.parquet").is_file():
             raise ValueError(f"{folder} is not a `runner export` folder (no runs.parquet in it)")
         return str(folder)
 
@@ -50,20 +48,12 @@ MIGRATIONS = [
 ]
 
 
-def _shipped_run_id(folder: Path, con) -> str:
-    run_ids = [r[0] for r in con.execute("SELECT DISTINCT run_id FROM read_parquet(?)",
-                                         [str(folder / "runs.parquet")]).fetchall()]
-    if len(run_ids) != 1:
-        raise ValueError(f"{folder}/runs.parquet holds {len(run_ids)} runs, expected 1")
-    return run_ids[0]
-
-
 def execute(m: TrainingHistoryMeasurement, ctx: RunContext) -> None:
-    from runner.transfer import import_run
+    from runner.transfer import exported_run_id, import_run
 
     folder = Path(m.rows)
     with ctx.store.reader() as con:
-        source = _shipped_run_id(folder, con)
+        source = exported_run_id(con, folder)
         present = con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [source]).fetchone()[0] > 0
     imported = 0 if present else sum(import_run(ctx.store, folder)[1].values())
     with ctx.store.reader() as con:
