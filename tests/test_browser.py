@@ -61,9 +61,10 @@ def test_page_q_values_match_torch_on_real_states(artifacts, torch_q, provider):
 def test_in_page_latency_samples(artifacts):  # noqa: F811
     with make_runtime("browser", provider="wasm") as rt:
         rt.load(artifacts.export.onnx_path)
-        samples, timer, resolution_s = rt.timed_runs(artifacts.states.obs[:1], warmup=3, iterations=64)
+        result = rt.timed_runs(artifacts.states.obs[:1], warmup=3, iterations=64)
+    samples = result.samples_ms
     assert samples.shape == (64,) and np.all(samples > 0) and np.all(np.isfinite(samples))
-    assert timer == "performance.now() in the page" and 0 < resolution_s < 1e-3
+    assert result.timer == "performance.now() in the page" and 0 < result.timer_resolution_s < 1e-3
 
 
 def test_missing_browser_is_unavailable_with_the_reason(artifacts, monkeypatch):  # noqa: F811

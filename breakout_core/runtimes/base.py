@@ -105,6 +105,14 @@ class Runtime(ABC):
             raise ValueError("obs must hold at least one state")
         return self._infer(np.ascontiguousarray(obs))
 
+    def timed_runs(self, obs: np.ndarray, warmup: int, iterations: int):
+        """Latency of infer(obs): `warmup` untimed calls, then `iterations` timed ones
+        (breakout_core.latency.LatencyResult). Here perf_counter around each call from Python;
+        a runtime that runs elsewhere (a browser page) times itself there instead."""
+        from breakout_core.latency import measure_latency
+
+        return measure_latency(self.infer, obs, warmup=warmup, iterations=iterations)
+
     def describe(self) -> dict[str, Any]:
         """What was requested and what actually ran (device, precision, provider, versions)."""
         ok, reason = type(self)._available(self.requested)

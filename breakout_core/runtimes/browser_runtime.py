@@ -87,15 +87,17 @@ class BrowserRuntime(Runtime):
                                 [base64.b64encode(obs.tobytes()).decode("ascii"), obs.shape[0]])
         return np.asarray(q, dtype=np.float32).reshape(obs.shape[0], NUM_ACTIONS)
 
-    def timed_runs(self, obs: np.ndarray, warmup: int, iterations: int) -> tuple[np.ndarray, str, float]:
-        """In-page latency: (samples in ms, timer name, the timer's resolution in seconds)."""
+    def timed_runs(self, obs: np.ndarray, warmup: int, iterations: int):
+        """In-page latency: session.run timed with performance.now(), its resolution recorded."""
+        from breakout_core.latency import latency_result
+
         if not self._loaded:
             raise RuntimeError(f"runtime {self.name!r}: load() an artifact before timing it")
         samples = self._page.evaluate(
             "([data, batch, warmup, iterations]) => window.breakoutRuntime.timedRuns(data, batch, warmup, iterations)",
             [base64.b64encode(np.ascontiguousarray(obs).tobytes()).decode("ascii"), obs.shape[0], warmup, iterations])
-        resolution_s = float(self._page_info["timer_resolution_ms"]) / 1000.0
-        return np.asarray(samples, dtype=np.float64), "performance.now() in the page", resolution_s
+        return latency_result(np.asarray(samples, dtype=np.float64), warmup=warmup, timer="performance.now() in the page",
+                              timer_resolution_s=float(self._page_info["timer_resolution_ms"]) / 1000.0)
 
     def _actual(self) -> dict[str, Any]:
         info = dict(self._page_info)

@@ -3,9 +3,9 @@
 Each runtime is loaded first (load time recorded in runtime_status, never timed here),
 then each series is `warmup` untimed calls followed by timed calls of runtime.infer on
 the same input, through breakout_core.latency.measure_latency (perf_counter_ns around each
-call). A runtime that times itself where it runs (the browser runtime times session.run in
-the page with performance.now(), the way a page sees its latency; `timed_runs`) is timed
-that way, and its series records that timer and its resolution. With `rounds` > 1 the runtimes take turns, round by round, so a slow drift of the
+call), through each runtime's timed_runs(): the browser runtime overrides it to time
+session.run in the page with performance.now(), the way a page sees its latency, and its
+series records that timer and its resolution. With `rounds` > 1 the runtimes take turns, round by round, so a slow drift of the
 machine (another job starting) falls on all of them alike; each round has its own warm-up.
 Fewer than 64 timed calls per series is refused when the spec is validated.
 
@@ -128,8 +128,6 @@ def _already_stored(ctx: RunContext, measurement: str) -> bool:
 def execute(m: LatencyMeasurement, ctx: RunContext) -> None:
     import pyarrow as pa
 
-    from breakout_core.latency import latency_result, measure_latency
-
     if ctx.resume and _already_stored(ctx, m.name):
         return
     batches, input_text = _inputs(m, ctx)
@@ -147,11 +145,7 @@ def execute(m: LatencyMeasurement, ctx: RunContext) -> None:
         for _ in range(m.rounds):
             for name, runtime in loaded.items():
                 for b in m.batch_sizes:
-                    if hasattr(runtime, "timed_runs"):
-                        ms, timer, resolution = runtime.timed_runs(batches[b], m.warmup, per_round)
-                        result = latency_result(ms, warmup=m.warmup, timer=timer, timer_resolution_s=resolution)
-                    else:
-                        result = measure_latency(runtime.infer, batches[b], warmup=m.warmup, iterations=per_round)
+                    result = runtime.timed_runs(batches[b], m.warmup, per_round)
                     samples[(name, b)].append(result.samples_ms)
                     last[(name, b)] = result
                     ctx.progress.advance(task)
