@@ -19,10 +19,11 @@ from runner.store import Store, StoreError
 SUMMARY_COLUMNS = ("episodes", "mean", "median", "std", "p10", "p90", "min", "max", "time_limit_episodes")
 
 
-def _one(con, sql: str, params: list) -> tuple:
-    row = con.execute(sql, params).fetchone()
+def _run(con, run_id: str, columns: str) -> tuple:
+    """These columns of one row of `runs`; a clear error when the run is not stored."""
+    row = con.execute(f"SELECT {columns} FROM runs WHERE run_id = ?", [run_id]).fetchone()
     if row is None:
-        raise StoreError(f"nothing found for: {sql.split('FROM')[1].split('WHERE')[0].strip()} {params}")
+        raise StoreError(f"no run {run_id!r} in the database")
     return row
 
 
@@ -49,9 +50,8 @@ def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> fl
 
 
 def _evaluation_section(con, eval_run: str) -> list[str]:
-    spec_name, spec_path, commit, started, contract_hash, contract = _one(
-        con, "SELECT spec_name, spec_path, git_commit, started_at, contract_hash, contract FROM runs WHERE run_id = ?",
-        [eval_run])
+    spec_name, spec_path, commit, started, contract_hash, contract = _run(
+        con, eval_run, "spec_name, spec_path, git_commit, started_at, contract_hash, contract")
     summary = con.execute(f"SELECT measurement, policy, {', '.join(SUMMARY_COLUMNS)} FROM episode_summary "
                           "WHERE run_id = ? ORDER BY measurement, policy DESC", [eval_run]).fetchall()
     if not summary:
@@ -83,8 +83,8 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
     _, meta = load_checkpoint(checkpoint)
     transitions = int(meta["transitions"])
     with store.reader() as con:
-        spec_name, spec_text, commit, host, cpu, packages = _one(
-            con, "SELECT spec_name, spec_text, git_commit, host, cpu, packages FROM runs WHERE run_id = ?", [train_run])
+        spec_name, spec_text, commit, host, cpu, packages = _run(
+            con, train_run, "spec_name, spec_text, git_commit, host, cpu, packages")
         wall_s = _training_wall_s(con, train_run, measurement, transitions)
         evaluations = [line for run in eval_runs for line in _evaluation_section(con, run)]
         episodes = con.execute("SELECT count(*), max(transition) FROM train_episodes_valid WHERE run_id = ? "
