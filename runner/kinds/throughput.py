@@ -3,11 +3,13 @@
 Each grid point runs in each listed mode, from a fresh random initialisation:
   full     acting, stepping, replay insertion and learning (the trainer as it trains)
   collect  the same with no learning (learning_starts beyond the end)
+  explore  collect with epsilon held at 1: stepping, replay insertion and bookkeeping with no
+           network forward, so collect vs explore vs env splits acting cost from loop cost
   learner  bare gradient steps on a replay of random frames; reported as the learner-bound
            limit train_every x updates/s
   env      the vector env alone, random actions
-The first `warmup_transitions` of full/collect trials are excluded from the clock.
-View `throughput_ratios` sets full against its learner bound and collect against env.
+The first `warmup_transitions` of full/collect/explore trials are excluded from the clock.
+View `throughput_ratios` sets full against its learner bound, collect and explore against env.
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ from runner.kinds.train import TrainSettings
 from runner.spec_base import Name
 from runner.sweeps import expand_sweep
 
-MODES = ("full", "collect", "learner", "env")
+MODES = ("full", "collect", "explore", "learner", "env")
 
 
 class ThroughputMeasurement(TrainSettings):
     kind: Literal["throughput"]
     name: Name
-    modes: list[Literal["full", "collect", "learner", "env"]] = Field(default_factory=lambda: ["full"], min_length=1)
+    modes: list[Literal["full", "collect", "explore", "learner", "env"]] = Field(default_factory=lambda: ["full"], min_length=1)
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="field -> values; one trial per combination")
     warmup_transitions: int = Field(default=1_000, ge=0)
     learner_updates: int = Field(default=60, ge=10)
@@ -74,12 +76,14 @@ VIEWS = [
            f.transitions_per_s AS full_tps, l.transitions_per_s AS learner_bound_tps,
            f.transitions_per_s / l.transitions_per_s AS full_over_learner_bound,
            c.transitions_per_s AS collect_tps, e.transitions_per_s AS env_tps,
-           c.transitions_per_s / e.transitions_per_s AS collect_over_env
+           c.transitions_per_s / e.transitions_per_s AS collect_over_env,
+           x.transitions_per_s AS explore_tps, x.transitions_per_s / e.transitions_per_s AS explore_over_env
     FROM (SELECT DISTINCT run_id, measurement, trial FROM throughput_trials) t
     LEFT JOIN throughput_trials f ON f.run_id = t.run_id AND f.measurement = t.measurement AND f.trial = t.trial AND f.mode = 'full'
     LEFT JOIN throughput_trials l ON l.run_id = t.run_id AND l.measurement = t.measurement AND l.trial = t.trial AND l.mode = 'learner'
     LEFT JOIN throughput_trials c ON c.run_id = t.run_id AND c.measurement = t.measurement AND c.trial = t.trial AND c.mode = 'collect'
     LEFT JOIN throughput_trials e ON e.run_id = t.run_id AND e.measurement = t.measurement AND e.trial = t.trial AND e.mode = 'env'
+    LEFT JOIN throughput_trials x ON x.run_id = t.run_id AND x.measurement = t.measurement AND x.trial = t.trial AND x.mode = 'explore'
     """,
 ]
 
@@ -115,10 +119,12 @@ def execute(m: ThroughputMeasurement, ctx: RunContext) -> None:
                                          unit="transitions")
             config = settings.to_config()
             row = {"measured_transitions": None, "measured_s": None, "updates": None}
-            if mode in ("full", "collect"):
+            if mode in ("full", "collect", "explore"):
                 changes = {"measure_from": m.warmup_transitions, "checkpoint_at": ()}
-                if mode == "collect":
+                if mode in ("collect", "explore"):
                     changes["learning_starts"] = settings.total_transitions + 1
+                if mode == "explore":
+                    changes.update(epsilon_start=1.0, epsilon_end=1.0)
                 row.update(_run_trainer(config.__class__(**{**asdict(config), **changes}), ctx, task))
             elif mode == "learner":
                 row["transitions_per_s"] = settings.train_every * learner_rate(config, ctx.contract, updates=m.learner_updates)
@@ -160,17 +166,20 @@ def report(con, run_id: str, m: ThroughputMeasurement) -> list[Section]:
         "SELECT trial, mode, transitions_per_s, measured_transitions, measured_s, updates FROM throughput_trials "
         "WHERE run_id = ? AND measurement = ? ORDER BY trial, mode", [run_id, m.name]).df()
     ratios = con.execute(
-        "SELECT trial, full_tps, learner_bound_tps, full_over_learner_bound, collect_tps, env_tps, collect_over_env "
+        "SELECT trial, full_tps, learner_bound_tps, full_over_learner_bound, collect_tps, explore_tps, env_tps, "
+        "collect_over_env, explore_over_env "
         "FROM throughput_ratios WHERE run_id = ? AND measurement = ? ORDER BY trial", [run_id, m.name]).df()
     sections = [Section(f"{m.name}: transitions/s by setting and mode (warm-up of {m.warmup_transitions} "
-                        f"transitions excluded from full/collect)", html=table_html(trials))]
+                        f"transitions excluded from full/collect/explore)", html=table_html(trials))]
     if not trials.empty:
         chart = alt.Chart(trials).mark_bar().encode(
             x=alt.X("transitions_per_s:Q", title="transitions / s"), y=alt.Y("trial:N", title=None),
             color="mode:N", yOffset="mode:N", tooltip=["trial", "mode", "transitions_per_s"])
         sections.append(Section(f"{m.name}: throughput", charts=[chart.properties(width=640).to_dict()]))
     sections.append(Section(f"{m.name}: ratios (full vs learner bound = {m.train_every} × bare updates/s; "
-                            "collect vs the bare vector env)", html=table_html(ratios)))
+                            f"collect, acting at epsilon {m.epsilon_start:g} -> {m.epsilon_end:g} over "
+                            f"{m.epsilon_decay_transitions} transitions, and explore, epsilon 1 with no forward pass, "
+                            "vs the bare vector env)", html=table_html(ratios)))
     return sections
 
 
