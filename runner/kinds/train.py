@@ -225,7 +225,8 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
         config = settings.to_config()
         out_dir = ctx.artifacts_dir / m.name / trial.name
         attempt, finished = _previous_attempts(ctx, m.name, trial.name)
-        if finished:
+        if finished:  # resumed: a run killed while evaluating its checkpoints does what is left
+            _after_training(m, ctx, trial.name)
             continue
         trainer = Trainer(config, ctx.contract, out_dir)
         resume = attempt > 0 and trainer.state_path().exists()
@@ -264,8 +265,9 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
 
 
 def _after_training(m: TrainMeasurement, ctx: RunContext, trial: str) -> None:
-    """Evaluate the trial's checkpoints and record its GIF strip, from the checkpoints stored."""
-    from breakout_core.evaluator import evaluate, write_gif
+    """Evaluate the trial's checkpoints and record its GIF strip, from the checkpoints stored.
+    What a killed run already stored (a checkpoint's episodes, a GIF) is not done again."""
+    from breakout_core.evaluator import GIF_MAX_FRAMES, evaluate, write_gif
     from breakout_core.policies import QNetworkPolicy
 
     from runner.kinds.evaluate import episode_row
@@ -274,27 +276,35 @@ def _after_training(m: TrainMeasurement, ctx: RunContext, trial: str) -> None:
         checkpoints = con.execute(  # one per transition count: a last mark and final.pt hold the same weights
             "SELECT transition, min(path) FROM train_checkpoints WHERE run_id = ? AND measurement = ? AND trial = ? "
             "GROUP BY transition ORDER BY transition", [ctx.run_id, m.name, trial]).fetchall()
+        evaluated = {row[0] for row in con.execute(
+            "SELECT DISTINCT policy FROM episodes WHERE run_id = ? AND measurement = ?", [ctx.run_id, m.name]).fetchall()}
+        recorded = {row[0] for row in con.execute(
+            "SELECT path FROM artifacts WHERE run_id = ? AND measurement = ?", [ctx.run_id, m.name]).fetchall()}
     if m.evaluate_checkpoints is not None:
         spec = m.evaluate_checkpoints
         seeds = seed_list(spec.seeds)
         for transition, path in checkpoints:
             policy = f"{trial}@{transition}"
+            if policy in evaluated:
+                continue
             task = ctx.progress.add_task(f"{m.name} · evaluate {policy}", total=len(seeds), unit="episodes")
             result = evaluate(QNetworkPolicy.from_checkpoint(path, epsilon=spec.epsilon), seeds, ctx.contract,
                               batch_size=spec.batch_size, on_episode=lambda _e: ctx.progress.advance(task))
             ctx.store.append_rows("episodes", [episode_row(ctx, m.name, policy, e) for e in result.episodes])
     if m.gif is not None:
         for transition, path in checkpoints:
-            if transition not in m.gif.at:
+            gif_path = ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{trial}-{transition}.gif"
+            if transition not in m.gif.at or str(gif_path) in recorded:
                 continue
             result = evaluate(QNetworkPolicy.from_checkpoint(path), [m.gif.seed], ctx.contract, batch_size=1,
                               record_seed=m.gif.seed)
             episode = result.episodes[0]
-            gif = write_gif(result.frames, ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{trial}-{transition}.gif")
+            gif = write_gif(result.frames, gif_path)
             ctx.store.append_rows("artifacts", [{
                 "run_id": ctx.run_id, "measurement": m.name, "path": str(gif), "bytes": gif.stat().st_size,
                 "label": f"{trial} @ {transition} transitions, seed {m.gif.seed}: score {episode.score:g} "
-                         f"in {episode.steps} steps ({episode.ended_by})"}])
+                         f"in {episode.steps} steps ({episode.ended_by})"
+                         + (f"; the GIF shows its first {GIF_MAX_FRAMES} steps" if len(result.frames) > GIF_MAX_FRAMES else "")}])
 
 
 def _log_checkpoint(ctx: RunContext, measurement: str, trial: str, record) -> None:
