@@ -293,7 +293,8 @@ def _after_training(m: TrainMeasurement, ctx: RunContext, trial: str) -> None:
             ctx.store.append_rows("episodes", [episode_row(ctx, m.name, policy, e) for e in result.episodes])
     if m.gif is not None:
         for transition, path in checkpoints:
-            gif_path = ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{trial}-{transition}.gif"
+            # zero-padded so the report, which lists GIFs by path, shows them in transition order
+            gif_path = ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{trial}-{transition:09d}.gif"
             if transition not in m.gif.at or str(gif_path) in recorded:
                 continue
             result = evaluate(QNetworkPolicy.from_checkpoint(path), [m.gif.seed], ctx.contract, batch_size=1,

@@ -1,0 +1,185 @@
+"""The repository's training specs (Day 13, 14, 16 and the throughput benchmark), shrunk to a
+few hundred transitions and run through the real CLI on the real ALE; and a training killed
+mid-run that resumes to the same total."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from test_end_to_end import runner
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+SMALL_TRAIN = dict(total_transitions=400, learning_starts=100, replay_capacity=2_000, diagnostics_every=100,
+                   target_sync_every=150, epsilon_decay_transitions=300, checkpoint_at=[200, 400])
+SMALL_THROUGHPUT = dict(total_transitions=200, warmup_transitions=50, learning_starts=50, replay_capacity=2_000,
+                        learner_updates=10, env_steps=100)
+OUTCOMES = {"deployment-worthy", "rejected", "inconclusive"}
+
+
+def shrink(name: str, tmp_path: Path) -> Path:
+    """The repository spec `name` with every count cut down; its method (measurements, sweeps,
+    grids, modes, verdicts) unchanged. Episodes are capped at 1,000 frames so an evaluated
+    checkpoint that never serves ends quickly."""
+    spec = yaml.safe_load((SPECS / f"{name}.yaml").read_text())
+    spec.setdefault("contract", {})["max_episode_frames"] = 1_000
+    for m in spec["measurements"]:
+        if m["kind"] == "train":
+            m.update(SMALL_TRAIN)
+            if "gif" in m:
+                m["gif"]["at"] = [200, 400]
+            if "evaluate_checkpoints" in m:
+                m["evaluate_checkpoints"]["seeds"] = {"start": 1000, "count": 2}
+        elif m["kind"] == "throughput":
+            m.update(SMALL_THROUGHPUT)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def run_spec(path: Path, tmp_path: Path, *extra: str) -> tuple[str, duckdb.DuckDBPyConnection]:
+    done = runner("run", str(path), "--db", "results.duckdb", *extra, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_id = done.stdout.split()[1]
+    return run_id, duckdb.connect(str(tmp_path / "results.duckdb"), read_only=True)
+
+
+def verdict_outcomes(con, run_id: str) -> dict[str, str]:
+    return dict(con.execute("SELECT verdict, outcome FROM verdicts WHERE run_id = ?", [run_id]).fetchall())
+
+
+def test_day13_health_check_is_healthy(tmp_path):
+    run_id, con = run_spec(shrink("day13_health_check", tmp_path), tmp_path)
+    assert verdict_outcomes(con, run_id) == {"trainer_healthy": "deployment-worthy"}
+    assert con.execute("SELECT evidence->>'$.label' FROM verdicts WHERE run_id = ?", [run_id]).fetchone()[0] == "healthy"
+    epsilons = con.execute("SELECT transition, epsilon, replay_frames FROM train_diagnostics WHERE run_id = ? "
+                           "ORDER BY transition", [run_id]).fetchall()
+    assert len(epsilons) >= 3 and epsilons[-1][1] == pytest.approx(0.05)
+    assert epsilons[-1][2] >= 400  # every transition's frame is stored, and each ended episode's final frame
+
+
+def test_day14_learning_rates_curves_gifs_and_verdict(tmp_path):
+    run_id, con = run_spec(shrink("day14_learning_rate", tmp_path), tmp_path)
+    trials = con.execute("SELECT trial, episodes, last20_mean FROM train_trial_summary WHERE run_id = ? ORDER BY trial",
+                         [run_id]).fetchall()
+    assert [t[0] for t in trials] == ["learning_rate=0.0001", "learning_rate=0.0002", "learning_rate=5e-05"]
+    assert all(t[1] > 0 and t[2] is not None for t in trials)
+    checkpoints = con.execute("SELECT trial, list(DISTINCT transition ORDER BY transition) FROM train_checkpoints "
+                              "WHERE run_id = ? GROUP BY trial", [run_id]).fetchall()
+    assert {tuple(c[1]) for c in checkpoints} == {(200, 400)}
+    gifs = con.execute("SELECT path FROM artifacts WHERE run_id = ?", [run_id]).fetchall()
+    assert len(gifs) == 6 and all((tmp_path / path).stat().st_size > 1000 for (path,) in gifs)
+    assert verdict_outcomes(con, run_id)["lr_2e-4_ahead_of_1e-4"] in OUTCOMES
+    page = next((tmp_path / "reports").glob(f"*{run_id}.html")).read_text()
+    assert "learning curves" in page and "diagnostics over time" in page and page.count("data:image/gif;base64,") == 6
+
+
+def test_day16_vector_envs_screen_train_and_checkpoint_scores(tmp_path):
+    run_id, con = run_spec(shrink("day16_vector_envs", tmp_path), tmp_path)
+    ratios = con.execute("SELECT trial, full_over_learner_bound, collect_over_env FROM throughput_ratios "
+                         "WHERE run_id = ? ORDER BY trial", [run_id]).fetchall()
+    assert [r[0] for r in ratios] == ["num_envs=1", "num_envs=2", "num_envs=4", "num_envs=8"]
+    assert all(r[1] > 0 and r[2] > 0 for r in ratios)
+    evaluated = con.execute("SELECT policy, count(*), list(seed ORDER BY seed) FROM episodes WHERE run_id = ? "
+                            "GROUP BY policy ORDER BY policy", [run_id]).fetchall()
+    assert [(p, n, s) for p, n, s in evaluated] == [
+        (f"num_envs={n}@{t}", 2, [1000, 1001]) for n in (1, 2, 4) for t in (200, 400)]
+    finished = con.execute("SELECT trial, transitions FROM train_results WHERE run_id = ? ORDER BY trial",
+                           [run_id]).fetchall()
+    assert finished == [("num_envs=1", 400), ("num_envs=2", 400), ("num_envs=4", 400)]
+    assert set(verdict_outcomes(con, run_id)) == {"n2_speedup_over_n1", "n4_speedup_over_n1"}
+
+
+def test_day14_pipeline_runs_every_setting(tmp_path):
+    run_id, con = run_spec(shrink("day14_pipeline", tmp_path), tmp_path)
+    counts = dict(con.execute("SELECT measurement, count(*) FROM throughput_trials WHERE run_id = ? AND "
+                              "transitions_per_s > 0 GROUP BY measurement", [run_id]).fetchall())
+    assert counts == {"replay_device": 2, "diagnostics_cadence": 2, "batch_size": 6, "threads": 6}
+
+
+def test_benchmark_splits_collect_into_acting_and_loop(tmp_path):
+    run_id, con = run_spec(shrink("bench_training_throughput", tmp_path), tmp_path)
+    rows = con.execute("SELECT trial, full_over_learner_bound, collect_over_env, explore_over_env FROM "
+                       "throughput_ratios WHERE run_id = ? AND measurement = 'pipeline' ORDER BY trial",
+                       [run_id]).fetchall()
+    assert [r[0] for r in rows] == ["num_envs=1", "num_envs=2", "num_envs=4"]
+    assert all(value > 0 for row in rows for value in row[1:])
+    steps = con.execute("SELECT count(*) FROM throughput_trials WHERE run_id = ? AND measurement = 'gradient_step' "
+                        "AND mode = 'learner'", [run_id]).fetchone()[0]
+    assert steps == 4
+
+
+KILLABLE = """\
+name: killable_training
+contract: {max_episode_frames: 1000}
+measurements:
+  - kind: train
+    name: train
+    total_transitions: 1500
+    num_envs: 2
+    learning_starts: 200
+    replay_capacity: 4000
+    diagnostics_every: 200
+    epsilon_decay_transitions: 1000
+    torch_threads: 1
+    checkpoint_at: [500, 1000, 1500]
+    evaluate_checkpoints: {seeds: [7], batch_size: 1}
+"""
+
+
+def _wait_for_checkpoint(db: Path, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with duckdb.connect(str(db), read_only=True) as con:
+                if con.execute("SELECT count(*) FROM train_checkpoints").fetchone()[0]:
+                    return
+        except duckdb.Error:
+            pass  # not created yet, or a write is in progress
+        time.sleep(0.3)
+    raise AssertionError(f"no checkpoint within {timeout} s")
+
+
+def test_killed_training_resumes_to_the_same_total(tmp_path, write_spec):
+    spec = write_spec(KILLABLE)
+    db = tmp_path / "results.duckdb"
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", str(spec), "--db", str(db)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_checkpoint(db)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run_id, con = run_spec(spec, tmp_path, "--resume")
+    attempts = con.execute("SELECT attempt, from_transition FROM train_attempts WHERE run_id = ? ORDER BY attempt",
+                           [run_id]).fetchall()
+    assert len(attempts) == 2 and 500 <= attempts[1][1] < 1500  # from its last checkpoint
+    assert con.execute("SELECT transitions FROM train_results WHERE run_id = ?", [run_id]).fetchall() == [(1500,)]
+    assert con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == "done"
+    assert con.execute("SELECT list(DISTINCT policy ORDER BY policy) FROM episodes WHERE run_id = ?",
+                       [run_id]).fetchone()[0] == ["base@1000", "base@1500", "base@500"]
+    # no episode is counted twice: the killed attempt's rows past its checkpoint are superseded
+    valid = con.execute("SELECT count(*), count(DISTINCT (env_index, transition)) FROM train_episodes_valid "
+                        "WHERE run_id = ?", [run_id]).fetchone()
+    assert valid[0] == valid[1] > 0
+    con.close()
+
+    # killed while evaluating checkpoints: --resume evaluates only what is missing
+    from runner.store import Store
+
+    with Store(db).writer() as writer:
+        writer.execute("DELETE FROM episodes WHERE policy = 'base@1000'")
+        writer.execute("UPDATE runs SET status = 'interrupted' WHERE run_id = ?", [run_id])
+    again, con = run_spec(spec, tmp_path, "--resume")
+    assert again == run_id
+    assert con.execute("SELECT policy, count(*) FROM episodes WHERE run_id = ? GROUP BY policy ORDER BY policy",
+                       [run_id]).fetchall() == [("base@1000", 1), ("base@1500", 1), ("base@500", 1)]
