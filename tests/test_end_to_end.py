@@ -112,17 +112,18 @@ measurements:
 """
 
 
-def _wait_for_rows(db: Path, measurement: str, timeout: float = 120) -> None:
+def wait_for_rows(db: Path, count_sql: str, params: list | None = None, timeout: float = 120) -> None:
+    """Poll a database another process is writing until `count_sql` (a count) is above 0."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with duckdb.connect(str(db), read_only=True) as con:
-                if con.execute("SELECT count(*) FROM episodes WHERE measurement = ?", [measurement]).fetchone()[0]:
+                if con.execute(count_sql, params or []).fetchone()[0]:
                     return
         except duckdb.Error:
             pass  # not created yet, or a write is in progress
         time.sleep(0.3)
-    raise AssertionError(f"no rows for {measurement} within {timeout} s")
+    raise AssertionError(f"no rows for {count_sql} {params or ''} within {timeout} s")
 
 
 @pytest.mark.parametrize("how", ["sigint", "sigkill"])
@@ -132,7 +133,7 @@ def test_interrupted_run_is_marked_and_keeps_what_was_stored(tmp_path, write_spe
     proc = subprocess.Popen([sys.executable, "-m", "runner", "run", str(spec), "--db", str(db)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for_rows(db, "first")
+        wait_for_rows(db, "SELECT count(*) FROM episodes WHERE measurement = ?", ["first"])
         time.sleep(1.0)  # well into the second measurement
         proc.send_signal(signal.SIGINT if how == "sigint" else signal.SIGKILL)
         _, stderr = proc.communicate(timeout=60)

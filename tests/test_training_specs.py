@@ -7,14 +7,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import duckdb
 import pytest
 import yaml
 
-from test_end_to_end import runner
+from test_end_to_end import runner, wait_for_rows
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 SMALL_TRAIN = dict(total_transitions=400, learning_starts=100, replay_capacity=2_000, diagnostics_every=100,
@@ -134,26 +133,13 @@ measurements:
 """
 
 
-def _wait_for_checkpoint(db: Path, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with duckdb.connect(str(db), read_only=True) as con:
-                if con.execute("SELECT count(*) FROM train_checkpoints").fetchone()[0]:
-                    return
-        except duckdb.Error:
-            pass  # not created yet, or a write is in progress
-        time.sleep(0.3)
-    raise AssertionError(f"no checkpoint within {timeout} s")
-
-
 def test_killed_training_resumes_to_the_same_total(tmp_path, write_spec):
     spec = write_spec(KILLABLE)
     db = tmp_path / "results.duckdb"
     proc = subprocess.Popen([sys.executable, "-m", "runner", "run", str(spec), "--db", str(db)], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for_checkpoint(db)
+        wait_for_rows(db, "SELECT count(*) FROM train_checkpoints", timeout=240)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
