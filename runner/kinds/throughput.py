@@ -26,13 +26,13 @@ from runner.kinds.train import TrainSettings
 from runner.spec_base import Name
 from runner.sweeps import expand_sweep
 
-MODES = ("full", "collect", "explore", "learner", "env")
+Mode = Literal["full", "collect", "explore", "learner", "env"]
 
 
 class ThroughputMeasurement(TrainSettings):
     kind: Literal["throughput"]
     name: Name
-    modes: list[Literal["full", "collect", "explore", "learner", "env"]] = Field(default_factory=lambda: ["full"], min_length=1)
+    modes: list[Mode] = Field(default_factory=lambda: ["full"], min_length=1)
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="field -> values; one trial per combination")
     warmup_transitions: int = Field(default=1_000, ge=0)
     learner_updates: int = Field(default=60, ge=10)
