@@ -94,6 +94,8 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
 
     loaded = _load(spec_path)
     console = Console(stderr=True)
+    if not console.is_terminal:  # a log file: one line per message, not wrapped at 80 columns
+        console = Console(stderr=True, width=240, log_path=False)
     store = _store(db)
     try:
         run_id, verdicts = run_spec(loaded, store, reports_dir, console, resume=resume, runs_dir=runs_dir)

@@ -4,6 +4,7 @@ mid-run that resumes to the same total."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -43,11 +44,12 @@ def shrink(name: str, tmp_path: Path) -> Path:
     return path
 
 
-def run_spec(path: Path, tmp_path: Path, *extra: str) -> tuple[str, duckdb.DuckDBPyConnection]:
+def run_spec(path: Path, tmp_path: Path, *extra: str) -> tuple[str, duckdb.DuckDBPyConnection, str]:
+    """Run id, a read-only connection to the results, and what the run wrote to stderr."""
     done = runner("run", str(path), "--db", "results.duckdb", *extra, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     run_id = done.stdout.split()[1]
-    return run_id, duckdb.connect(str(tmp_path / "results.duckdb"), read_only=True)
+    return run_id, duckdb.connect(str(tmp_path / "results.duckdb"), read_only=True), done.stderr
 
 
 def verdict_outcomes(con, run_id: str) -> dict[str, str]:
@@ -55,7 +57,7 @@ def verdict_outcomes(con, run_id: str) -> dict[str, str]:
 
 
 def test_day13_health_check_is_healthy(tmp_path):
-    run_id, con = run_spec(shrink("day13_health_check", tmp_path), tmp_path)
+    run_id, con, _ = run_spec(shrink("day13_health_check", tmp_path), tmp_path)
     assert verdict_outcomes(con, run_id) == {"trainer_healthy": "deployment-worthy"}
     assert con.execute("SELECT evidence->>'$.label' FROM verdicts WHERE run_id = ?", [run_id]).fetchone()[0] == "healthy"
     epsilons = con.execute("SELECT transition, epsilon, replay_frames FROM train_diagnostics WHERE run_id = ? "
@@ -65,7 +67,7 @@ def test_day13_health_check_is_healthy(tmp_path):
 
 
 def test_day14_learning_rates_curves_gifs_and_verdict(tmp_path):
-    run_id, con = run_spec(shrink("day14_learning_rate", tmp_path), tmp_path)
+    run_id, con, _ = run_spec(shrink("day14_learning_rate", tmp_path), tmp_path)
     trials = con.execute("SELECT trial, episodes, last20_mean FROM train_trial_summary WHERE run_id = ? ORDER BY trial",
                          [run_id]).fetchall()
     assert [t[0] for t in trials] == ["learning_rate=0.0001", "learning_rate=0.0002", "learning_rate=5e-05"]
@@ -81,7 +83,7 @@ def test_day14_learning_rates_curves_gifs_and_verdict(tmp_path):
 
 
 def test_day16_vector_envs_screen_train_and_checkpoint_scores(tmp_path):
-    run_id, con = run_spec(shrink("day16_vector_envs", tmp_path), tmp_path)
+    run_id, con, log = run_spec(shrink("day16_vector_envs", tmp_path), tmp_path)
     ratios = con.execute("SELECT trial, full_over_learner_bound, collect_over_env FROM throughput_ratios "
                          "WHERE run_id = ? ORDER BY trial", [run_id]).fetchall()
     assert [r[0] for r in ratios] == ["num_envs=1", "num_envs=2", "num_envs=4", "num_envs=8"]
@@ -90,6 +92,8 @@ def test_day16_vector_envs_screen_train_and_checkpoint_scores(tmp_path):
                             "GROUP BY policy ORDER BY policy", [run_id]).fetchall()
     assert [(p, n, s) for p, n, s in evaluated] == [
         (f"num_envs={n}@{t}", 2, [1000, 1001]) for n in (1, 2, 4) for t in (200, 400)]
+    # a log file names each evaluated checkpoint on one line, as it finishes
+    assert sorted(re.findall(r"· evaluated (\S+) on 2 seeds: mean score", log)) == [p for p, _, _ in evaluated]
     finished = con.execute("SELECT trial, transitions FROM train_results WHERE run_id = ? ORDER BY trial",
                            [run_id]).fetchall()
     assert finished == [("num_envs=1", 400), ("num_envs=2", 400), ("num_envs=4", 400)]
@@ -97,14 +101,14 @@ def test_day16_vector_envs_screen_train_and_checkpoint_scores(tmp_path):
 
 
 def test_day14_pipeline_runs_every_setting(tmp_path):
-    run_id, con = run_spec(shrink("day14_pipeline", tmp_path), tmp_path)
+    run_id, con, _ = run_spec(shrink("day14_pipeline", tmp_path), tmp_path)
     counts = dict(con.execute("SELECT measurement, count(*) FROM throughput_trials WHERE run_id = ? AND "
                               "transitions_per_s > 0 GROUP BY measurement", [run_id]).fetchall())
     assert counts == {"replay_device": 2, "diagnostics_cadence": 2, "batch_size": 6, "threads": 6}
 
 
 def test_benchmark_splits_collect_into_acting_and_loop(tmp_path):
-    run_id, con = run_spec(shrink("bench_training_throughput", tmp_path), tmp_path)
+    run_id, con, _ = run_spec(shrink("bench_training_throughput", tmp_path), tmp_path)
     rows = con.execute("SELECT trial, full_over_learner_bound, collect_over_env, explore_over_env FROM "
                        "throughput_ratios WHERE run_id = ? AND measurement = 'pipeline' ORDER BY trial",
                        [run_id]).fetchall()
@@ -145,7 +149,7 @@ def test_killed_training_resumes_to_the_same_total(tmp_path, write_spec):
     finally:
         if proc.poll() is None:
             proc.kill()
-    run_id, con = run_spec(spec, tmp_path, "--resume")
+    run_id, con, _ = run_spec(spec, tmp_path, "--resume")
     attempts = con.execute("SELECT attempt, from_transition FROM train_attempts WHERE run_id = ? ORDER BY attempt",
                            [run_id]).fetchall()
     assert len(attempts) == 2 and 500 <= attempts[1][1] < 1500  # from its last checkpoint
@@ -165,7 +169,8 @@ def test_killed_training_resumes_to_the_same_total(tmp_path, write_spec):
     with Store(db).writer() as writer:
         writer.execute("DELETE FROM episodes WHERE policy = 'base@1000'")
         writer.execute("UPDATE runs SET status = 'interrupted' WHERE run_id = ?", [run_id])
-    again, con = run_spec(spec, tmp_path, "--resume")
+    again, con, log = run_spec(spec, tmp_path, "--resume")
     assert again == run_id
+    assert re.findall(r"· evaluated (\S+) on", log) == ["base@1000"]
     assert con.execute("SELECT policy, count(*) FROM episodes WHERE run_id = ? GROUP BY policy ORDER BY policy",
                        [run_id]).fetchall() == [("base@1000", 1), ("base@1500", 1), ("base@500", 1)]

@@ -291,6 +291,7 @@ def _after_training(m: TrainMeasurement, ctx: RunContext, trial: str) -> None:
             result = evaluate(QNetworkPolicy.from_checkpoint(path, epsilon=spec.epsilon), seeds, ctx.contract,
                               batch_size=spec.batch_size, on_episode=lambda _e: ctx.progress.advance(task))
             ctx.store.append_rows("episodes", [episode_row(ctx, m.name, policy, e) for e in result.episodes])
+            _log_evaluation(ctx, m.name, policy, result.episodes)
     if m.gif is not None:
         for transition, path in checkpoints:
             # zero-padded so the report, which lists GIFs by path, shows them in transition order
@@ -317,6 +318,18 @@ def _log_checkpoint(ctx: RunContext, measurement: str, trial: str, record) -> No
     mean = f"{row[0]:.2f} over the last 20 of {row[1]} episodes" if row and row[0] is not None else "no episode yet"
     ctx.progress.console.log(f"{measurement} · {trial}: checkpoint at {record.transition} transitions "
                              f"({record.path}); training return {mean}")
+
+
+def _log_evaluation(ctx: RunContext, measurement: str, policy: str, episodes) -> None:
+    """One plain line per evaluated checkpoint: an evaluation of slow checkpoints (they stall to
+    the time limit) can take many minutes, and a log file shows no progress bar."""
+    import statistics
+
+    scores = [e.score for e in episodes]
+    stalled = sum(1 for e in episodes if e.ended_by == "time_limit")
+    ctx.progress.console.log(f"{measurement} · evaluated {policy} on {len(scores)} seeds: mean score "
+                             f"{statistics.fmean(scores):.2f}, median {statistics.median(scores):g}, "
+                             f"{stalled} ended by the time limit")
 
 
 def _state_transitions(trainer) -> int:
