@@ -58,6 +58,11 @@ def test_run_sql_report_and_verdicts(tmp_path, checkpoint, write_spec):
         outcome, reason, evidence = con.execute(
             "SELECT outcome, reason, evidence FROM verdicts WHERE run_id = ?", [run_id]).fetchone()
         low = con.execute("SELECT evidence->>'$.metrics.paired_score_diff_ci_low' FROM verdicts").fetchone()[0]
+        score, steps, ended_by = con.execute("SELECT score, steps, ended_by FROM episodes WHERE run_id = ? "
+                                             "AND policy = 'dqn' AND seed = 5", [run_id]).fetchone()
+        gif_label = con.execute("SELECT label FROM artifacts WHERE run_id = ?", [run_id]).fetchone()[0]
+    # the GIF's caption is the recorded episode's own result; 500 steps at most, so it is not cut
+    assert gif_label == f"dqn, seed 5: score {score:g} in {steps} steps ({ended_by})"
     assert outcome in {"deployment-worthy", "rejected", "inconclusive"}
     assert (outcome == "deployment-worthy") == (float(low) > 0)
     assert "paired_score_diff_ci_low" in evidence

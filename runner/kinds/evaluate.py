@@ -7,6 +7,7 @@ view `episode_pairs` the same-seed differences that verdicts bootstrap.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -153,17 +154,25 @@ def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, 
     ctx.store.append_rows("episodes", [episode_row(ctx, m.name, policy_name, e) for e in result.episodes])
     if result.frames:
         path = write_gif(result.frames, ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{policy_name}-{record_seed}.gif")
-        ctx.store.append_rows(
-            "artifacts",
-            [{"run_id": ctx.run_id, "measurement": m.name, "label": f"gif {policy_name} seed {record_seed}",
-              "path": str(path), "bytes": path.stat().st_size}],
-        )
+        episode = next(e for e in result.episodes if e.seed == record_seed)
+        ctx.store.append_rows("artifacts", [gif_row(ctx, m.name, path, policy_name, episode, len(result.frames))])
 
 
 def _already_stored(ctx: RunContext, measurement: str, policy: str) -> bool:
     with ctx.store.reader() as con:
         return con.execute("SELECT count(*) FROM episodes WHERE run_id = ? AND measurement = ? AND policy = ?",
                            [ctx.run_id, measurement, policy]).fetchone()[0] > 0
+
+
+def gif_row(ctx: RunContext, measurement: str, path: Path, subject: str, episode, frames: int) -> dict:
+    """The artifacts row of a GIF of `episode`, labelled with its result and, when the GIF
+    holds only the episode's first GIF_MAX_FRAMES steps, with that."""
+    from breakout_core.evaluator import GIF_MAX_FRAMES
+
+    cut = f"; the GIF shows its first {GIF_MAX_FRAMES} steps" if frames > GIF_MAX_FRAMES else ""
+    return {"run_id": ctx.run_id, "measurement": measurement, "path": str(path), "bytes": path.stat().st_size,
+            "label": f"{subject}, seed {episode.seed}: score {episode.score:g} in {episode.steps} steps "
+                     f"({episode.ended_by}){cut}"}
 
 
 def episode_row(ctx: RunContext, measurement: str, policy: str, e) -> dict:

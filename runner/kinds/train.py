@@ -267,10 +267,10 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
 def _after_training(m: TrainMeasurement, ctx: RunContext, trial: str) -> None:
     """Evaluate the trial's checkpoints and record its GIF strip, from the checkpoints stored.
     What a killed run already stored (a checkpoint's episodes, a GIF) is not done again."""
-    from breakout_core.evaluator import GIF_MAX_FRAMES, evaluate, write_gif
+    from breakout_core.evaluator import evaluate, write_gif
     from breakout_core.policies import QNetworkPolicy
 
-    from runner.kinds.evaluate import episode_row
+    from runner.kinds.evaluate import episode_row, gif_row
 
     with ctx.store.reader() as con:
         checkpoints = con.execute(  # one per transition count: a last mark and final.pt hold the same weights
@@ -300,13 +300,9 @@ def _after_training(m: TrainMeasurement, ctx: RunContext, trial: str) -> None:
                 continue
             result = evaluate(QNetworkPolicy.from_checkpoint(path), [m.gif.seed], ctx.contract, batch_size=1,
                               record_seed=m.gif.seed)
-            episode = result.episodes[0]
             gif = write_gif(result.frames, gif_path)
-            ctx.store.append_rows("artifacts", [{
-                "run_id": ctx.run_id, "measurement": m.name, "path": str(gif), "bytes": gif.stat().st_size,
-                "label": f"{trial} @ {transition} transitions, seed {m.gif.seed}: score {episode.score:g} "
-                         f"in {episode.steps} steps ({episode.ended_by})"
-                         + (f"; the GIF shows its first {GIF_MAX_FRAMES} steps" if len(result.frames) > GIF_MAX_FRAMES else "")}])
+            ctx.store.append_rows("artifacts", [gif_row(ctx, m.name, gif, f"{trial} @ {transition} transitions",
+                                                        result.episodes[0], len(result.frames))])
 
 
 def _log_checkpoint(ctx: RunContext, measurement: str, trial: str, record) -> None:
