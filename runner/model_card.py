@@ -16,7 +16,7 @@ from pathlib import Path
 from breakout_core.hashing import file_sha256
 from runner.store import Store, StoreError
 
-SUMMARY_COLUMNS = ("episodes", "mean", "median", "std", "p10", "p90", "min", "max", "time_limit_episodes")
+SUMMARY_COLUMNS = ("episodes", "distinct_scores", "mean", "median", "std", "p10", "p90", "min", "max", "time_limit_episodes")
 
 
 def _run(con, run_id: str, columns: str) -> tuple:
@@ -109,7 +109,9 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         "",
         "## Evaluation (raw Atari score, full games, epsilon 0, fixed seeds)",
         "`time_limit_episodes`: episodes ended by the 108,000-frame limit instead of game over "
-        "(an agent that stalls without serving after a lost life ends that way).",
+        "(an agent that stalls without serving after a lost life ends that way). "
+        "`distinct_scores`: how many different scores the episodes reached; sticky actions are off, so "
+        "a seed varies only the 0-30 no-op start, and many seeds replay nearly the same game.",
         "",
         *evaluations,
         "## Training spec",

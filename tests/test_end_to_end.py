@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -61,6 +62,12 @@ def test_run_sql_report_and_verdicts(tmp_path, checkpoint, write_spec):
         score, steps, ended_by = con.execute("SELECT score, steps, ended_by FROM episodes WHERE run_id = ? "
                                              "AND policy = 'dqn' AND seed = 5", [run_id]).fetchone()
         gif_label = con.execute("SELECT label FROM artifacts WHERE run_id = ?", [run_id]).fetchone()[0]
+        scores = con.execute("SELECT policy, list(score) FROM episodes WHERE run_id = ? GROUP BY policy",
+                             [run_id]).fetchall()
+        distinct = dict(con.execute("SELECT policy, distinct_scores FROM episode_summary WHERE run_id = ?",
+                                    [run_id]).fetchall())
+    assert distinct == {policy: len(set(values)) for policy, values in scores}
+    assert json.loads(evidence)["metrics"]["candidate_distinct_scores"] == distinct["dqn"]
     # the GIF's caption is the recorded episode's own result; 500 steps at most, so it is not cut
     assert gif_label == f"dqn, seed 5: score {score:g} in {steps} steps ({ended_by})"
     assert outcome in {"deployment-worthy", "rejected", "inconclusive"}

@@ -82,7 +82,10 @@ VIEWS = [
            quantile_cont(score, 0.1) AS p10, quantile_cont(score, 0.9) AS p90,
            min(score) AS min, max(score) AS max,
            avg(steps) AS mean_steps,
-           count(*) FILTER (WHERE ended_by = 'time_limit') AS time_limit_episodes
+           count(*) FILTER (WHERE ended_by = 'time_limit') AS time_limit_episodes,
+           -- without sticky actions the emulator is deterministic and a seed's no-op start often
+           -- leaves a greedy agent's game unchanged: 15 seeds can be one score 15 times
+           count(DISTINCT score) AS distinct_scores
     FROM episodes GROUP BY run_id, measurement, policy
     """,
     """
@@ -191,7 +194,7 @@ def metrics(con, run_id: str, m: EvaluateMeasurement, candidate: str, baseline: 
     summary = {
         row[0]: row[1:]
         for row in con.execute(
-            "SELECT policy, mean, episodes, time_limit_episodes FROM episode_summary "
+            "SELECT policy, mean, episodes, time_limit_episodes, distinct_scores FROM episode_summary "
             "WHERE run_id = ? AND measurement = ? AND policy IN (?, ?)",
             [run_id, m.name, candidate, baseline],
         ).fetchall()
@@ -211,6 +214,8 @@ def metrics(con, run_id: str, m: EvaluateMeasurement, candidate: str, baseline: 
         "paired_score_diff_ci_high": interval.high,
         "candidate_time_limit_fraction": summary[candidate][2] / summary[candidate][1],
         "paired_episodes": float(len(diffs)),
+        "candidate_distinct_scores": float(summary[candidate][3]),
+        "baseline_distinct_scores": float(summary[baseline][3]),
         "interval_method": f"{interval.method} interval of the mean paired difference, {interval.confidence:.0%}, "
         f"{interval.n_resamples} resamples, seed {interval.seed}",
     }
@@ -222,7 +227,7 @@ def report(con, run_id: str, m: EvaluateMeasurement) -> list[Section]:
     alt = altair()
 
     summary = con.execute(
-        "SELECT policy, episodes, mean, median, std, p10, p90, min, max, mean_steps, time_limit_episodes "
+        "SELECT policy, episodes, distinct_scores, mean, median, std, p10, p90, min, max, mean_steps, time_limit_episodes "
         "FROM episode_summary WHERE run_id = ? AND measurement = ? ORDER BY policy",
         [run_id, m.name],
     ).df()
