@@ -193,6 +193,11 @@ class Store:
     def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
         if not self.path.exists():
             raise StoreError(f"{self.path}: no results database here yet (run a spec first, or pass --db)")
+        if not self._prepared and os.access(self.path, os.W_OK):
+            # migrations and views as this runner defines them: after an upgrade, a query or a
+            # report must not read the views an older runner left (a file we may not write is read as it is)
+            with self.writer():
+                pass
         deadline = time.monotonic() + self.busy_timeout_s
         with self._process_lock(exclusive=False, deadline=deadline):
             con = self._connect(read_only=True, deadline=deadline)

@@ -188,3 +188,17 @@ def test_reader_without_a_database(tmp_path):
         with Store(path).reader():
             pass
     assert not path.exists()  # looking must not create it
+
+
+def test_reader_sees_the_views_this_runner_defines(tmp_path):
+    """A database last written by an older runner holds that runner's views; a query or report
+    after the upgrade reads the current ones without a run first."""
+    path = tmp_path / "r.duckdb"
+    with Store(path).writer():
+        pass
+    old = duckdb.connect(str(path))
+    old.execute("CREATE OR REPLACE VIEW episode_summary AS SELECT run_id, count(*) AS episodes FROM episodes GROUP BY run_id")
+    old.close()
+    with Store(path).reader() as con:
+        columns = [row[0] for row in con.execute("DESCRIBE episode_summary").fetchall()]
+    assert "distinct_scores" in columns and "mean" in columns
