@@ -4,6 +4,7 @@ mid-run that resumes to the same total."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -97,7 +98,15 @@ def test_day16_vector_envs_screen_train_and_checkpoint_scores(tmp_path):
     finished = con.execute("SELECT trial, transitions FROM train_results WHERE run_id = ? ORDER BY trial",
                            [run_id]).fetchall()
     assert finished == [("num_envs=1", 400), ("num_envs=2", 400), ("num_envs=4", 400)]
-    assert set(verdict_outcomes(con, run_id)) == {"n2_speedup_over_n1", "n4_speedup_over_n1"}
+    outcomes = verdict_outcomes(con, run_id)
+    assert set(outcomes) == {"n2_speedup_over_n1", "n4_speedup_over_n1",
+                             "n2_speedup_over_n1_at_100k", "n4_speedup_over_n1_at_100k"}
+    rates = dict(con.execute("SELECT trial, transitions_per_s FROM train_results WHERE run_id = ?", [run_id]).fetchall())
+    evidence = con.execute("SELECT evidence FROM verdicts WHERE run_id = ? AND verdict = 'n4_speedup_over_n1_at_100k'",
+                           [run_id]).fetchone()[0]
+    speedup = json.loads(evidence)["metrics"]["transitions_per_s_speedup"]
+    assert speedup == pytest.approx(rates["num_envs=4"] / rates["num_envs=1"])
+    assert outcomes["n4_speedup_over_n1_at_100k"] == ("deployment-worthy" if speedup >= 1.2 else "rejected")
 
 
 def test_day14_pipeline_runs_every_setting(tmp_path):
