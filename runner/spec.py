@@ -65,6 +65,9 @@ def reference_problems(spec: Spec, context: dict | None = None) -> list[tuple[tu
             if metric not in kind.metric_names:
                 problems.append((("verdicts", i, "deployment_worthy_when", metric),
                                  f"unknown metric for kind {m.kind}; known: {', '.join(kind.metric_names) or 'none yet'}"))
+            elif metric in kind.comparison_metrics and v.baseline is None:
+                problems.append((("verdicts", i, "deployment_worthy_when", metric),
+                                 f"{metric} compares the candidate with a baseline; this verdict names none"))
     return problems + deploy_problems(spec, context)
 
 

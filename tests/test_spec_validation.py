@@ -284,3 +284,30 @@ def test_repository_specs_validate():
         except SpecError as exc:
             problems += exc.problems
     assert problems == []
+
+
+TRAIN_SWEEP = """\
+name: two_rates
+measurements:
+  - kind: train
+    name: lr
+    total_transitions: 1000
+    sweep: {learning_rate: [0.0001, 0.0002]}
+verdicts:
+  - name: faster
+    measurement: lr
+    candidate: learning_rate=0.0002
+    deployment_worthy_when:
+      transitions_per_s_speedup: ">= 1.2"
+"""
+
+
+def test_a_comparison_metric_needs_a_baseline(write_spec):
+    """A train verdict may judge one trial alone (a health check), but not with a metric that
+    compares it with another: that verdict could only ever read unavailable."""
+    path = write_spec(TRAIN_SWEEP)
+    assert _problems(path) == [f"{path}:12: verdicts[0].deployment_worthy_when.transitions_per_s_speedup: "
+                               "transitions_per_s_speedup compares the candidate with a baseline; this verdict names none"]
+    fixed = write_spec(TRAIN_SWEEP.replace("    deployment_worthy_when:", "    baseline: learning_rate=0.0001\n"
+                                                                        "    deployment_worthy_when:"))
+    assert load_spec(fixed).spec.verdicts[0].baseline == "learning_rate=0.0001"

@@ -49,3 +49,4 @@ class Kind:
     metrics: Callable[["duckdb.DuckDBPyConnection", str, Any, str, str], dict[str, float]]  # con, run_id, measurement, candidate, baseline
     report: Callable[["duckdb.DuckDBPyConnection", str, Any], list[Section]]
     needs_baseline: bool = True  # False: a verdict may judge one participant alone (a health check)
+    comparison_metrics: tuple[str, ...] = ()  # metrics that need a baseline even where the kind does not

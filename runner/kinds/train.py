@@ -337,8 +337,8 @@ def _state_transitions(trainer) -> int:
 HEALTH_METRICS = ("finished", "weights_moved", "replay_fill_fraction", "epsilon_schedule_error",
                   "non_finite_diagnostics")
 LEARNING_METRICS = ("last20_mean", "last20_median", "last20_trend", "transitions_per_s")
-METRIC_NAMES = (HEALTH_METRICS + LEARNING_METRICS + tuple(f"{name}_diff" for name in LEARNING_METRICS)
-                + ("transitions_per_s_speedup",))
+COMPARISON_METRICS = tuple(f"{name}_diff" for name in LEARNING_METRICS) + ("transitions_per_s_speedup",)
+METRIC_NAMES = HEALTH_METRICS + LEARNING_METRICS + COMPARISON_METRICS
 
 
 def participants(m: TrainMeasurement) -> list[str]:
@@ -385,6 +385,7 @@ def metrics(con, run_id: str, m: TrainMeasurement, candidate: str, baseline: str
         for name in LEARNING_METRICS:
             if name in found and name in other:
                 found[f"{name}_diff"] = found[name] - other[name]
+        # a rate of 0 is the trainer's "nothing measured": no speed-up then, so the verdict is unavailable
         if found.get("transitions_per_s") and other.get("transitions_per_s"):
             found["transitions_per_s_speedup"] = found["transitions_per_s"] / other["transitions_per_s"]
     return found
@@ -450,4 +451,5 @@ KIND = Kind(
     metrics=metrics,
     report=report,
     needs_baseline=False,
+    comparison_metrics=COMPARISON_METRICS,
 )
