@@ -303,11 +303,17 @@ verdicts:
 
 
 def test_a_comparison_metric_needs_a_baseline(write_spec):
-    """A train verdict may judge one trial alone (a health check), but not with a metric that
-    compares it with another: that verdict could only ever read unavailable."""
+    """A train or export verdict may judge one participant alone (a health check, a file's own
+    check), but not with a metric that compares it with another: that verdict could only ever
+    read unavailable."""
     path = write_spec(TRAIN_SWEEP)
     assert _problems(path) == [f"{path}:12: verdicts[0].deployment_worthy_when.transitions_per_s_speedup: "
                                "transitions_per_s_speedup compares the candidate with a baseline; this verdict names none"]
     fixed = write_spec(TRAIN_SWEEP.replace("    deployment_worthy_when:", "    baseline: learning_rate=0.0001\n"
                                                                         "    deployment_worthy_when:"))
     assert load_spec(fixed).spec.verdicts[0].baseline == "learning_rate=0.0001"
+    export = (REPO / "specs" / "day22_export.yaml").read_text().replace("../models/", f"{REPO}/models/")
+    no_baseline = write_spec(export.replace("    baseline: onnx_fp32\n", ""))
+    assert [p for p in _problems(no_baseline) if "size_ratio" in p] == [
+        f"{no_baseline}:42: verdicts[1].deployment_worthy_when.size_ratio: "
+        "size_ratio compares the candidate with a baseline; this verdict names none"]

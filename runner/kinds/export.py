@@ -200,4 +200,5 @@ KIND = Kind(
     metrics=metrics,
     report=report,
     needs_baseline=False,
+    comparison_metrics=("size_ratio",),
 )
