@@ -131,7 +131,8 @@ def runs(db: Path | None, limit: int) -> None:
 @db_option
 @click.option("--csv", "as_csv", is_flag=True, help="print CSV instead of a table")
 def sql(query: str, db: Path | None, as_csv: bool) -> None:
-    """Run a read-only SQL QUERY over the results (tables: runs, episodes, verdicts, ...)."""
+    """Run a read-only SQL QUERY over the results (tables: runs, episodes, verdicts, ...); it reads
+    and writes no other file."""
     _print_query(db, query, as_csv=as_csv)
 
 
@@ -141,7 +142,9 @@ def _print_query(db: Path | None, query: str, as_csv: bool = False) -> None:
     from runner.store import StoreError
 
     try:
-        with _store(db).reader() as con:
+        with _store(db).reader(files=False) as con:
+            if not con.extract_statements(query):
+                _fail("SQL: no statement in the query", EXIT_USAGE)
             cursor = con.execute(query)
             if cursor.description is None:
                 return

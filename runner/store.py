@@ -155,12 +155,12 @@ class Store:
         finally:
             os.close(fd)  # releases the lock
 
-    def _connect(self, read_only: bool, deadline: float) -> duckdb.DuckDBPyConnection:
+    def _connect(self, read_only: bool, deadline: float, config: dict | None = None) -> duckdb.DuckDBPyConnection:
         """Open the file, waiting out DuckDB's lock (held by a process that is not a runner, e.g. the CLI)."""
         delay = 0.02
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=read_only)
+                return duckdb.connect(str(self.path), read_only=read_only, config=config or {})
             except duckdb.IOException as exc:
                 if not _is_lock_error(exc):
                     raise StoreError(f"{self.path}: cannot open ({exc})") from None
@@ -190,7 +190,9 @@ class Store:
                 con.close()
 
     @contextlib.contextmanager
-    def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
+    def reader(self, *, files: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection for one query. With `files` False it can touch no file but the
+        database (no COPY TO, EXPORT, ATTACH or read_csv): ad-hoc SQL a user types."""
         if not self.path.exists():
             raise StoreError(f"{self.path}: no results database here yet (run a spec first, or pass --db)")
         if not self._prepared and os.access(self.path, os.W_OK):
@@ -200,7 +202,8 @@ class Store:
                 pass
         deadline = time.monotonic() + self.busy_timeout_s
         with self._process_lock(exclusive=False, deadline=deadline):
-            con = self._connect(read_only=True, deadline=deadline)
+            con = self._connect(read_only=True, deadline=deadline,
+                                config=None if files else {"enable_external_access": False})
             try:
                 self._check_version(con)
                 yield con
