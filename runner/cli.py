@@ -261,11 +261,13 @@ def model_card(checkpoint: Path, train_run: str, eval_runs: tuple[str, ...], out
 def export_command(run_id: str, out_dir: Path | None, db: Path | None) -> None:
     """Write every stored row of RUN_ID as Parquet, one file per table."""
     from runner.store import StoreError
-    from runner.transfer import export_run
+    from runner.transfer import TransferRefused, export_run
 
     out_dir = out_dir or Path("exports") / run_id
     try:
         counts = export_run(_store(db), run_id, out_dir)
+    except TransferRefused as exc:
+        _fail(str(exc), EXIT_USAGE)
     except StoreError as exc:
         _fail(str(exc))
     click.echo(f"wrote {out_dir}: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
@@ -279,10 +281,12 @@ def import_command(in_dir: Path, db: Path | None) -> None:
     import duckdb
 
     from runner.store import StoreError
-    from runner.transfer import import_run
+    from runner.transfer import TransferRefused, import_run
 
     try:
         run_id, counts = import_run(_store(db), in_dir)
+    except TransferRefused as exc:
+        _fail(str(exc), EXIT_USAGE)
     except StoreError as exc:
         _fail(str(exc))
     except duckdb.Error as exc:

@@ -7,9 +7,16 @@ trained it.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 from runner.store import Store, StoreError
+
+
+class TransferRefused(StoreError):
+    """The user's folder or run does not fit (a folder already holding files, rows of another
+    run, a run already stored); nothing was written."""
 
 
 def _run_tables(con) -> list[str]:
@@ -20,19 +27,32 @@ def _run_tables(con) -> list[str]:
 
 
 def export_run(store: Store, run_id: str, out_dir: Path) -> dict[str, int]:
-    """Write <table>.parquet for every table holding rows of `run_id`; returns rows per table."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    counts = {}
-    with store.reader() as con:
-        if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == 0:
-            raise StoreError(f"no run {run_id!r} in {store.path}")
-        for table in _run_tables(con):
-            n = con.execute(f'SELECT count(*) FROM "{table}" WHERE run_id = ?', [run_id]).fetchone()[0]
-            if n:
-                target = str(out_dir / f"{table}.parquet").replace("'", "''")
-                con.execute(f"""COPY (SELECT * FROM "{table}" WHERE run_id = ?) TO '{target}' (FORMAT parquet)""",
-                            [run_id])
-                counts[table] = n
+    """Write <table>.parquet for every table holding rows of `run_id`; returns rows per table.
+
+    The files are written in a hidden folder beside `out_dir` and renamed to it at the end, so
+    `out_dir` either does not exist or holds exactly this run's export. A folder that already
+    holds anything is refused: two runs' files in one folder would import as one."""
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise TransferRefused(f"{out_dir}: not empty; export each run to a folder of its own")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".export-{run_id}-", dir=out_dir.parent))
+    try:
+        counts = {}
+        with store.reader() as con:
+            if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == 0:
+                raise TransferRefused(f"no run {run_id!r} in {store.path}")
+            for table in _run_tables(con):
+                n = con.execute(f'SELECT count(*) FROM "{table}" WHERE run_id = ?', [run_id]).fetchone()[0]
+                if n:
+                    target = str(staging / f"{table}.parquet").replace("'", "''")
+                    con.execute(f"""COPY (SELECT * FROM "{table}" WHERE run_id = ?) TO '{target}' (FORMAT parquet)""",
+                                [run_id])
+                    counts[table] = n
+        if out_dir.exists():
+            out_dir.rmdir()  # still empty (checked above); rename needs it gone
+        staging.rename(out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return counts
 
 
@@ -41,24 +61,39 @@ def exported_run_id(con, in_dir: Path) -> str:
     run_ids = [r[0] for r in con.execute("SELECT DISTINCT run_id FROM read_parquet(?)",
                                          [str(in_dir / "runs.parquet")]).fetchall()]
     if len(run_ids) != 1:
-        raise StoreError(f"{in_dir}/runs.parquet holds {len(run_ids)} runs, expected 1")
+        raise TransferRefused(f"{in_dir}/runs.parquet holds {len(run_ids)} runs, expected 1")
     return run_ids[0]
+
+
+def _foreign_rows(con, files: list[Path], run_id: str) -> list[str]:
+    """'file: run ids' for each file holding rows of a run other than `run_id`."""
+    found = []
+    for f in files:
+        others = [r[0] for r in con.execute("SELECT DISTINCT run_id FROM read_parquet(?) WHERE run_id IS DISTINCT FROM ? "
+                                            "ORDER BY 1 LIMIT 3", [str(f), run_id]).fetchall()]
+        if others:
+            found.append(f"{f.name} holds rows of run {', '.join(map(str, others))}")
+    return found
 
 
 def import_run(store: Store, in_dir: Path) -> tuple[str, dict[str, int]]:
     """Append an exported run; refuses one whose run id is already stored."""
     files = sorted(in_dir.glob("*.parquet"))
     if not (in_dir / "runs.parquet").is_file():
-        raise StoreError(f"{in_dir}: no runs.parquet here (not a `runner export` folder)")
+        raise TransferRefused(f"{in_dir}: no runs.parquet here (not a `runner export` folder)")
     counts = {}
     with store.writer() as con:
         known = set(_run_tables(con))
         run_id = exported_run_id(con, in_dir)
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
-            raise StoreError(f"run {run_id} is already in {store.path}")
+            raise TransferRefused(f"run {run_id} is already in {store.path}")
         unknown = [f.stem for f in files if f.stem not in known]
         if unknown:
-            raise StoreError(f"{in_dir}: tables this runner does not know: {', '.join(unknown)}")
+            raise TransferRefused(f"{in_dir}: tables this runner does not know: {', '.join(unknown)}")
+        foreign = _foreign_rows(con, files, run_id)
+        if foreign:
+            raise TransferRefused(f"{in_dir}: {'; '.join(foreign)}, not of run {run_id} (runs.parquet); "
+                                  "nothing imported")
         con.execute("BEGIN")
         try:
             for f in files:

@@ -1,9 +1,11 @@
 """A run exported to Parquet imports into another database with every row, once."""
 
+import shutil
+
 import pytest
 
 from runner.store import Store, StoreError
-from runner.transfer import export_run, import_run
+from runner.transfer import TransferRefused, export_run, import_run
 
 
 def _seed_run(store: Store, run_id: str) -> None:
@@ -39,3 +41,55 @@ def test_unknown_run_and_foreign_folder_are_clear_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(StoreError, match="runs.parquet"):
         import_run(store, tmp_path / "empty")
+
+
+def _rows(store: Store) -> dict[str, int]:
+    with store.reader() as con:
+        return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("runs", "train_episodes")}
+
+
+def test_export_refuses_a_folder_that_holds_anything(tmp_path):
+    source = Store(tmp_path / "a.duckdb")
+    _seed_run(source, "r1")
+    _seed_run(source, "r2")
+    export_run(source, "r1", tmp_path / "export")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "export").iterdir()}
+    with pytest.raises(TransferRefused, match="export.*not empty"):
+        export_run(source, "r2", tmp_path / "export")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "export").iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".export")] == []  # no half-written folder left
+
+
+def test_import_refuses_a_folder_mixing_runs_and_never_duplicates(tmp_path):
+    source = Store(tmp_path / "a.duckdb")
+    _seed_run(source, "r1")
+    _seed_run(source, "r2")
+    export_run(source, "r1", tmp_path / "r1")
+    export_run(source, "r2", tmp_path / "r2")
+    shutil.copy(tmp_path / "r2" / "train_episodes.parquet", tmp_path / "r1" / "train_episodes.parquet")
+    target = Store(tmp_path / "b.duckdb")
+    _seed_run(target, "local")
+    before = _rows(target)
+    with pytest.raises(TransferRefused, match=r"train_episodes.parquet.*r2.*not.*r1"):
+        import_run(target, tmp_path / "r1")
+    assert _rows(target) == before
+    import_run(target, tmp_path / "r2")
+    once = _rows(target)
+    with pytest.raises(TransferRefused, match="already"):
+        import_run(target, tmp_path / "r2")
+    assert _rows(target) == once == {"runs": 2, "train_episodes": 100}
+
+
+def test_cli_refusals_are_usage_errors(tmp_path):
+    from test_cli_inputs import assert_one_line_usage_error
+    from test_end_to_end import runner
+
+    source = Store(tmp_path / "a.duckdb")
+    _seed_run(source, "r1")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    refused = runner("export", "r1", "--out", "busy", "--db", "a.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(refused, "busy", "not empty")
+    assert runner("export", "r1", "--out", "fresh", "--db", "a.duckdb", cwd=tmp_path).returncode == 0
+    assert runner("import", "fresh", "--db", "b.duckdb", cwd=tmp_path).returncode == 0
+    assert_one_line_usage_error(runner("import", "fresh", "--db", "b.duckdb", cwd=tmp_path), "already")
