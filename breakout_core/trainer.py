@@ -98,11 +98,12 @@ class TrainDone:
     transitions: int
     updates: int
     target_syncs: int
-    wall_s: float  # the whole run (this attempt), records' consumers included
+    # every attempt of the run, each up to its last saved state (what a killed attempt did past it is redone)
+    wall_s: float  # records' consumers included
     measured_transitions: int  # made after the warm-up (config.measure_from)
     measured_s: float
     transitions_per_s: float  # measured_transitions / measured_s
-    weights_moved: float  # L2 distance of the online weights from where this attempt began
+    weights_moved: float  # L2 distance of the online weights from the run's initial weights
 
 
 class TrainingDiverged(RuntimeError):
@@ -131,6 +132,9 @@ class Trainer:
             self.online = self.online.to(memory_format=torch.channels_last)
             self.target = self.target.to(memory_format=torch.channels_last)
         self.optimizer = _adam(self.online.parameters(), config.learning_rate, config.fused_adam)
+        self.initial = [p.detach().clone() for p in self.online.parameters()]  # weights_moved is measured from here
+        self.measured = (0, 0.0)  # (transitions, seconds) measured by earlier attempts, up to their saved state
+        self.wall_s = 0.0  # earlier attempts' wall time, up to their saved state
         self.transitions = 0
         self.updates = 0
         self.target_syncs = 0
@@ -141,13 +145,15 @@ class Trainer:
     def state_path(self) -> Path:
         return self.out_dir / "trainer_state.pt"
 
-    def save_state(self) -> None:
-        """Everything but the replay and the emulators: enough to go on from here."""
+    def save_state(self, measured: tuple[int, float], wall_s: float) -> None:
+        """Everything but the replay and the emulators: enough to go on from here, and for the
+        results to summarise the whole run (its initial weights, the time measured so far)."""
         payload = {
             "format": STATE_FORMAT, "config": asdict(self.config), "contract_hash": self.contract.hash,
             "online": self.online.state_dict(), "target": self.target.state_dict(),
             "optimizer": self.optimizer.state_dict(), "transitions": self.transitions,
             "updates": self.updates, "target_syncs": self.target_syncs, "resumes": self.resumes,
+            "initial": self.initial, "measured": list(measured), "wall_s": wall_s,
         }
         tmp = self.state_path().with_suffix(".tmp")
         torch.save(payload, tmp)
@@ -164,10 +170,20 @@ class Trainer:
         self.optimizer.load_state_dict(payload["optimizer"])
         self.transitions, self.updates = payload["transitions"], payload["updates"]
         self.target_syncs, self.resumes = payload["target_syncs"], payload["resumes"] + 1
+        if "initial" in payload:  # a state saved by an older runner: this attempt's seeded weights stand in
+            self.initial = [t.to(self.device) for t in payload["initial"]]
+            self.measured, self.wall_s = (int(payload["measured"][0]), float(payload["measured"][1])), payload["wall_s"]
         self.rng = np.random.default_rng([self.config.seed, self.resumes])
 
     def checkpoint_path(self, transitions: int) -> Path:
         return self.out_dir / f"checkpoint_{transitions:09d}.pt"
+
+    def _so_far(self, clock: tuple[float, int] | None, started: float, now: float) -> tuple[tuple[int, float], float]:
+        """((transitions, seconds) measured, wall seconds) over every attempt up to `now`."""
+        measured = self.measured
+        if clock is not None:
+            measured = (measured[0] + self.transitions - clock[1], measured[1] + now - clock[0])
+        return measured, self.wall_s + now - started
 
     # -- acting ----------------------------------------------------------------------
     def _act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
@@ -238,7 +254,6 @@ class Trainer:
         # after a resume the replay starts empty: refill before learning again
         learn_from = self.transitions + cfg.learning_starts if resume else cfg.learning_starts
         env = make_vector_env(self.contract, n)
-        initial = [p.detach().clone() for p in self.online.parameters()]
         started = time.perf_counter()
         clock = (started, self.transitions) if self.transitions >= cfg.measure_from else None
         try:
@@ -303,19 +318,21 @@ class Trainer:
                     if before < mark <= self.transitions:
                         path = save_checkpoint(self.checkpoint_path(mark), self.online, self.contract,
                                                transitions=self.transitions, train_config=asdict(cfg))
-                        self.save_state()
+                        # the consumer stores the checkpoint and every record before it, then the state
+                        # is saved: a resume never starts past rows that were not stored
                         yield CheckpointSaved(self.transitions, str(path))
+                        self.save_state(*self._so_far(clock, started, time.perf_counter()))
         finally:
             env.close()
         ended = time.perf_counter()
-        clock = clock or (ended, self.transitions)
-        moved = float(torch.sqrt(sum(((p.detach() - q) ** 2).sum() for p, q in zip(self.online.parameters(), initial))))
+        moved = float(torch.sqrt(sum(((p.detach() - q) ** 2).sum()
+                                     for p, q in zip(self.online.parameters(), self.initial))))
         path = save_checkpoint(self.out_dir / "final.pt", self.online, self.contract,
                                transitions=self.transitions, train_config=asdict(cfg))
-        self.save_state()
         yield CheckpointSaved(self.transitions, str(path))
-        measured, measured_s = self.transitions - clock[1], ended - clock[0]
-        yield TrainDone(self.transitions, self.updates, self.target_syncs, ended - started, measured, measured_s,
+        (measured, measured_s), wall_s = self._so_far(clock, started, ended)
+        self.save_state((measured, measured_s), wall_s)
+        yield TrainDone(self.transitions, self.updates, self.target_syncs, wall_s, measured, measured_s,
                         measured / measured_s if measured_s > 0 else 0.0, moved)
 
 

@@ -43,13 +43,42 @@ def test_epsilon_schedule_is_linear_in_transitions():
 def test_resume_goes_on_to_the_same_total(tmp_path):
     config = TrainConfig(total_transitions=500, num_envs=2, checkpoint_at=(250,), **TINY)
     first = Trainer(config, Contract(), tmp_path)
-    for record in first.run():
+    records = first.run()
+    for record in records:
         if isinstance(record, CheckpointSaved):
+            next(records)  # the consumer took the checkpoint; the trainer saves its state and goes on
             break  # as if killed right after the 250 checkpoint
     resumed = Trainer(config, Contract(), tmp_path)
     records = list(resumed.run(resume=True))
     assert records[-1].transitions == 500
     assert resumed.resumes == 1
+
+
+def test_state_is_saved_only_once_the_consumer_took_the_checkpoint(tmp_path):
+    """A consumer stores a checkpoint's row, and every row before it, when it receives the record;
+    a state saved before that would let a kill in between resume past rows never stored."""
+    config = TrainConfig(total_transitions=500, num_envs=2, checkpoint_at=(250,), **TINY)
+    trainer = Trainer(config, Contract(), tmp_path)
+    records = trainer.run()
+    saved = next(r for r in records if isinstance(r, CheckpointSaved))
+    assert saved.transition == 250 and not trainer.state_path().exists()
+    next(records)
+    assert torch.load(trainer.state_path(), weights_only=True)["transitions"] == 250
+
+
+def test_results_summarise_every_attempt(tmp_path):
+    """Killed after its final state was saved, a resumed trainer has nothing left to do; its
+    results still describe the whole run, not an attempt that moved no weight."""
+    config = TrainConfig(total_transitions=500, num_envs=2, checkpoint_at=(250,), **TINY)
+    whole = list(Trainer(config, Contract(), tmp_path).run())[-1]
+    again = Trainer(config, Contract(), tmp_path)
+    done = list(again.run(resume=True))[-1]
+    assert again.resumes == 1
+    assert (done.transitions, done.updates, done.target_syncs) == (whole.transitions, whole.updates, whole.target_syncs)
+    assert done.weights_moved == pytest.approx(whole.weights_moved) and done.weights_moved > 0
+    assert done.measured_transitions == whole.measured_transitions == 500
+    assert done.measured_s >= whole.measured_s > 0 and done.wall_s >= whole.wall_s
+    assert done.transitions_per_s > 0
 
 
 def test_unknown_algorithm_is_refused():
