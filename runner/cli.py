@@ -195,6 +195,43 @@ def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: P
 
 
 @main.command()
+@click.argument("run_a", required=False)
+@click.argument("run_b", required=False)
+@click.option("--spec", "spec_name", default=None, help="compare the last two finished runs of this spec")
+@click.option("--factor", default=1.1, show_default=True, type=click.FloatRange(min=1.0),
+              help="a significant change is better/worse only beyond this factor")
+@click.option("--fail-on-regression", "fail_factor", default=None, type=click.FloatRange(min=1.0), metavar="FACTOR",
+              help="exit 1 when a metric got significantly worse beyond FACTOR")
+@click.option("--report/--no-report", default=True, show_default=True, help="write the HTML compare page")
+@db_option
+@reports_option
+def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor: float, fail_factor: float | None,
+            report: bool, db: Path | None, reports_dir: Path) -> None:
+    """Every measurement and metric of RUN_A and RUN_B (one spec), with significance and a mark."""
+    from runner.compare import CompareError, compare_runs
+    from runner.compare_report import build_compare_report, print_comparison
+    from runner.store import StoreError
+
+    store = _store(db)
+    try:
+        comparison = compare_runs(store, run_a, run_b, spec_name=spec_name, factor=factor)
+        print_comparison(comparison)
+        if report:
+            click.echo(f"wrote {build_compare_report(store, comparison, reports_dir)}")
+    except CompareError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except StoreError as exc:
+        _fail(str(exc))
+    if fail_factor is not None:
+        worse = comparison.regressions(fail_factor)
+        for row in worse:
+            click.echo(f"regression: {row.measurement} {row.subject} {row.metric}: {row.value_a:.4g} → "
+                       f"{row.value_b:.4g} ({row.test})", err=True)
+        if worse:
+            sys.exit(EXIT_FAILED)
+
+
+@main.command()
 @click.option("--model", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               default=Path("models/reference/dqn_breakout.onnx"), show_default=True, help="the agent's ONNX file")
 @click.option("--provider", type=click.Choice(["wasm", "webgpu"]), default="wasm", show_default=True,

@@ -1,0 +1,499 @@
+"""Two runs of one spec, measurement by measurement and metric by metric, as asv compare does.
+
+Every value shown for run A and run B is computed from the raw rows, and so is its
+significance:
+  latency      the samples of each runtime and batch size: a two-sided Mann-Whitney U,
+               significant at p < 0.002 (99% median intervals when too few samples)
+  scores       the episodes of each policy or runtime: a bootstrap CI of the difference of
+               the mean score, paired by seed when both runs played the same seeds
+  parity       deterministic: any change in action agreement, or a change of max |dQ|
+               beyond the candidate's tolerance, is a change
+  throughput,  repeated values where a run has them (bootstrap CI); one value per run
+  training     cannot show significance and is marked so
+A significant change is marked better or worse only when it is also beyond `factor`
+(asv's default 1.1); parity, which has no noise, is judged by its tolerance alone.
+
+Two values are not comparable when the question changed: another contract, another
+model file (artifact sha256), other measurement or runtime settings. Host, CPU, GPU and
+package versions are shown and flagged; a timing taken on another machine is marked
+"different machine", never better or worse.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from runner.store import Store
+
+BETTER = "better"
+WORSE = "worse"
+NO_CHANGE = "no significant change"
+NOT_COMPARABLE = "not comparable"
+DIFFERENT_MACHINE = "different machine"
+NOT_TESTABLE = "not testable"
+MARKS = (WORSE, BETTER, NO_CHANGE, NOT_TESTABLE, DIFFERENT_MACHINE, NOT_COMPARABLE)
+DEFAULT_FACTOR = 1.1  # asv compare --factor
+MACHINE_FIELDS = ("host", "cpu", "gpu")
+
+# measurement fields that choose what is measured or shown (which runtimes, seeds, batch
+# sizes), not what a value means: they may differ between two runs that stay comparable
+NOT_SETTINGS: dict[str, set[str]] = {
+    "evaluate": {"policies", "seeds", "batch_size", "gif", "bootstrap"},
+    "episodes": {"runtimes", "baseline", "seeds", "batch_size", "bootstrap", "parity", "latency"},
+    "latency": {"runtimes", "baseline", "batch_sizes", "verdict_batch_size"},
+    "parity": {"runtimes", "baseline", "batch_sizes"},
+    "closed_loop": {"runtimes", "baseline"},
+    "throughput": {"grid", "modes"},
+    "train": {"sweep", "evaluate_checkpoints", "gif", "diagnostics_every", "checkpoint_at", "checkpoint_every"},
+    "export": set(),
+    "training_history": set(),
+}
+
+
+class CompareError(ValueError):
+    """A request that cannot be compared as asked (unknown run, runs of two specs, too few runs)."""
+
+
+@dataclass(frozen=True)
+class RunSide:
+    run_id: str
+    spec_name: str
+    status: str
+    started_at: Any
+    git_commit: str | None
+    contract_hash: str | None
+    host: str
+    cpu: str | None
+    gpu: str | None
+    packages: dict
+    spec: dict  # the spec as stored with the run, defaults filled in where the current code still reads it
+
+    def measurement(self, name: str) -> dict | None:
+        return next((m for m in self.spec.get("measurements", []) if m.get("name") == name), None)
+
+
+@dataclass
+class Row:
+    """One metric of one subject (a runtime and batch size, a policy, a trial) in both runs."""
+
+    measurement: str
+    subject: str
+    metric: str
+    value_a: float | None
+    value_b: float | None
+    lower_is_better: bool
+    test: str  # how significance was decided, with its figures
+    significant: bool | None  # None: the rows cannot show it (one value per run)
+    uses_factor: bool = True  # False: a deterministic rule decides (parity), no noise to allow for
+    machine_bound: bool = False  # a timing: taken on two machines it says nothing about the code
+    problem: str | None = None  # why A and B are not the same question
+    note: str = ""
+    mark: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.value_a is None or self.value_b is None or self.value_a == 0:
+            return None
+        return self.value_b / self.value_a
+
+    @property
+    def worse_by(self) -> float | None:
+        """How many times worse B is than A (> 1: worse, < 1: better); None without both values."""
+        if self.value_a is None or self.value_b is None:
+            return None
+        worse, better = (self.value_b, self.value_a) if self.lower_is_better else (self.value_a, self.value_b)
+        if better == 0:
+            return 1.0 if worse == 0 else math.inf
+        return worse / better
+
+    def changed_for_the_worse(self, factor: float) -> bool:
+        """Significantly worse, and beyond `factor` where noise is possible."""
+        if self.problem or not self.significant or self.worse_by is None:
+            return False
+        return self.worse_by >= factor if self.uses_factor else self.worse_by > 1
+
+    def changed_for_the_better(self, factor: float) -> bool:
+        if self.problem or not self.significant or self.worse_by is None:
+            return False
+        return self.worse_by <= 1 / factor if self.uses_factor else self.worse_by < 1
+
+
+@dataclass
+class Comparison:
+    a: RunSide
+    b: RunSide
+    factor: float
+    environment: list[tuple[str, str, str, bool]]  # (what, in A, in B, flagged)
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def same_machine(self) -> bool:
+        return all(getattr(self.a, f) == getattr(self.b, f) for f in MACHINE_FIELDS)
+
+    def regressions(self, factor: float) -> list[Row]:
+        """Rows that got significantly worse beyond `factor` (timings only on the same machine)."""
+        return [r for r in self.rows if r.changed_for_the_worse(factor)
+                and not (r.machine_bound and not self.same_machine)]
+
+
+# -- choosing the runs ---------------------------------------------------------------------------
+
+def resolve_runs(con, run_a: str | None, run_b: str | None, spec_name: str | None) -> tuple[str, str]:
+    """(A, B): the two runs named, or the last two finished runs of `spec_name` (older first)."""
+    if spec_name is not None:
+        if run_a or run_b:
+            raise CompareError("give either RUN_A RUN_B or --spec NAME, not both")
+        ids = [r[0] for r in con.execute("SELECT run_id FROM runs WHERE spec_name = ? AND status = 'done' "
+                                         "ORDER BY started_at DESC LIMIT 2", [spec_name]).fetchall()]
+        if len(ids) < 2:
+            raise CompareError(f"spec {spec_name!r} has {len(ids)} finished run(s) in this database; "
+                               "compare needs two")
+        return ids[1], ids[0]
+    if not run_a or not run_b:
+        raise CompareError("name two runs (RUN_A RUN_B) or a spec (--spec NAME)")
+    if run_a == run_b:
+        raise CompareError(f"run {run_a} compared with itself")
+    return run_a, run_b
+
+
+def _side(con, run_id: str) -> RunSide:
+    cursor = con.execute("SELECT run_id, spec_name, status, started_at, git_commit, contract_hash, host, cpu, gpu, "
+                         "packages, spec_text FROM runs WHERE run_id = ?", [run_id])
+    row = cursor.fetchone()
+    if row is None:
+        raise CompareError(f"no run {run_id!r} in this database")
+    *head, packages, spec_text = row
+    return RunSide(*head, packages=json.loads(packages or "{}"), spec=_spec_tree(spec_text))
+
+
+def _spec_tree(text: str) -> dict:
+    """The stored spec with its defaults filled in (so an omitted default equals a written one);
+    as written when the current code no longer accepts it."""
+    import yaml
+
+    from runner.spec import Spec
+
+    raw = yaml.safe_load(text) or {}
+    try:
+        return Spec.model_validate(raw, context={"check_files": False}).model_dump(mode="json")
+    except Exception:  # noqa: BLE001 - an old spec: its written fields are still comparable
+        return raw
+
+
+def _environment(a: RunSide, b: RunSide) -> list[tuple[str, str, str, bool]]:
+    rows = [(f, str(getattr(a, f)), str(getattr(b, f)), getattr(a, f) != getattr(b, f)) for f in MACHINE_FIELDS]
+    for name in sorted(set(a.packages) | set(b.packages)):
+        va, vb = a.packages.get(name), b.packages.get(name)
+        rows.append((name, str(va), str(vb), va != vb))
+    rows.append(("commit", str(a.git_commit), str(b.git_commit), False))  # what a comparison usually asks about
+    return rows
+
+
+def _differences(a: dict | None, b: dict | None, ignore: set[str] = frozenset()) -> list[str]:
+    a, b = a or {}, b or {}
+    return [f"{k} {a.get(k)!r} → {b.get(k)!r}" for k in sorted((set(a) | set(b)) - ignore) if a.get(k) != b.get(k)]
+
+
+# -- comparing -------------------------------------------------------------------------------------
+
+def compare_runs(store: Store, run_a: str | None, run_b: str | None, *, spec_name: str | None = None,
+                 factor: float = DEFAULT_FACTOR) -> Comparison:
+    """Every measurement of the runs' spec, metric by metric; raises CompareError for a wrong request."""
+    if factor < 1:
+        raise CompareError(f"factor {factor:g} must be >= 1")
+    with store.reader() as con:
+        id_a, id_b = resolve_runs(con, run_a, run_b, spec_name)
+        a, b = _side(con, id_a), _side(con, id_b)
+        if a.spec_name != b.spec_name:
+            raise CompareError(f"runs of different specs: {a.run_id} is {a.spec_name!r}, {b.run_id} is "
+                               f"{b.spec_name!r}; compare asks one spec's question twice")
+        comparison = Comparison(a, b, factor, _environment(a, b))
+        run_problem = None
+        if a.contract_hash != b.contract_hash:
+            run_problem = f"contract differs: {a.contract_hash} → {b.contract_hash}"
+        names = [m["name"] for m in a.spec.get("measurements", [])]
+        names += [m["name"] for m in b.spec.get("measurements", []) if m["name"] not in names]
+        for name in names:
+            comparison.rows += _measurement_rows(con, a, b, name, run_problem)
+    for row in comparison.rows:
+        row.mark = _mark(row, factor, comparison.same_machine)
+    return comparison
+
+
+def _measurement_rows(con, a: RunSide, b: RunSide, name: str, run_problem: str | None) -> list[Row]:
+    m_a, m_b = a.measurement(name), b.measurement(name)
+    if m_a is None or m_b is None:
+        return [Row(name, "", "measurement", None, None, True, "",
+                    None, problem=f"only in run {'A' if m_b is None else 'B'}")]
+    kind = m_a.get("kind")
+    if kind != m_b.get("kind"):
+        return [Row(name, "", "measurement", None, None, True, "", None,
+                    problem=f"kind {kind} → {m_b.get('kind')}")]
+    rows = COMPARERS.get(kind, lambda *_: [])(con, a, b, m_a, m_b)
+    settings = _differences(m_a, m_b, NOT_SETTINGS.get(kind, set()) | {"name"})
+    problem = run_problem or (f"settings differ: {'; '.join(settings)}" if settings else None)
+    for row in rows:
+        row.problem = problem or row.problem
+    return rows
+
+
+def _mark(row: Row, factor: float, same_machine: bool) -> str:
+    if row.problem:
+        return NOT_COMPARABLE
+    if row.machine_bound and not same_machine:
+        return DIFFERENT_MACHINE
+    if row.significant is None:
+        return NOT_TESTABLE
+    if row.changed_for_the_worse(factor):
+        return WORSE
+    if row.changed_for_the_better(factor):
+        return BETTER
+    if row.significant and row.uses_factor:
+        row.note = "; ".join(filter(None, [row.note, f"significant, but within the factor {factor:g}"]))
+    return NO_CHANGE
+
+
+def _runtime_problem(con, a: RunSide, b: RunSide, measurement: str, runtimes: list[str]) -> str | None:
+    """Why a runtime's figures in A and B answer different questions: its settings, its model file,
+    or that it could not run in one of them."""
+    for runtime in runtimes:
+        settings = _differences(a.spec.get("runtimes", {}).get(runtime), b.spec.get("runtimes", {}).get(runtime))
+        if settings:
+            return f"runtime {runtime} settings differ: {'; '.join(settings)}"
+        status = [con.execute("SELECT available, reason, artifact, artifact_sha256 FROM runtime_status WHERE run_id = ? "
+                              "AND measurement = ? AND runtime = ? ORDER BY recorded_at DESC LIMIT 1",
+                              [side.run_id, measurement, runtime]).fetchone() for side in (a, b)]
+        for label, row in zip("AB", status):
+            if row is not None and not row[0]:
+                return f"runtime {runtime} unavailable in run {label}: {row[1]}"
+        if status[0] and status[1] and status[0][3] != status[1][3]:
+            return (f"model file of {runtime} differs: {status[1][2]} sha256 {str(status[0][3])[:12]} → "
+                    f"{str(status[1][3])[:12]}")
+    return None
+
+
+def _samples_row(measurement: str, subject: str, metric: str, a: np.ndarray, b: np.ndarray, *,
+                 lower_is_better: bool, machine_bound: bool, note: str = "") -> Row:
+    """A metric that is the mean of repeated values: a bootstrap CI of the difference when both runs
+    have two or more, otherwise one value per run cannot show significance."""
+    from breakout_core.stats import unpaired_bootstrap_ci
+
+    value_a = float(np.mean(a)) if len(a) else None
+    value_b = float(np.mean(b)) if len(b) else None
+    if len(a) >= 2 and len(b) >= 2:
+        ci = unpaired_bootstrap_ci(a, b)
+        test = f"unpaired bootstrap {ci.confidence:.0%} CI of B − A [{ci.low:.4g}, {ci.high:.4g}] (n {len(a)}/{len(b)})"
+        significant: bool | None = ci.low > 0 or ci.high < 0
+    else:
+        test, significant = f"{len(a)} vs {len(b)} value(s): one sample per run cannot show significance", None
+    problem = None if len(a) and len(b) else f"measured only in run {'A' if len(a) else 'B'}"
+    return Row(measurement, subject, metric, value_a, value_b, lower_is_better, test, significant,
+               machine_bound=machine_bound, problem=problem, note=note)
+
+
+def _latency(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    from breakout_core.stats import sample_shift
+
+    name = m_a["name"]
+    samples, series = {}, {}
+    for label, side in (("A", a), ("B", b)):
+        for runtime, batch, ms in con.execute(
+                "SELECT runtime, batch_size, list(ms ORDER BY sample) FROM latency_samples WHERE run_id = ? "
+                "AND measurement = ? GROUP BY ALL", [side.run_id, name]).fetchall():
+            samples[(label, runtime, batch)] = np.asarray(ms, dtype=np.float64)
+        cursor = con.execute("SELECT * EXCLUDE (run_id, measurement) FROM latency_series WHERE run_id = ? "
+                             "AND measurement = ?", [side.run_id, name])
+        columns = [d[0] for d in cursor.description]
+        for values in cursor.fetchall():
+            settings = dict(zip(columns, values))
+            series[(label, settings.pop("runtime"), settings.pop("batch_size"))] = settings
+    rows = []
+    for runtime, batch in sorted({(r, n) for _, r, n in samples}):
+        subject = f"{runtime} b={batch}"
+        sa, sb = samples.get(("A", runtime, batch)), samples.get(("B", runtime, batch))
+        if sa is None or sb is None:
+            rows.append(Row(name, subject, "p50_ms", _p(sa, 50), _p(sb, 50), True, "", None, machine_bound=True,
+                            problem=f"measured only in run {'A' if sb is None else 'B'}"))
+            continue
+        shift = sample_shift(sa, sb)
+        p95 = f"P95 {_p(sa, 95):.4g} → {_p(sb, 95):.4g} ms"
+        row = Row(name, subject, "p50_ms", _p(sa, 50), _p(sb, 50), True, shift.method, shift.significant,
+                  machine_bound=True, note=p95)
+        settings = _differences(series.get(("A", runtime, batch)), series.get(("B", runtime, batch)),
+                                {"timer_resolution_s"})
+        row.problem = (f"series settings differ: {'; '.join(settings)}" if settings
+                       else _runtime_problem(con, a, b, name, [runtime]))
+        rows.append(row)
+    return rows
+
+
+def _p(values: np.ndarray | None, q: float) -> float | None:
+    from breakout_core.stats import PERCENTILE_METHOD
+
+    return None if values is None else float(np.percentile(values, q, method=PERCENTILE_METHOD))
+
+
+def _episode_rows(con, a: RunSide, b: RunSide, m_a: dict, subject_problem: Callable[[str], str | None]) -> list[Row]:
+    """Mean score of every policy (or runtime, or checkpoint) that played in both runs."""
+    from breakout_core.stats import paired_bootstrap_ci, unpaired_bootstrap_ci
+
+    name = m_a["name"]
+    boot = m_a.get("bootstrap") or {}
+    confidence, resamples, seed = boot.get("confidence", 0.95), boot.get("resamples", 10_000), boot.get("seed", 0)
+    played = {label: {p: (np.asarray(s, dtype=np.int64), np.asarray(v, dtype=np.float64)) for p, s, v in con.execute(
+        "SELECT policy, list(seed ORDER BY seed), list(score ORDER BY seed) FROM episodes WHERE run_id = ? "
+        "AND measurement = ? GROUP BY policy", [side.run_id, name]).fetchall()} for label, side in (("A", a), ("B", b))}
+    rows = []
+    for policy in sorted(set(played["A"]) | set(played["B"])):
+        subject = f"policy {policy}"
+        if policy not in played["A"] or policy not in played["B"]:
+            only = "A" if policy in played["A"] else "B"
+            rows.append(Row(name, subject, "mean_score", None, None, False, "", None,
+                            problem=f"played only in run {only}"))
+            continue
+        (seeds_a, sa), (seeds_b, sb) = played["A"][policy], played["B"][policy]
+        paired = len(seeds_a) == len(seeds_b) and bool((seeds_a == seeds_b).all())
+        row = Row(name, subject, "mean_score", float(sa.mean()), float(sb.mean()), False, "", None,
+                  problem=subject_problem(policy))
+        if min(len(sa), len(sb)) < 2:
+            row.test = "one episode per run cannot show significance"
+        elif paired:
+            ci = paired_bootstrap_ci(sb - sa, confidence=confidence, n_resamples=resamples, seed=seed)
+            row.test = (f"paired bootstrap {confidence:.0%} CI of the mean same-seed difference B − A "
+                        f"[{ci.low:.3g}, {ci.high:.3g}] ({len(sa)} seeds)")
+            row.significant = ci.low > 0 or ci.high < 0
+        else:
+            ci = unpaired_bootstrap_ci(sa, sb, confidence=confidence, n_resamples=resamples, seed=seed)
+            row.test = (f"unpaired bootstrap {confidence:.0%} CI of B − A [{ci.low:.3g}, {ci.high:.3g}] "
+                        f"({len(sa)}/{len(sb)} episodes, other seeds)")
+            row.significant = ci.low > 0 or ci.high < 0
+        rows.append(row)
+    return rows
+
+
+def _evaluate(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    def policy_problem(policy: str) -> str | None:
+        settings = _differences(a.spec.get("policies", {}).get(policy), b.spec.get("policies", {}).get(policy))
+        return f"policy {policy} differs: {'; '.join(settings)}" if settings else None
+
+    return _episode_rows(con, a, b, m_a, policy_problem)
+
+
+def _episodes(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    return _episode_rows(con, a, b, m_a, lambda runtime: _runtime_problem(con, a, b, m_a["name"], [runtime]))
+
+
+def _parity(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    name = m_a["name"]
+    baseline = m_a.get("baseline") or m_a["runtimes"][0]
+    found = {label: {(c, n): (agree, dq) for c, n, agree, dq in con.execute(
+        "SELECT candidate, batch_size, action_agreement_fraction, max_abs_dq FROM parity_summary WHERE run_id = ? "
+        "AND measurement = ? AND baseline = ?", [side.run_id, name, baseline]).fetchall()}
+        for label, side in (("A", a), ("B", b))}
+    rows = []
+    for candidate, batch in sorted(set(found["A"]) | set(found["B"])):
+        subject = f"{candidate} vs {baseline} b={batch}"
+        va, vb = found["A"].get((candidate, batch)), found["B"].get((candidate, batch))
+        if va is None or vb is None:
+            rows.append(Row(name, subject, "action_agreement", None, None, False, "", None,
+                            problem=f"compared only in run {'A' if vb is None else 'B'}"))
+            continue
+        problem = _runtime_problem(con, a, b, name, [candidate, baseline])
+        rows.append(Row(name, subject, "action_agreement", va[0], vb[0], False, "any change is a change (no noise)",
+                        va[0] != vb[0], uses_factor=False, problem=problem))
+        atol, rtol, scale = con.execute(
+            "SELECT t.atol, t.rtol, max(greatest(abs(q.q_noop), abs(q.q_fire), abs(q.q_right), abs(q.q_left))) "
+            "FROM parity_settings t JOIN parity_q q ON q.run_id = t.run_id AND q.measurement = t.measurement "
+            "AND q.runtime = ? AND q.batch_size = ? WHERE t.run_id = ? AND t.measurement = ? AND t.runtime = ? "
+            "GROUP BY ALL", [baseline, batch, b.run_id, name, candidate]).fetchone()
+        tolerance = atol + rtol * scale
+        moved = abs(vb[1] - va[1])
+        rows.append(Row(name, subject, "max_abs_dq", va[1], vb[1], True,
+                        f"|change| {moved:.3g} against the tolerance {tolerance:.3g} (atol {atol:g} + rtol {rtol:g} "
+                        f"× max |Q| {scale:.3g})", moved > tolerance, uses_factor=False, problem=problem))
+    return rows
+
+
+def _throughput(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    name = m_a["name"]
+    values = {label: {(t, mode): np.asarray(v, dtype=np.float64) for t, mode, v in con.execute(
+        "SELECT trial, mode, list(transitions_per_s) FROM throughput_trials WHERE run_id = ? AND measurement = ? "
+        "GROUP BY ALL", [side.run_id, name]).fetchall()} for label, side in (("A", a), ("B", b))}
+    rows = []
+    for trial, mode in sorted(set(values["A"]) | set(values["B"])):
+        va, vb = values["A"].get((trial, mode), np.empty(0)), values["B"].get((trial, mode), np.empty(0))
+        rows.append(_samples_row(name, f"{trial} / {mode}", "transitions_per_s", va, vb, lower_is_better=False,
+                                 machine_bound=True))
+    return rows
+
+
+LAST_EPISODES = 20  # as the train_trial_summary view's last20_mean
+
+
+def _train(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    name = m_a["name"]
+    rates, returns = {}, {}
+    for label, side in (("A", a), ("B", b)):
+        rates[label] = dict(con.execute(
+            "SELECT trial, arg_max(transitions_per_s, attempt) FROM train_results WHERE run_id = ? AND measurement = ? "
+            "GROUP BY trial", [side.run_id, name]).fetchall())
+        returns[label] = {t: np.asarray(v, dtype=np.float64) for t, v in con.execute(
+            "SELECT trial, list(episode_return) FROM (SELECT trial, episode_return, row_number() OVER "
+            "(PARTITION BY trial ORDER BY transition DESC, env_index DESC) AS back FROM train_episodes_valid "
+            "WHERE run_id = ? AND measurement = ?) WHERE back <= ? GROUP BY trial",
+            [side.run_id, name, LAST_EPISODES]).fetchall()}
+    rows = []
+    for trial in sorted(set(rates["A"]) | set(rates["B"]) | set(returns["A"]) | set(returns["B"])):
+        rows.append(_samples_row(name, f"trial {trial}", f"last{LAST_EPISODES}_return",
+                                 returns["A"].get(trial, np.empty(0)), returns["B"].get(trial, np.empty(0)),
+                                 lower_is_better=False, machine_bound=False,
+                                 note="consecutive training episodes of one trial, not independent seeds"))
+        rate_a, rate_b = rates["A"].get(trial), rates["B"].get(trial)
+        rows.append(_samples_row(name, f"trial {trial}", "transitions_per_s",
+                                 np.asarray([] if rate_a is None else [rate_a]),
+                                 np.asarray([] if rate_b is None else [rate_b]), lower_is_better=False,
+                                 machine_bound=True))
+    return rows + _episode_rows(con, a, b, m_a, lambda _checkpoint: None)
+
+
+def _closed_loop(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    name = m_a["name"]
+    scores = {label: dict(con.execute("SELECT runtime, score FROM closed_loop_summary WHERE run_id = ? AND "
+                                      "measurement = ?", [side.run_id, name]).fetchall())
+              for label, side in (("A", a), ("B", b))}
+    rows = []
+    for runtime in sorted(set(scores["A"]) | set(scores["B"])):
+        va, vb = scores["A"].get(runtime), scores["B"].get(runtime)
+        row = _samples_row(name, runtime, "score", np.asarray([] if va is None else [va]),
+                           np.asarray([] if vb is None else [vb]), lower_is_better=False, machine_bound=False,
+                           note="one game from one seed")
+        row.problem = row.problem or _runtime_problem(con, a, b, name, [runtime])
+        rows.append(row)
+    return rows
+
+
+def _export(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    name = m_a["name"]
+    files = {label: {art: (size, checkpoint) for art, size, checkpoint in con.execute(
+        "SELECT artifact, bytes, checkpoint_sha256 FROM export_files WHERE run_id = ? AND measurement = ?",
+        [side.run_id, name]).fetchall()} for label, side in (("A", a), ("B", b))}
+    rows = []
+    for artifact in sorted(set(files["A"]) | set(files["B"])):
+        fa, fb = files["A"].get(artifact), files["B"].get(artifact)
+        row = _samples_row(name, artifact, "bytes", np.asarray([fa[0]] if fa else []), np.asarray([fb[0]] if fb else []),
+                           lower_is_better=True, machine_bound=False)
+        if row.problem is None and fa[1] != fb[1]:
+            row.problem = f"exported from another checkpoint: sha256 {str(fa[1])[:12]} → {str(fb[1])[:12]}"
+        rows.append(row)
+    return rows
+
+
+COMPARERS: dict[str, Callable[..., list[Row]]] = {
+    "latency": _latency, "evaluate": _evaluate, "episodes": _episodes, "parity": _parity, "throughput": _throughput,
+    "train": _train, "closed_loop": _closed_loop, "export": _export,
+}

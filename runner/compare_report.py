@@ -1,0 +1,145 @@
+"""A comparison shown: in the terminal, and as an HTML page with both runs' provenance, every row
+with its mark, and the two runs' distributions side by side (latency samples, episode scores)."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import pandas as pd
+
+from breakout_core.stats import RANK_TEST_ALPHA
+from runner.compare import Comparison
+from runner.kinds.base import Section
+from runner.report_html import MAX_CHART_POINTS, altair, render_page, table_html
+from runner.store import Store
+
+MARK_CLASSES = {"better": "deployment-worthy", "worse": "rejected", "not comparable": "unavailable",
+                "different machine": "inconclusive"}  # the page's existing colours
+
+
+LEGEND = ("significant: latency two-sided Mann-Whitney U p < {alpha:g}; scores a bootstrap CI of B − A without 0; "
+          "parity any change beyond tolerance. better/worse: significant and beyond the factor {{factor:g}} "
+          "(parity: tolerance alone)").format(alpha=RANK_TEST_ALPHA)
+
+
+def rows_frame(comparison: Comparison) -> pd.DataFrame:
+    """The comparison as a table: one line per metric and subject."""
+    return pd.DataFrame([{
+        "measurement": r.measurement, "subject": r.subject, "metric": r.metric, "A": r.value_a, "B": r.value_b,
+        "B/A": r.ratio, "significance": r.test, "mark": r.mark, "why": r.problem or r.note,
+    } for r in comparison.rows], columns=["measurement", "subject", "metric", "A", "B", "B/A", "significance", "mark",
+                                          "why"])
+
+
+def _run_label(comparison: Comparison, label: str) -> str:
+    side = comparison.a if label == "A" else comparison.b
+    return f"{label}: {side.run_id}"
+
+
+def _intro(comparison: Comparison) -> str:
+    a, b = comparison.a, comparison.b
+    runs = pd.DataFrame([{"run": label, "run id": s.run_id, "status": s.status, "started": str(s.started_at),
+                          "contract": s.contract_hash} for label, s in (("A", a), ("B", b))])
+    env = pd.DataFrame([{"": "⚑ differs" if flagged else "", "what": what, "A": va, "B": vb}
+                        for what, va, vb, flagged in comparison.environment])
+    machine = ("<p><b>Same machine</b> (host, CPU, GPU).</p>" if comparison.same_machine else
+               "<p class='inconclusive'><b>Different machines</b>: timings are marked “different machine”, "
+               "never better or worse.</p>")
+    return (f"<p>Spec <b>{html.escape(a.spec_name)}</b>. {html.escape(LEGEND.format(factor=comparison.factor))}.</p>"
+            + table_html(runs) + machine
+            + "<h2>Where each run was made</h2>" + table_html(env))
+
+
+def _marked_table(frame: pd.DataFrame) -> str:
+    body = table_html(frame, float_format="{:.4g}")
+    for mark, css in MARK_CLASSES.items():
+        body = body.replace(f"<td>{html.escape(mark)}</td>", f"<td class='{css}'><b>{html.escape(mark)}</b></td>")
+    return body
+
+
+def _latency_section(con, comparison: Comparison, measurement: str) -> Section | None:
+    alt = altair()
+    parts = []
+    for label, side in (("A", comparison.a), ("B", comparison.b)):
+        part = con.execute("SELECT runtime || ' b=' || batch_size AS series, ms FROM latency_samples "
+                           "WHERE run_id = ? AND measurement = ? ORDER BY runtime, batch_size, sample LIMIT ?",
+                           [side.run_id, measurement, MAX_CHART_POINTS // 2]).df()
+        parts.append(part.assign(run=_run_label(comparison, label)))
+    samples = pd.concat(parts, ignore_index=True)
+    if samples.empty:
+        return None
+    x = alt.X("ms:Q", scale=alt.Scale(type="log"), title="ms per call (log scale)")
+    ticks = alt.Chart().mark_tick(opacity=0.3, thickness=1).encode(x=x, y=alt.Y("run:N", title=None), color="run:N")
+    box = alt.Chart().mark_boxplot(extent="min-max", opacity=0.4, size=18).encode(x=x, y="run:N", color="run:N")
+    chart = alt.layer(box, ticks, data=samples).properties(width=620, height=70).facet(
+        row=alt.Row("series:N", title=None))
+    return Section(f"{measurement}: latency of A and B per series (every sample; box: quartiles and range)",
+                   charts=[chart.to_dict()])
+
+
+def _scores_section(con, comparison: Comparison, measurement: str) -> Section | None:
+    alt = altair()
+    parts = []
+    for label, side in (("A", comparison.a), ("B", comparison.b)):
+        part = con.execute("SELECT policy, seed, score FROM episodes WHERE run_id = ? AND measurement = ? "
+                           "ORDER BY policy, seed LIMIT ?", [side.run_id, measurement, MAX_CHART_POINTS // 2]).df()
+        parts.append(part.assign(run=_run_label(comparison, label)))
+    scores = pd.concat(parts, ignore_index=True)
+    if scores.empty:
+        return None
+    x = alt.X("score:Q", title="raw score")
+    points = alt.Chart().mark_circle(size=35, opacity=0.6).encode(
+        x=x, y=alt.Y("run:N", title=None), color="run:N", tooltip=["run", "policy", "seed", "score"])
+    box = alt.Chart().mark_boxplot(extent="min-max", opacity=0.3, size=18).encode(x=x, y="run:N", color="run:N")
+    chart = alt.layer(box, points, data=scores).properties(width=620, height=70).facet(
+        row=alt.Row("policy:N", title=None))
+    return Section(f"{measurement}: episode scores of A and B per policy", charts=[chart.to_dict()])
+
+
+def build_compare_report(store: Store, comparison: Comparison, out_dir: Path) -> Path:
+    """Write the comparison's page; returns its path."""
+    frame = rows_frame(comparison)
+    sections = [Section("Every metric of both runs", html=_marked_table(frame))]
+    kinds = {m["name"]: m.get("kind") for m in comparison.a.spec.get("measurements", [])}
+    with store.reader() as con:
+        for measurement in dict.fromkeys(frame["measurement"]):
+            kind = kinds.get(measurement)
+            if kind == "latency":
+                section = _latency_section(con, comparison, measurement)
+            elif kind in ("evaluate", "episodes", "train"):
+                section = _scores_section(con, comparison, measurement)
+            else:
+                section = None
+            if section is not None:
+                sections.append(section)
+    a, b = comparison.a, comparison.b
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"compare-{a.spec_name}-{a.run_id}-{b.run_id}.html"
+    path.write_text(render_page(f"{a.spec_name}: {a.run_id} (A) vs {b.run_id} (B)", _intro(comparison), sections),
+                    encoding="utf-8")
+    return path
+
+
+def print_comparison(comparison: Comparison) -> None:
+    """The comparison in the terminal: both runs, what differs between their machines, every row."""
+    from rich.console import Console
+    from rich.table import Table
+
+    colours = {"better": "green", "worse": "red", "not comparable": "bright_black", "different machine": "yellow"}
+    console = Console(width=max(160, Console().width))
+    for label, side in (("A", comparison.a), ("B", comparison.b)):
+        console.print(f"{label}: {side.run_id} ({side.spec_name}, {side.status}, started {side.started_at}, "
+                      f"commit {side.git_commit}, contract {side.contract_hash})", highlight=False)
+    for what, va, vb, flagged in comparison.environment:
+        if flagged:
+            console.print(f"[yellow]differs[/]: {what}: {va} → {vb}", highlight=False)
+    if not comparison.same_machine:
+        console.print("[yellow]different machines: timings are not judged[/]")
+    console.print(LEGEND.format(factor=comparison.factor), highlight=False)
+    table = Table("measurement", "subject", "metric", "A", "B", "B/A", "significance", "mark", "why")
+    for r in rows_frame(comparison).itertuples(index=False):
+        cells = ["" if v is None or v != v else f"{v:.4g}" for v in (r.A, r.B, r[5])]  # v != v: NaN
+        table.add_row(r.measurement, r.subject, r.metric, *cells, r.significance,
+                      f"[{colours[r.mark]}]{r.mark}[/]" if r.mark in colours else r.mark, r.why)
+    console.print(table)

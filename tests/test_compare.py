@@ -1,0 +1,249 @@
+"""`runner compare` on synthetic runs written through the store into a real DuckDB file."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from runner.cli import main
+from runner.compare import (BETTER, DIFFERENT_MACHINE, NO_CHANGE, NOT_COMPARABLE, NOT_TESTABLE, WORSE, CompareError,
+                            compare_runs)
+from runner.store import Store, utcnow
+
+SHA = "a" * 64
+
+
+def latency_spec(runtimes: list[str], iterations: int = 200) -> str:
+    lines = ["name: lat", "contract: {name: breakout-v2}", "artifacts:", "  onnx_fp32: {path: m.onnx}", "runtimes:"]
+    lines += [f"  {r}: {{runtime: onnxruntime, provider: cpu, intra_op_threads: 1, artifact: onnx_fp32}}"
+              for r in runtimes]
+    lines += ["measurements:", "  - kind: latency", "    name: lat", f"    runtimes: [{', '.join(runtimes)}]",
+              f"    iterations: {iterations}"]
+    return "\n".join(lines) + "\n"
+
+
+def eval_spec(policies: list[str]) -> str:
+    lines = ["name: ev", "policies:"] + [f"  {p}: {{type: random}}" for p in policies]
+    lines += ["measurements:", "  - kind: evaluate", "    name: ev", f"    policies: [{', '.join(policies)}]",
+              "    seeds: {start: 0, count: 30}"]
+    return "\n".join(lines) + "\n"
+
+
+def add_run(store: Store, run_id: str, spec_text: str, *, host: str = "box", contract: str = "c2",
+            packages: dict | None = None) -> str:
+    name = spec_text.split("\n", 1)[0].removeprefix("name: ")
+    store.begin_run({"run_id": run_id, "spec_name": name, "spec_hash": "h", "spec_text": spec_text,
+                     "contract_hash": contract, "host": host, "cpu": "cpu x", "gpu": "none",
+                     "packages": json.dumps(packages or {"onnxruntime": "1.0"}), "git_commit": "abc"})
+    store.finish_run(run_id, "done")
+    return run_id
+
+
+def add_latency(store: Store, run_id: str, samples: dict[str, np.ndarray], *, sha: str = SHA) -> None:
+    import pyarrow as pa
+
+    n = sum(len(ms) for ms in samples.values())
+    store.append_arrow("latency_samples", pa.table({
+        "run_id": [run_id] * n, "measurement": ["lat"] * n,
+        "runtime": [r for r, ms in samples.items() for _ in ms], "batch_size": np.ones(n, dtype=np.int32),
+        "round": np.zeros(n, dtype=np.int32), "sample": np.concatenate([np.arange(len(ms)) for ms in samples.values()]
+                                                                       ).astype(np.int32),
+        "ms": np.concatenate(list(samples.values()))}))
+    store.append_rows("latency_series", [{
+        "run_id": run_id, "measurement": "lat", "runtime": r, "batch_size": 1, "warmup": 20, "iterations": len(ms),
+        "rounds": 1, "timer": "perf_counter_ns", "timer_resolution_s": 1e-9, "timer_implementation": "clock_gettime",
+        "percentile_method": "linear", "input": "fixed states"} for r, ms in samples.items()])
+    store.append_rows("runtime_status", [{
+        "run_id": run_id, "measurement": "lat", "runtime": r, "backend": "onnxruntime", "artifact": "m.onnx",
+        "artifact_sha256": sha, "precision": "fp32", "requested": "{}", "available": True, "reason": None,
+        "runtime_describe": None, "load_s": 0.1, "recorded_at": utcnow()} for r in samples])
+
+
+def add_episodes(store: Store, run_id: str, scores: dict[str, np.ndarray]) -> None:
+    store.append_rows("episodes", [{
+        "run_id": run_id, "measurement": "ev", "policy": p, "seed": seed, "score": float(s), "steps": 100,
+        "frames": 400, "ended_by": "game_over", "action_noop": 25, "action_fire": 25, "action_right": 25,
+        "action_left": 25, "wall_s": 0.1, "contract_hash": "c2"} for p, v in scores.items() for seed, s in enumerate(v)])
+
+
+def latencies(rng: np.random.Generator, scale: float = 1.0, n: int = 200) -> np.ndarray:
+    return scale * rng.lognormal(mean=0.0, sigma=0.1, size=n)
+
+
+def only(comparison, metric: str):
+    (row,) = [r for r in comparison.rows if r.metric == metric]
+    return row
+
+
+@pytest.fixture
+def store(tmp_path) -> Store:
+    return Store(tmp_path / "r.duckdb")
+
+
+@pytest.mark.parametrize("scale, mark", [(1.3, WORSE), (0.7, BETTER), (1.0, NO_CHANGE)])
+def test_latency_shift_is_found(store, scale, mark):
+    rng = np.random.default_rng(1)
+    add_latency(store, add_run(store, "A", latency_spec(["ort"])), {"ort": latencies(rng)})
+    add_latency(store, add_run(store, "B", latency_spec(["ort"])), {"ort": latencies(rng, scale)})
+    row = only(compare_runs(store, "A", "B"), "p50_ms")
+    assert row.mark == mark
+    assert row.test.startswith("Mann-Whitney U")
+    assert row.ratio == pytest.approx(scale, rel=0.05)
+
+
+def test_significant_change_within_the_factor_is_no_change(store):
+    rng = np.random.default_rng(2)
+    add_latency(store, add_run(store, "A", latency_spec(["ort"], 2000)), {"ort": latencies(rng, n=2000)})
+    add_latency(store, add_run(store, "B", latency_spec(["ort"], 2000)), {"ort": latencies(rng, 1.05, n=2000)})
+    row = only(compare_runs(store, "A", "B"), "p50_ms")
+    assert row.significant and row.mark == NO_CHANGE and "within the factor 1.1" in row.note
+    assert only(compare_runs(store, "A", "B", factor=1.02), "p50_ms").mark == WORSE
+
+
+def test_fail_on_regression_exits_nonzero_only_beyond_its_factor(store):
+    rng = np.random.default_rng(3)
+    add_latency(store, add_run(store, "A", latency_spec(["ort"])), {"ort": latencies(rng)})
+    add_latency(store, add_run(store, "B", latency_spec(["ort"])), {"ort": latencies(rng, 1.3)})
+    cli = CliRunner()
+    args = ["compare", "A", "B", "--db", str(store.path), "--no-report"]
+    assert cli.invoke(main, args + ["--fail-on-regression", "1.1"]).exit_code == 1
+    assert cli.invoke(main, args + ["--fail-on-regression", "1.5"]).exit_code == 0
+    assert cli.invoke(main, args).exit_code == 0
+
+
+def test_null_latency_trials_are_flagged_no_more_often_than_the_stated_rate(store):
+    """400 series drawn from one distribution in both runs: at p < 0.002 about 0.8 are
+    expected significant; more than 5 would happen by chance with probability < 0.001."""
+    trials = [f"r{i}" for i in range(400)]
+    rng = np.random.default_rng(4)
+    for run_id in ("A", "B"):
+        add_latency(store, add_run(store, run_id, latency_spec(trials, 64)), {r: latencies(rng, n=64) for r in trials})
+    rows = compare_runs(store, "A", "B").rows
+    assert len(rows) == 400
+    assert sum(r.significant for r in rows) <= 5
+    assert sum(r.mark in (BETTER, WORSE) for r in rows) <= 5
+
+
+def test_null_score_trials_are_flagged_no_more_often_than_the_stated_rate(store):
+    """200 policies, 30 seeds each, the same score distribution in both runs: a 95% interval
+    excludes 0 in about 5% (10 of 200); more than 20 would happen by chance with probability < 0.001.
+    (The percentile bootstrap runs a little above its nominal rate at 30 seeds: 5.5-7% measured.)"""
+    policies = [f"p{i}" for i in range(200)]
+    rng = np.random.default_rng(5)
+    for run_id in ("A", "B"):
+        add_run(store, run_id, eval_spec(policies))
+        add_episodes(store, run_id, {p: rng.poisson(12, size=30) for p in policies})
+    rows = compare_runs(store, "A", "B").rows
+    assert len(rows) == 200 and all("paired bootstrap" in r.test for r in rows)
+    assert sum(r.significant for r in rows) <= 20
+
+
+def test_known_score_shift_is_found_paired_by_seed(store):
+    rng = np.random.default_rng(6)
+    base = rng.poisson(12, size=30).astype(float)
+    add_run(store, "A", eval_spec(["dqn"]))
+    add_episodes(store, "A", {"dqn": base})
+    add_run(store, "B", eval_spec(["dqn"]))
+    add_episodes(store, "B", {"dqn": base + rng.integers(2, 6, size=30)})
+    row = only(compare_runs(store, "A", "B"), "mean_score")
+    assert row.mark == BETTER and "paired" in row.test and row.value_b > row.value_a
+
+
+def test_changed_model_file_reads_not_comparable(store):
+    rng = np.random.default_rng(7)
+    add_latency(store, add_run(store, "A", latency_spec(["ort"])), {"ort": latencies(rng)})
+    add_latency(store, add_run(store, "B", latency_spec(["ort"])), {"ort": latencies(rng, 1.5)}, sha="b" * 64)
+    comparison = compare_runs(store, "A", "B")
+    row = only(comparison, "p50_ms")
+    assert row.mark == NOT_COMPARABLE and "model file of ort differs" in row.problem
+    assert comparison.regressions(1.1) == []
+
+
+def test_changed_contract_or_settings_read_not_comparable(store):
+    rng = np.random.default_rng(8)
+    add_latency(store, add_run(store, "A", latency_spec(["ort"])), {"ort": latencies(rng)})
+    add_latency(store, add_run(store, "B", latency_spec(["ort"]), contract="c3"), {"ort": latencies(rng)})
+    add_latency(store, add_run(store, "C", latency_spec(["ort"], 400)), {"ort": latencies(rng, n=400)})
+    assert "contract differs" in only(compare_runs(store, "A", "B"), "p50_ms").problem
+    row = only(compare_runs(store, "A", "C"), "p50_ms")
+    assert row.mark == NOT_COMPARABLE and "iterations 200 → 400" in row.problem
+
+
+def test_mixed_hosts_are_flagged_and_timings_not_judged(store):
+    rng = np.random.default_rng(9)
+    add_latency(store, add_run(store, "A", latency_spec(["ort"])), {"ort": latencies(rng)})
+    add_latency(store, add_run(store, "B", latency_spec(["ort"]), host="other", packages={"onnxruntime": "2.0"}),
+                {"ort": latencies(rng, 2.0)})
+    comparison = compare_runs(store, "A", "B")
+    assert not comparison.same_machine
+    flagged = {what for what, _, _, f in comparison.environment if f}
+    assert flagged == {"host", "onnxruntime"}
+    row = only(comparison, "p50_ms")
+    assert row.mark == DIFFERENT_MACHINE and row.significant
+    assert comparison.regressions(1.1) == []
+
+
+def test_one_value_per_run_cannot_show_significance(store):
+    spec = ("name: tp\nmeasurements:\n  - kind: throughput\n    name: tp\n    total_transitions: 2000\n"
+            "    warmup_transitions: 100\n")
+    for run_id, tps in (("A", 100.0), ("B", 200.0)):
+        add_run(store, run_id, spec)
+        store.append_rows("throughput_trials", [{
+            "run_id": run_id, "measurement": "tp", "trial": "base", "mode": "full", "settings": "{}",
+            "warmup_transitions": 100, "transitions_per_s": tps}])
+    row = only(compare_runs(store, "A", "B"), "transitions_per_s")
+    assert row.mark == NOT_TESTABLE and "one sample per run cannot show significance" in row.test
+    assert row.ratio == 2.0
+
+
+def test_parity_change_beyond_tolerance_is_worse(store):
+    spec = ("name: par\ncontract: {name: breakout-v2}\nartifacts:\n  onnx_fp32: {path: m.onnx}\n"
+            "  fixed_states: {path: s.npz}\nruntimes:\n"
+            "  ref: {runtime: onnxruntime, provider: cpu, artifact: onnx_fp32}\n"
+            "  cand: {runtime: onnxruntime, provider: cpu, intra_op_threads: 1, artifact: onnx_fp32}\n"
+            "measurements:\n  - kind: parity\n    name: par\n    fixed_states: fixed_states\n    runtimes: [ref, cand]\n")
+    q = np.array([[1.0, 2.0, 3.0, 0.5], [0.2, 0.1, 0.4, 0.3]])
+    for run_id, delta in (("A", 1e-7), ("B", 1e-3)):
+        add_run(store, run_id, spec)
+        store.append_rows("parity_q", [
+            {"run_id": run_id, "measurement": "par", "runtime": r, "batch_size": 1, "state": i,
+             "q_noop": v[0], "q_fire": v[1], "q_right": v[2], "q_left": v[3], "action": int(np.argmax(v))}
+            for r, qs in (("ref", q), ("cand", q + delta)) for i, v in enumerate(qs)])
+        store.append_rows("parity_settings", [{
+            "run_id": run_id, "measurement": "par", "runtime": r, "precision": "fp32", "atol": 1e-5, "rtol": 1e-5,
+            "tolerance_from": "default", "states_path": "s.npz", "states_sha256": SHA, "n_states": 2}
+            for r in ("ref", "cand")])
+    comparison = compare_runs(store, "A", "B")
+    assert only(comparison, "max_abs_dq").mark == WORSE
+    assert only(comparison, "action_agreement").mark == NO_CHANGE
+    assert comparison.regressions(10.0)  # a deterministic change is no matter of a noise factor
+
+
+def test_user_mistakes_are_one_line_and_exit_2(store):
+    add_latency(store, add_run(store, "A", latency_spec(["ort"])), {"ort": latencies(np.random.default_rng(0))})
+    add_run(store, "E", eval_spec(["dqn"]))
+    cli = CliRunner()
+    db = ["--db", str(store.path), "--no-report"]
+    for args, message in ((["A", "nope"], "no run 'nope'"), (["A", "E"], "runs of different specs"),
+                          (["--spec", "lat"], "spec 'lat' has 1 finished run(s)"), (["A"], "name two runs")):
+        result = cli.invoke(main, ["compare", *args, *db])
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().startswith("error: ") and message in result.output
+        assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    with pytest.raises(CompareError):
+        compare_runs(store, "A", "A")
+
+
+def test_spec_shorthand_and_html_report(store, tmp_path):
+    rng = np.random.default_rng(10)
+    for run_id in ("A", "B", "C"):
+        add_latency(store, add_run(store, run_id, latency_spec(["ort"])), {"ort": latencies(rng)})
+    result = CliRunner().invoke(main, ["compare", "--spec", "lat", "--db", str(store.path),
+                                       "--reports", str(tmp_path / "reports")])
+    assert result.exit_code == 0, result.output
+    assert "A: B " in result.output and "B: C " in result.output  # the last two runs, older first
+    page = (tmp_path / "reports" / "compare-lat-B-C.html").read_text()
+    assert "vegaEmbed" in page and "no significant change" in page and "Same machine" in page
