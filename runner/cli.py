@@ -336,9 +336,13 @@ def _print_verdicts(frame) -> None:
     from rich.table import Table
 
     colours = {"deployment-worthy": "green", "rejected": "red", "inconclusive": "yellow", "unavailable": "bright_black"}
-    from runner.report import compared, outcome_text
+    from runner.report import compared, outcome_text, verdict_groups
 
-    table = Table("spec", "verdict", "compared", "outcome", "reason", "run")
-    for r in frame.itertuples(index=False):
-        table.add_row(r.spec_name, r.verdict, compared(r), f"[{colours[r.outcome]}]{outcome_text(r)}[/]", r.reason, r.run_id)
-    Console(width=max(140, Console().width)).print(table)
+    console = Console(width=max(140, Console().width))
+    console.print("latest verdicts, grouped by host and contract hash", highlight=False)
+    for title, group in verdict_groups(frame):
+        table = Table("spec", "verdict", "compared", "outcome", "reason", "run", title=title)
+        for r in group.itertuples(index=False):
+            table.add_row(r.spec_name, r.verdict, compared(r), f"[{colours[r.outcome]}]{outcome_text(r)}[/]", r.reason,
+                          r.run_id)
+        console.print(table)

@@ -33,9 +33,15 @@ def verdict_rows(con, run_id: str | None = None):
             "FROM verdicts "
             "WHERE run_id = ? ORDER BY verdict", [run_id]).df()
     return con.execute(
-        "SELECT spec_name, verdict, candidate, baseline, outcome, evidence->>'$.label' AS label, reason, run_id, decided_at "
-        "FROM latest_verdicts "
-        "ORDER BY spec_name, verdict").df()
+        "SELECT host, contract_hash, spec_name, verdict, candidate, baseline, outcome, evidence->>'$.label' AS label, "
+        "reason, run_id, decided_at FROM latest_verdicts "
+        "ORDER BY host, contract_hash, spec_name, verdict").df()
+
+
+def verdict_groups(frame):
+    """(title, rows) per host and contract hash: one table never mixes machines or contracts."""
+    return [(f"host {host} · contract {contract}", group)
+            for (host, contract), group in frame.groupby(["host", "contract_hash"], sort=True, dropna=False)]
 
 
 def compared(row) -> str:
@@ -100,16 +106,22 @@ def build_run_report(store: Store, out_dir: Path, run_id: str | None = None, spe
 
 
 def build_verdicts_report(store: Store, out_dir: Path):
-    """The latest verdict of every spec; returns (path, the rows as a DataFrame)."""
+    """The latest verdict of every spec on each host and contract; returns (path, the rows as a DataFrame)."""
     with store.reader() as con:
         frame = verdict_rows(con)
-    rows = frame.assign(compared=[compared(r) for r in frame.itertuples()],
-                        outcome=[outcome_text(r) for r in frame.itertuples()])
-    body = table_html(rows[["spec_name", "verdict", "compared", "outcome", "reason", "run_id"]])
-    for r in frame.itertuples():
-        text = html.escape(outcome_text(r))
-        body = body.replace(f"<td>{text}</td>", f"<td class='{r.outcome}'><b>{text}</b></td>")
+    sections = []
+    for title, group in verdict_groups(frame):
+        rows = group.assign(compared=[compared(r) for r in group.itertuples()],
+                            outcome=[outcome_text(r) for r in group.itertuples()])
+        body = table_html(rows[["spec_name", "verdict", "compared", "outcome", "reason", "run_id"]])
+        for r in group.itertuples():
+            text = html.escape(outcome_text(r))
+            body = body.replace(f"<td>{text}</td>", f"<td class='{r.outcome}'><b>{text}</b></td>")
+        sections.append(Section(title, html=body))
+    intro = ("<p>Grouped by host and contract hash: a verdict reached on one machine or under one contract is "
+             "never shown as another's.</p>")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "verdicts.html"
-    path.write_text(render_page("Verdicts (latest per spec)", "", [Section("Verdicts", html=body)]), encoding="utf-8")
+    path.write_text(render_page("Verdicts (latest per spec, host and contract)", intro,
+                                sections or [Section("Verdicts", html="<p>No verdicts yet.</p>")]), encoding="utf-8")
     return path, frame

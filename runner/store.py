@@ -71,10 +71,11 @@ CORE_MIGRATIONS: list[tuple[str, str]] = [
 
 CORE_VIEWS = [
     """
-    CREATE OR REPLACE VIEW latest_verdicts AS
-    SELECT v.*, r.spec_name, r.started_at
+    CREATE OR REPLACE VIEW latest_verdicts AS  -- per machine and contract: one never stands in for another
+    SELECT v.*, r.spec_name, r.started_at, r.host, r.contract_hash
     FROM verdicts v JOIN runs r USING (run_id)
-    QUALIFY row_number() OVER (PARTITION BY r.spec_name, v.verdict ORDER BY v.decided_at DESC) = 1
+    QUALIFY row_number() OVER (PARTITION BY r.spec_name, v.verdict, r.host, r.contract_hash
+                               ORDER BY v.decided_at DESC) = 1
     """,
 ]
 

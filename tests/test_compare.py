@@ -247,3 +247,23 @@ def test_spec_shorthand_and_html_report(store, tmp_path):
     assert "A: B " in result.output and "B: C " in result.output  # the last two runs, older first
     page = (tmp_path / "reports" / "compare-lat-B-C.html").read_text()
     assert "vegaEmbed" in page and "no significant change" in page and "Same machine" in page
+
+
+def test_verdicts_are_grouped_by_host_and_contract(store, tmp_path):
+    from runner.report import build_verdicts_report
+
+    for run_id, host, contract, outcome in (("A", "box", "c2", "rejected"), ("B", "other", "c2", "deployment-worthy"),
+                                            ("C", "box", "c3", "inconclusive")):
+        add_run(store, run_id, eval_spec(["dqn"]), host=host, contract=contract)
+        store.append_rows("verdicts", [{
+            "run_id": run_id, "verdict": "v", "measurement": "ev", "candidate": "dqn", "baseline": "random",
+            "outcome": outcome, "reason": "r", "evidence": "{}", "decided_at": utcnow()}])
+    path, frame = build_verdicts_report(store, tmp_path)
+    assert sorted(zip(frame["host"], frame["contract_hash"], frame["outcome"])) == [
+        ("box", "c2", "rejected"), ("box", "c3", "inconclusive"), ("other", "c2", "deployment-worthy")]
+    page = path.read_text()
+    assert all(t in page for t in ("host box · contract c2", "host box · contract c3", "host other · contract c2",
+                                   "Grouped by host and contract hash"))
+    result = CliRunner().invoke(main, ["report", "--verdicts", "--db", str(store.path), "--reports", str(tmp_path)])
+    assert result.exit_code == 0 and "grouped by host and contract hash" in result.output
+    assert result.output.count("host box · contract") == 2
