@@ -10,11 +10,19 @@ ball-less state: the two differ by (1 - gamma) of the state's value) cannot stal
 the time limit. It changes the game (the agent no longer decides when to serve), so it is
 a different contract with its own hash, never a silent evaluation tweak.
 
-The no-op start is played by the caller (evaluator, trainer) as forced NOOP agent steps,
-as in the Nature DQN evaluation, not inside the emulator's reset: a seeded ALE reset
-reloads the ROM (~0.1 s), while an unseeded reset with sticky actions off is
-deterministic and ~10x cheaper, so the episode seed only has to choose the no-op count
-(and seed the policy's own randomness).
+The episode driver (`breakout_core.driver`) plays every rule here: an episode of seed s
+starts from the emulator state of a ROM load seeded with s, then the no-op start (forced
+NOOP agent steps, the count drawn from s) and the serves.
+
+breakout-v2 has no sticky actions, so the seed reaches only the no-op count (and the
+policy's own generator): 30 seeds replay a handful of distinct games (the reference
+agent: 4 distinct scores on 30 seeds). breakout-v3 is breakout-v2 with sticky actions at
+0.25 per emulator frame (Machado et al. 2018; ALE/Breakout-v5's default), applied by the
+emulator inside the frame skip, its generator seeded by the episode seed, and without the
+no-op start: on the reference agent's 30 seeds, sticky actions gave 22 distinct scores
+with the no-op start and 22 without it (the random policy: 7 and 7), so the no-op start
+adds no distinct games under sticky actions and only spends up to 30 steps the agent does
+not choose. Machado et al. recommend sticky actions in its place.
 """
 
 from __future__ import annotations
@@ -24,7 +32,6 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-import numpy as np
 
 
 @dataclass(frozen=True)
@@ -65,14 +72,10 @@ class Contract:
 ADDED_LATER = {"serve_after_life_loss": False}  # field -> the default that leaves hashes as they were
 FIRE = 1  # the action index that serves (envs.ACTION_NAMES)
 
-CONTRACTS: dict[str, Contract] = {"breakout-v2": Contract()}
-
-
-def serves(contract: Contract, lives_before: np.ndarray, lives_after: np.ndarray, done: np.ndarray) -> np.ndarray:
-    """Slots whose next agent step is a forced FIRE: a life was lost and the game goes on."""
-    if not contract.serve_after_life_loss:
-        return np.zeros(np.shape(done), dtype=bool)
-    return (np.asarray(lives_after) < np.asarray(lives_before)) & ~np.asarray(done, dtype=bool)
+CONTRACTS: dict[str, Contract] = {
+    "breakout-v2": Contract(),
+    "breakout-v3": Contract(name="breakout-v3", repeat_action_probability=0.25, noop_start_max=0),
+}
 
 
 def contract_by_name(name: str) -> Contract:

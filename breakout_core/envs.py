@@ -1,35 +1,110 @@
-"""Breakout on the real ALE emulator (ale-py's bundled ROM), single or vectorized.
+"""Breakout on the real ALE emulator (ale-py's bundled ROM).
 
-Both come from ale-py's native vector env, configured from a Contract, so a single env is
-exactly one slot of a vector env: the same preprocessing code path plays an episode alone
-or inside a batch.
+`AleGame` is one game on its own ALEInterface, preprocessed as the contract says, so that
+its emulator state can be saved and restored: the episode driver (`breakout_core.driver`)
+starts every seeded episode by restoring the state that a seeded ROM load leaves, which
+ale-py's native vector env cannot do (it has no clone/restore). Its preprocessing is the
+native vector env's, step for step (tests compare the two frame by frame): the action is
+repeated `frame_skip` emulator frames, sticky actions applied by the emulator inside each
+frame; the last two frames are max-pooled, turned to grayscale with the emulator's own
+palette and resized with OpenCV's INTER_AREA; the newest frame goes last in the stack.
+
+The native vector env (`make_vector_env`) stays as the bare-stepping baseline that
+benchmarks measure the driver against.
 """
 
 from __future__ import annotations
 
+import time
+
+import cv2
 import numpy as np
+from ale_py import ALEInterface, LoggerMode
 from ale_py.vector_env import AtariVectorEnv
 
-from breakout_core.contract import Contract
+from breakout_core.contract import FIRE, Contract
 
 ACTION_NAMES = ("NOOP", "FIRE", "RIGHT", "LEFT")
 NUM_ACTIONS = len(ACTION_NAMES)
 
+ALEInterface.setLoggerMode(LoggerMode.Error)  # a ROM load would print six lines to stdout
 
-def make_vector_env(
-    contract: Contract,
-    num_envs: int,
-    *,
-    num_threads: int = 0,
-) -> AtariVectorEnv:
-    """Native vector env of `num_envs` independent games, synchronous (all step together).
 
-    Autoreset is NEXT_STEP: the step that ends an episode returns its final observation, and
-    the caller either resets that slot itself (with a seed) or lets the next step reset it.
-    Rewards are always raw: a trainer clips what it learns from (the contract says whether)
-    and still reports raw episode returns. Episodes are always full games; a trainer that
-    treats a lost life as terminal for its targets does so from `info["lives"]`.
+class AleGame:
+    """One game: an emulator (made by the driver, which sets its sticky actions) plus the
+    contract's preprocessing, writing into `obs`.
+
+    `obs` (frame_stack, H, W) may be a row of a caller's batch array: the game writes its
+    observation there in place, so a batch of games needs no copying to act on.
     """
+
+    def __init__(self, contract: Contract, ale: ALEInterface, obs: np.ndarray | None = None):
+        self.contract = contract
+        self.ale = ale
+        self.action_set = self.ale.getMinimalActionSet()
+        height, width = self.ale.getScreenDims()
+        self.raw = np.zeros((2, height, width), dtype=np.uint8)  # the skip's last two frames
+        shape = (contract.frame_stack, contract.screen_size, contract.screen_size)
+        self.obs = np.zeros(shape, dtype=np.uint8) if obs is None else obs
+        if self.obs.shape != shape or self.obs.dtype != np.uint8:
+            raise ValueError(f"obs must be uint8 {shape}, got {self.obs.dtype} {self.obs.shape}")
+        self.elapsed_frames = 0  # since the reset, the FIRE press excluded (the time limit counts these)
+        self.lives = 0
+
+    def reset(self, state=None) -> None:
+        """A new game: from `state` (an emulator snapshot) when given, else where the emulator is."""
+        if state is not None:
+            self.ale.restoreState(state)
+        self.ale.reset_game()
+        if self.contract.fire_on_reset:
+            self.ale.act(self.action_set[FIRE])
+        self.obs[:] = 0
+        self.ale.getScreenGrayscale(self.raw[0])
+        self.raw[1] = 0
+        self._push_frame()
+        self.elapsed_frames = 0
+        self.lives = self.ale.lives()
+
+    def step(self, action: int) -> tuple[float, bool, bool]:
+        """One agent step: (raw reward, game over, time limit reached)."""
+        ale, skip, limit = self.ale, self.contract.frame_skip, self.contract.max_episode_frames
+        chosen = self.action_set[action]
+        reward = 0.0
+        over = False
+        for left in range(skip, 0, -1):
+            reward += ale.act(chosen)
+            over = ale.game_over()
+            self.elapsed_frames += 1
+            if over or self.elapsed_frames >= limit:
+                break
+            if left <= 2:
+                ale.getScreenGrayscale(self.raw[left - 1])
+        self._push_frame()
+        self.lives = ale.lives()
+        return reward, over, (self.elapsed_frames >= limit and not over)
+
+    def episode_frames(self) -> int:
+        return int(self.ale.getEpisodeFrameNumber())
+
+    def rgb(self) -> np.ndarray:
+        """The screen as a person sees it: (210, 160, 3) uint8."""
+        return self.ale.getScreenRGB()
+
+    def snapshot(self):
+        """The emulator's state, sticky-action generator included."""
+        return self.ale.cloneState(include_rng=True)
+
+    def _push_frame(self) -> None:
+        if self.contract.max_pool:
+            np.maximum(self.raw[0], self.raw[1], out=self.raw[0])  # in place, as the vector env does
+        self.obs[:-1] = self.obs[1:]
+        size = self.contract.screen_size
+        cv2.resize(self.raw[0], (size, size), dst=self.obs[-1], interpolation=cv2.INTER_AREA)
+
+
+def make_vector_env(contract: Contract, num_envs: int, *, num_threads: int = 0) -> AtariVectorEnv:
+    """ale-py's native vector env under the contract's preprocessing, with its own autoreset:
+    the bare-stepping baseline (no no-op starts, serves or seeding rules of the contract)."""
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     return AtariVectorEnv(
@@ -46,23 +121,16 @@ def make_vector_env(
         stack_num=contract.frame_stack,
         frameskip=contract.frame_skip,
         maxpool=contract.max_pool,
-        noop_max=0,  # the caller plays the contract's no-op start (see Contract)
+        noop_max=0,
         episodic_life=False,
         reward_clipping=False,
         use_fire_reset=contract.fire_on_reset,
     )
 
 
-def noop_start_steps(contract: Contract, rng: np.random.Generator) -> int:
-    """How many forced NOOP agent steps begin an episode: uniform over 0..noop_start_max."""
-    return int(rng.integers(0, contract.noop_start_max + 1))
-
-
 def bare_stepping_rate(contract: Contract, num_envs: int, steps: int, *, seed: int = 0) -> float:
     """Transitions per second of the vector env alone, stepping random actions (its own
     autoreset), env creation excluded: the ceiling for anything that acts in it."""
-    import time
-
     env = make_vector_env(contract, num_envs)
     try:
         env.reset()
@@ -74,8 +142,3 @@ def bare_stepping_rate(contract: Contract, num_envs: int, steps: int, *, seed: i
         return steps * num_envs / (time.perf_counter() - started)
     finally:
         env.close()
-
-
-def make_single_env(contract: Contract) -> AtariVectorEnv:
-    """One game: a vector env with one slot, so observations are (1, 4, 84, 84)."""
-    return make_vector_env(contract, 1, num_threads=1)

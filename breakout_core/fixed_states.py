@@ -2,8 +2,8 @@
 
 States come from full games on the real ALE, played by a policy (usually the checkpoint
 under test, with a small epsilon so it does not loop) on fixed episode seeds. Each episode
-is played exactly as the evaluator plays it (same no-op start drawn from the seed, same
-per-episode policy generator, unseeded resets), so a state is named by (episode seed,
+is played by the episode driver exactly as the evaluator plays it (the seed's own game and
+no-op start, the same per-episode policy generator), so a state is named by (episode seed,
 agent step) and can be found again by replaying that episode.
 
 States are spread over each game, not taken from its first frames: an episode of unknown
@@ -30,15 +30,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from breakout_core.contract import Contract
-from breakout_core.contract import FIRE, serves
-from breakout_core.envs import make_vector_env, noop_start_steps
-from breakout_core.evaluator import noop_rng
+from breakout_core.driver import STOPPED, EpisodeDriver, play_seeds
 from breakout_core.hashing import file_sha256
 from breakout_core.policies import Policy, episode_rng
 
 FIXED_STATES_FORMAT = "breakout-fixed-states/1"
-GAME_OVER = "game_over"
-TIME_LIMIT = "time_limit"
 STEP_CAP = "step_cap"  # stopped by max_steps_per_episode, not by the game
 
 
@@ -48,7 +44,7 @@ class CapturedEpisode:
     steps: int  # agent steps played (transitions), no-op start included
     noop_steps: int  # forced NOOP steps at the start
     score: float  # raw Atari score of the steps played
-    ended_by: str  # GAME_OVER, TIME_LIMIT or STEP_CAP
+    ended_by: str  # game_over, time_limit or STEP_CAP
     states: int  # states taken from this episode
 
 
@@ -137,7 +133,7 @@ def capture_fixed_states(
 
     The first `n_states` states in seed order are kept (each episode contributes
     ceil(n_states / len(seeds)), spread over it). Episodes run `batch_size` at a time on
-    one native vector env. `max_steps_per_episode` (agent steps) caps an episode, for tests
+    one episode driver. `max_steps_per_episode` (agent steps) caps an episode, for tests
     or for a policy that stalls; a capped episode is marked STEP_CAP. A policy whose
     episodes are too short to give enough distinct states raises ValueError.
     """
@@ -157,85 +153,33 @@ def capture_fixed_states(
         raise ValueError(f"candidates_per_episode must be >= 2 * states per episode ({2 * per_episode})")
 
     started = time.perf_counter()
-    slots = min(batch_size, len(seeds))
-    pending = list(seeds[slots:])
-    slot_seed: list[int | None] = list(seeds[:slots])
+    driver = EpisodeDriver(contract, min(batch_size, len(seeds)))
+    samplers: dict[int, _EvenSampler] = {}
+    rngs: dict[int, np.random.Generator] = {}
+
+    def decide(obs: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        slot_seeds = [driver.seeds[i] for i in slots]
+        for seed in slot_seeds:
+            if seed not in samplers:
+                samplers[seed] = _EvenSampler(candidates_per_episode)
+                rngs[seed] = episode_rng(policy_seed, seed)
+        actions = policy.act(obs, [rngs[s] for s in slot_seeds])
+        for row, (slot, seed) in enumerate(zip(slots, slot_seeds)):
+            sampler, step = samplers[seed], driver.steps_played(slot)
+            sampler.offer(sampler.seen, step, obs[row], int(actions[row]))
+        return actions
+
+    played = play_seeds(driver, seeds, decide, max_steps=max_steps_per_episode)
     taken: dict[int, tuple[list[int], list[np.ndarray], list[int]]] = {}
     episodes: dict[int, CapturedEpisode] = {}
-    env = make_vector_env(contract, slots)
-    try:
-        obs, info = env.reset()  # unseeded, as in the evaluator: the seed decides the no-op start
-        lives = info["lives"].copy()
-        serve = np.zeros(slots, dtype=bool)  # the contract's forced FIRE after a lost life
-
-        def start(i: int) -> None:
-            seed = slot_seed[i]
-            rngs[i] = episode_rng(policy_seed, seed)
-            noops[i] = noop_start_steps(contract, noop_rng(seed))
-            noop_total[i] = noops[i]
-            samplers[i] = _EvenSampler(candidates_per_episode)
-            steps[i], score[i] = 0, 0.0
-
-        rngs: list[np.random.Generator | None] = [None] * slots
-        samplers: list[_EvenSampler | None] = [None] * slots
-        noops = np.zeros(slots, dtype=np.int64)
-        noop_total = np.zeros(slots, dtype=np.int64)
-        steps = np.zeros(slots, dtype=np.int64)
-        score = np.zeros(slots)
-        for i in range(slots):
-            start(i)
-        active = np.ones(slots, dtype=bool)
-        while active.any():
-            actions = np.zeros(slots, dtype=np.int64)  # NOOP for idle slots and no-op starts
-            actions[serve] = FIRE
-            deciding = np.flatnonzero(active & (noops == 0) & ~serve)
-            if len(deciding):
-                actions[deciding] = policy.act(obs[deciding], [rngs[i] for i in deciding])
-                for i in deciding:
-                    samplers[i].offer(int(steps[i] - noop_total[i]), int(steps[i]), obs[i], int(actions[i]))
-            noops[active] = np.maximum(noops[active] - 1, 0)
-            obs, reward, terminated, truncated, info = env.step(actions)
-            serve = serves(contract, lives, info["lives"], terminated | truncated) & active
-            lives = info["lives"].copy()
-            score[active] += reward[active]
-            steps[active] += 1
-            capped = np.zeros(slots, dtype=bool)
-            if max_steps_per_episode is not None:
-                capped = steps >= max_steps_per_episode
-            finished = np.flatnonzero(active & (terminated | truncated | capped))
-            if not len(finished):
-                continue
-            reset_mask = np.zeros(slots, dtype=bool)
-            for i in finished:
-                seed = slot_seed[i]
-                sampler = samplers[i]
-                picks = sampler.pick(per_episode)
-                taken[seed] = (
-                    [sampler.steps[p] for p in picks],
-                    [sampler.obs[p] for p in picks],
-                    [sampler.actions[p] for p in picks],
-                )
-                ended_by = GAME_OVER if terminated[i] else TIME_LIMIT if truncated[i] else STEP_CAP
-                episodes[seed] = CapturedEpisode(
-                    seed=seed,
-                    steps=int(steps[i]),
-                    noop_steps=int(noop_total[i]),
-                    score=float(score[i]),
-                    ended_by=ended_by,
-                    states=len(picks),
-                )
-                if pending:
-                    slot_seed[i] = pending.pop(0)
-                    start(i)
-                    reset_mask[i] = True
-                else:
-                    slot_seed[i] = None
-                    samplers[i] = None
-                    active[i] = False
-            if reset_mask.any():
-                obs, _ = env.reset(options={"reset_mask": reset_mask})
-    finally:
-        env.close()
+    for seed in seeds:
+        sampler, episode = samplers.get(seed, _EvenSampler(candidates_per_episode)), played[seed]
+        picks = sampler.pick(per_episode)
+        taken[seed] = ([sampler.steps[p] for p in picks], [sampler.obs[p] for p in picks],
+                       [sampler.actions[p] for p in picks])
+        ended_by = STEP_CAP if episode.ended_by == STOPPED else episode.ended_by
+        episodes[seed] = CapturedEpisode(seed=seed, steps=episode.steps, noop_steps=episode.noop_steps,
+                                         score=episode.score, ended_by=ended_by, states=len(picks))
 
     state_seeds: list[int] = []
     state_steps: list[int] = []

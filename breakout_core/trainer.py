@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from breakout_core.contract import Contract
-from breakout_core.contract import FIRE, serves
-from breakout_core.envs import NUM_ACTIONS, make_vector_env, noop_start_steps
+from breakout_core.driver import EpisodeDriver
+from breakout_core.envs import NUM_ACTIONS
 from breakout_core.qnetwork import QNetwork, save_checkpoint
 from breakout_core.replay import FrameReplay
 
@@ -253,77 +253,54 @@ class Trainer:
                              stack=self.contract.frame_stack, device=cfg.replay_device, seed=cfg.seed + self.resumes)
         # after a resume the replay starts empty: refill before learning again
         learn_from = self.transitions + cfg.learning_starts if resume else cfg.learning_starts
-        env = make_vector_env(self.contract, n)
+        driver = EpisodeDriver(self.contract, n)
         started = time.perf_counter()
         clock = (started, self.transitions) if self.transitions >= cfg.measure_from else None
-        try:
-            seeds = np.array([cfg.seed * 1_000 + 100 * self.resumes + i for i in range(n)], dtype=np.int64)
-            obs, info = env.reset(seed=seeds)
-            lives = info["lives"].copy()
-            first_of_episode = np.ones(n, dtype=bool)
-            resetting = np.zeros(n, dtype=bool)  # this step is an autoreset for these envs
-            noops = np.array([noop_start_steps(self.contract, self.rng) for _ in range(n)], dtype=np.int64)
-            serve = np.zeros(n, dtype=bool)  # the contract's forced FIRE after a lost life
-            returns = np.zeros(n)
-            lengths = np.zeros(n, dtype=np.int64)
-            while self.transitions < cfg.total_transitions:
-                epsilon = cfg.epsilon(self.transitions)
-                actions = np.where(noops > 0, 0, self._act(obs, epsilon))  # the contract's no-op start
-                actions[serve] = FIRE
-                noops = np.maximum(noops - 1, 0)
-                next_obs, reward, terminated, truncated, info = env.step(actions)
-                record = ~resetting
-                record[np.cumsum(record) > cfg.total_transitions - self.transitions] = False  # exact total
-                idx = np.flatnonzero(record)
-                done = terminated | truncated
-                life_lost = info["lives"] < lives
-                serve = serves(self.contract, lives, info["lives"], done)
-                learn_reward = np.sign(reward) if self.contract.clip_rewards_in_training else reward
-                terminal = terminated | (life_lost & cfg.life_loss_terminal)
-                if len(idx):
-                    replay.add(idx, obs[idx, -1], actions[idx], learn_reward[idx].astype(np.float32),
-                               terminal[idx], first_of_episode[idx])
-                    ended = idx[done[idx]]
-                    if len(ended):
-                        replay.add_final_frames(ended, next_obs[ended, -1])
-                before = self.transitions
-                self.transitions += len(idx)
-                if clock is None and self.transitions >= cfg.measure_from:
-                    clock = (time.perf_counter(), self.transitions)
-                returns[idx] += reward[idx]
-                lengths[idx] += 1
-                for i in idx[done[idx]]:
-                    yield EpisodeEnd(int(i), self.transitions, float(returns[i]), int(lengths[i]),
-                                     "game_over" if terminated[i] else "time_limit")
-                    returns[i], lengths[i] = 0.0, 0
-                first_of_episode = resetting  # an autoreset step returns an episode's first obs
-                for i in np.flatnonzero(resetting):
-                    noops[i] = noop_start_steps(self.contract, self.rng)
-                resetting = done & ~resetting
-                lives = info["lives"].copy()
-                obs = next_obs
-                if self.transitions >= learn_from:
-                    updates_due = _crossings(max(before, learn_from - 1), self.transitions, cfg.train_every)
-                    diag_due = _crossings(before, self.transitions, cfg.diagnostics_every) > 0
-                    for k in range(updates_due):
-                        values = self._update(replay, want_diagnostics=diag_due and k == updates_due - 1)
-                        if values is not None:
-                            yield Diagnostics(self.transitions, self.updates, epsilon=epsilon,
-                                              replay_frames=int(np.minimum(replay.written, replay.stream_capacity).sum()),
-                                              **values)
-                if _crossings(before, self.transitions, cfg.target_sync_every):
-                    self.target.load_state_dict(self.online.state_dict())
-                    self.target_syncs += 1
-                for mark in cfg.checkpoint_at:
-                    if before < mark <= self.transitions:
-                        path = save_checkpoint(self.checkpoint_path(mark), self.online, self.contract,
-                                               transitions=self.transitions, train_config=asdict(cfg))
-                        # the consumer stores the checkpoint and every record before it, then the state
-                        # is saved: a resume never starts past rows that were not stored
-                        yield CheckpointSaved(self.transitions, str(path))
-                        self.save_state(*self._so_far(clock, started, time.perf_counter()))
-        finally:
-            env.close()
+        for i in range(n):  # each slot's first game is seeded; its later games go on from it
+            driver.start(i, cfg.seed * 1_000 + 100 * self.resumes + i)
+        first_of_episode = np.ones(n, dtype=bool)
+        while self.transitions < cfg.total_transitions:
+            epsilon = cfg.epsilon(self.transitions)
+            idx = np.arange(min(n, cfg.total_transitions - self.transitions))  # exact total
+            frames = driver.obs[idx, -1].copy()
+            step = driver.step(self._act(driver.obs, epsilon), slots=idx)
+            done = step.terminated | step.truncated
+            learn_reward = np.sign(step.reward) if self.contract.clip_rewards_in_training else step.reward
+            terminal = step.terminated | (step.life_lost & cfg.life_loss_terminal)
+            replay.add(idx, frames, step.actions[idx], learn_reward[idx].astype(np.float32),
+                       terminal[idx], first_of_episode[idx])
+            ended = idx[done[idx]]
+            if len(ended):
+                replay.add_final_frames(ended, step.obs[ended, -1])
+            before = self.transitions
+            self.transitions += len(idx)
+            if clock is None and self.transitions >= cfg.measure_from:
+                clock = (time.perf_counter(), self.transitions)
+            first_of_episode[idx] = False
+            for episode in step.finished:
+                yield EpisodeEnd(episode.slot, self.transitions, episode.score, episode.steps, episode.ended_by)
+                driver.start(episode.slot, None)
+                first_of_episode[episode.slot] = True
+            if self.transitions >= learn_from:
+                updates_due = _crossings(max(before, learn_from - 1), self.transitions, cfg.train_every)
+                diag_due = _crossings(before, self.transitions, cfg.diagnostics_every) > 0
+                for k in range(updates_due):
+                    values = self._update(replay, want_diagnostics=diag_due and k == updates_due - 1)
+                    if values is not None:
+                        yield Diagnostics(self.transitions, self.updates, epsilon=epsilon,
+                                          replay_frames=int(np.minimum(replay.written, replay.stream_capacity).sum()),
+                                          **values)
+            if _crossings(before, self.transitions, cfg.target_sync_every):
+                self.target.load_state_dict(self.online.state_dict())
+                self.target_syncs += 1
+            for mark in cfg.checkpoint_at:
+                if before < mark <= self.transitions:
+                    path = save_checkpoint(self.checkpoint_path(mark), self.online, self.contract,
+                                           transitions=self.transitions, train_config=asdict(cfg))
+                    # the consumer stores the checkpoint and every record before it, then the state
+                    # is saved: a resume never starts past rows that were not stored
+                    yield CheckpointSaved(self.transitions, str(path))
+                    self.save_state(*self._so_far(clock, started, time.perf_counter()))
         ended = time.perf_counter()
         moved = float(torch.sqrt(sum(((p.detach() - q) ** 2).sum()
                                      for p, q in zip(self.online.parameters(), self.initial))))

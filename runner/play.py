@@ -1,9 +1,9 @@
 """`runner play`: a person plays Breakout in the browser beside the agent, on the same seed.
 
-The games run in the real ALE here, in the server: one game for the person, one for the
-agent, both started from the same seed (the contract's no-op start drawn from it, as in
-every evaluation). Over a WebSocket the page receives, each agent step, both screens (the
-84x84 frame the agent sees) and the agent's 4-frame observation; it computes the agent's
+The games run in the real ALE here, in the server, on the episode driver: one game for the
+person, one for the agent, both episode `seed` of the contract, as in every evaluation.
+Over a WebSocket the page receives, each agent step, both screens (the game's RGB frame,
+as a PNG) and the agent's 4-frame 84x84 observation; it computes the agent's
 Q-values with onnxruntime-web in the page, reads the person's keys, and sends both actions
 back. The page paces the steps (15 a second by default: one agent step is 4 frames of a
 60 Hz game). When both games are over the server stores one row in `play_games`.
@@ -27,9 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from breakout_core.contract import FIRE, Contract, serves
-from breakout_core.envs import ACTION_NAMES, NUM_ACTIONS, make_single_env, noop_start_steps
-from breakout_core.evaluator import GAME_OVER, TIME_LIMIT, noop_rng
+import cv2
+
+from breakout_core.contract import Contract
+from breakout_core.driver import EpisodeDriver
+from breakout_core.envs import ACTION_NAMES, NUM_ACTIONS
 
 MIGRATIONS = [
     (
@@ -51,57 +53,50 @@ MIGRATIONS = [
 
 @dataclass
 class Side:
-    """One game in the ALE: the person's or the agent's."""
+    """One game in the ALE, the person's or the agent's, on a one-slot episode driver."""
 
-    env: Any
-    obs: np.ndarray
-    lives: int
+    driver: EpisodeDriver
     score: float = 0.0
     steps: int = 0
     ended_by: str | None = None
     actions: np.ndarray = field(default_factory=lambda: np.zeros(NUM_ACTIONS, dtype=np.int64))
-    serve: bool = False  # the contract's forced FIRE after a lost life is due
 
     @classmethod
-    def start(cls, contract: Contract, noops: int) -> "Side":
-        env = make_single_env(contract)
-        obs, info = env.reset()
-        side = cls(env=env, obs=obs, lives=int(info["lives"][0]))
-        for _ in range(noops):  # the contract's no-op start, the same for both sides
-            side.step(0, contract)
+    def start(cls, contract: Contract, seed: int) -> "Side":
+        driver = EpisodeDriver(contract, 1)
+        driver.start(0, seed)
+        side = cls(driver=driver)
+        while driver.forced()[0]:  # the contract's no-op start, the same for both sides
+            side.step(0)
         return side
 
     @property
     def done(self) -> bool:
         return self.ended_by is not None
 
-    def step(self, action: int, contract: Contract) -> None:
-        if self.serve:
-            action, self.serve = FIRE, False
-        obs, reward, terminated, truncated, info = self.env.step(np.array([action], dtype=np.int64))
-        self.serve = bool(serves(contract, [self.lives], info["lives"], terminated | truncated)[0])
-        self.obs = obs
-        self.score += float(reward[0])
+    def step(self, action: int) -> None:
+        """One agent step; the contract's forced actions (a serve after a lost life) replace `action`."""
+        result = self.driver.step(np.array([action], dtype=np.int64))
+        played = int(result.actions[0])
+        self.score += float(result.reward[0])
         self.steps += 1
-        self.actions[action] += 1
-        self.lives = int(info["lives"][0])
-        if terminated[0] or truncated[0]:
-            self.ended_by = GAME_OVER if terminated[0] else TIME_LIMIT
-            self.env.close()
+        self.actions[played] += 1
+        if result.finished:
+            self.ended_by = result.finished[0].ended_by
 
     def view(self, with_obs: bool) -> dict[str, Any]:
-        out = {"frame": base64.b64encode(self.obs[0, -1].tobytes()).decode("ascii"), "score": self.score,
-               "lives": self.lives, "steps": self.steps, "done": self.done, "ended_by": self.ended_by}
+        """The screen as the person sees it (the game's RGB frame, PNG), and the agent's own
+        4-frame observation for the page's model."""
+        game = self.driver.games[0]
+        png = cv2.imencode(".png", cv2.cvtColor(game.rgb(), cv2.COLOR_RGB2BGR))[1]
+        out = {"screen": base64.b64encode(png.tobytes()).decode("ascii"), "score": self.score,
+               "lives": game.lives, "steps": self.steps, "done": self.done, "ended_by": self.ended_by}
         if with_obs and not self.done:
-            out["obs"] = base64.b64encode(self.obs.tobytes()).decode("ascii")
+            out["obs"] = base64.b64encode(self.driver.obs[0].tobytes()).decode("ascii")
         return out
 
     def action_counts(self) -> str:
         return json.dumps({name: int(n) for name, n in zip(ACTION_NAMES, self.actions)})
-
-    def close(self) -> None:
-        if not self.done:
-            self.env.close()
 
 
 class PlayGame:
@@ -113,9 +108,8 @@ class PlayGame:
         self.contract, self.seed = contract, seed
         self.game_id = uuid.uuid4().hex[:12]
         self.started_at = utcnow()
-        noops = noop_start_steps(contract, noop_rng(seed))
-        self.human = Side.start(contract, noops)
-        self.agent = Side.start(contract, noops)
+        self.human = Side.start(contract, seed)
+        self.agent = Side.start(contract, seed)
 
     @property
     def over(self) -> bool:
@@ -123,9 +117,9 @@ class PlayGame:
 
     def step(self, human_action: int, agent_action: int) -> None:
         if not self.human.done:
-            self.human.step(human_action, self.contract)
+            self.human.step(human_action)
         if not self.agent.done:
-            self.agent.step(agent_action, self.contract)
+            self.agent.step(agent_action)
 
     def state(self) -> dict[str, Any]:
         return {"type": "state", "game_id": self.game_id, "seed": self.seed,
@@ -143,10 +137,6 @@ class PlayGame:
             "agent_score": self.agent.score, "agent_steps": self.agent.steps, "agent_ended_by": self.agent.ended_by,
             "agent_actions": self.agent.action_counts(),
         }
-
-    def close(self) -> None:
-        self.human.close()
-        self.agent.close()
 
 
 def _action(message: dict, key: str) -> int:
@@ -187,42 +177,36 @@ class PlayServer:
         await ws.prepare(request)
         loop = asyncio.get_running_loop()
         game: PlayGame | None = None
-        try:
-            async for msg in ws:
-                if msg.type != WSMsgType.TEXT:
-                    continue
-                try:
-                    message = json.loads(msg.data)
-                    if not isinstance(message, dict):
-                        raise ValueError("a message must be a JSON object")
-                    kind = message.get("type")
-                    if kind == "start":
-                        seed = message.get("seed")
-                        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-                            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-                        if game is not None:
-                            game.close()
-                        game = PlayGame(self.contract, seed)
-                        await ws.send_json(game.state())
-                    elif kind == "act":
-                        if game is None:
-                            raise ValueError("send {'type': 'start', 'seed': N} before any action")
-                        game.step(_action(message, "human_action"), _action(message, "agent_action"))
-                        if game.over:
-                            row = game.row(self.model, self.model_sha256, self.provider)
-                            await loop.run_in_executor(None, self.store.append_rows, "play_games", [row])
-                            final = game.state()
-                            game = None
-                            await ws.send_json({**final, "type": "over", "game": _jsonable(row)})
-                        else:
-                            await ws.send_json(game.state())
+        async for msg in ws:
+            if msg.type != WSMsgType.TEXT:
+                continue
+            try:
+                message = json.loads(msg.data)
+                if not isinstance(message, dict):
+                    raise ValueError("a message must be a JSON object")
+                kind = message.get("type")
+                if kind == "start":
+                    seed = message.get("seed")
+                    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+                        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+                    game = PlayGame(self.contract, seed)
+                    await ws.send_json(game.state())
+                elif kind == "act":
+                    if game is None:
+                        raise ValueError("send {'type': 'start', 'seed': N} before any action")
+                    game.step(_action(message, "human_action"), _action(message, "agent_action"))
+                    if game.over:
+                        row = game.row(self.model, self.model_sha256, self.provider)
+                        await loop.run_in_executor(None, self.store.append_rows, "play_games", [row])
+                        final = game.state()
+                        game = None
+                        await ws.send_json({**final, "type": "over", "game": _jsonable(row)})
                     else:
-                        raise ValueError(f"unknown message type {kind!r}; expected 'start' or 'act'")
-                except ValueError as exc:
-                    await ws.send_json({"type": "error", "message": str(exc)})
-        finally:
-            if game is not None:
-                game.close()
+                        await ws.send_json(game.state())
+                else:
+                    raise ValueError(f"unknown message type {kind!r}; expected 'start' or 'act'")
+            except ValueError as exc:
+                await ws.send_json({"type": "error", "message": str(exc)})
         return ws
 
     def start(self) -> "PlayServer":

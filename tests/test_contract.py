@@ -38,3 +38,9 @@ def test_breakout_v2_hash_is_the_one_stored_before_serving_existed():
     # checkpoints, fixed states and rows made before serve_after_life_loss existed carry this hash
     assert Contract().hash == "34831b6a492c742d"
     assert Contract().replace(serve_after_life_loss=True).hash != Contract().hash
+
+
+def test_breakout_v3_is_v2_with_sticky_actions_and_no_noop_start():
+    v3 = CONTRACTS["breakout-v3"]
+    assert v3.hash == "d462bb08a939ded6"
+    assert v3 == Contract().replace(name="breakout-v3", repeat_action_probability=0.25, noop_start_max=0)

@@ -14,7 +14,8 @@ TINY = dict(learning_starts=200, replay_capacity=2_000, diagnostics_every=100, t
 @pytest.mark.parametrize("num_envs", [1, 3])
 def test_counts_are_transitions_whatever_n(tmp_path, num_envs):
     config = TrainConfig(total_transitions=601, num_envs=num_envs, checkpoint_at=(300,), **TINY)
-    trainer = Trainer(config, Contract(), tmp_path)
+    contract = Contract().replace(max_episode_frames=600)  # an untrained greedy net may never serve: end its games
+    trainer = Trainer(config, contract, tmp_path)
     before = [p.detach().clone() for p in trainer.online.parameters()]
     records = list(trainer.run())
     done = records[-1]
@@ -28,7 +29,7 @@ def test_counts_are_transitions_whatever_n(tmp_path, num_envs):
     saved = [r for r in records if isinstance(r, CheckpointSaved)]
     assert saved[0].transition >= 300 and saved[-1].path.endswith("final.pt")
     _, meta = load_checkpoint(saved[0].path)
-    assert meta["contract_hash"] == Contract().hash and meta["train_config"]["num_envs"] == num_envs
+    assert meta["contract_hash"] == contract.hash and meta["train_config"]["num_envs"] == num_envs
     episodes = [r for r in records if isinstance(r, EpisodeEnd)]
     assert episodes and all(e.length > 0 and 0 <= e.env_index < num_envs for e in episodes)
 

@@ -24,15 +24,9 @@ function humanAction() {
   return ACTIONS.indexOf('NOOP');
 }
 
-function draw(canvasId, base64) {
-  const gray = Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
-  const ctx = $(canvasId).getContext('2d');
-  const image = ctx.createImageData(84, 84);
-  for (let i = 0; i < gray.length; i++) {
-    image.data[4 * i] = image.data[4 * i + 1] = image.data[4 * i + 2] = gray[i];
-    image.data[4 * i + 3] = 255;
-  }
-  ctx.putImageData(image, 0, 0);
+// The game's own RGB screen (160x210 PNG), not the agent's 84x84 grayscale view.
+function draw(imgId, pngBase64) {
+  $(imgId).src = `data:image/png;base64,${pngBase64}`;
 }
 
 function stats(side) {
@@ -79,9 +73,9 @@ async function act(state) {
 }
 
 function show(msg) {
-  window.playPage.lastState = { human: { ...msg.human, frame: undefined }, agent: { ...msg.agent, frame: undefined, obs: undefined } };
-  draw('human', msg.human.frame);
-  draw('agent', msg.agent.frame);
+  window.playPage.lastState = { human: { ...msg.human, screen: undefined }, agent: { ...msg.agent, screen: undefined, obs: undefined } };
+  draw('human', msg.human.screen);
+  draw('agent', msg.agent.screen);
   $('human-stats').textContent = stats(msg.human);
   $('agent-stats').textContent = stats(msg.agent);
 }

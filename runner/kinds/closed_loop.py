@@ -1,7 +1,7 @@
 """`closed_loop` (Day 23): each runtime drives the real game for K agent steps from the same seed.
 
-One game on the ALE per runtime, started exactly as the evaluator starts an episode of that
-seed (unseeded reset, the seed's no-op start as forced NOOPs), then one greedy decision per
+One game on the ALE per runtime, played by the episode driver as the evaluator plays an
+episode of that seed (the seed's game and no-op start), then one greedy decision per
 step from the runtime (batch 1). A game that ends before K steps is followed by a fresh one,
 so every runtime plays exactly K steps. Every step is stored (`closed_loop_steps`: action,
 reward, lives, the four Q-values); the views give each runtime's score and action counts
@@ -75,38 +75,26 @@ METRIC_NAMES = ("candidate_score", "baseline_score", "score_diff", "action_count
 
 
 def play(runtime, contract, seed: int, steps: int) -> dict[str, np.ndarray]:
-    """K agent steps of greedy play through `runtime`, as arrays per step."""
-    from breakout_core.contract import FIRE, serves
-    from breakout_core.envs import make_single_env, noop_start_steps
-    from breakout_core.evaluator import noop_rng
+    """K agent steps of greedy play through `runtime`, as arrays per step. The first game is
+    episode `seed`; a game that ends before K steps is followed by the slot's next game."""
+    from breakout_core.driver import EpisodeDriver
 
     out = {k: [] for k in ("game", "forced_noop", "action", "reward", "lives", "game_over", "q")}
-    env = make_single_env(contract)
-    try:
-        obs, info = env.reset()
-        noops, game, serve, lives = noop_start_steps(contract, noop_rng(seed)), 0, False, int(info["lives"][0])
-        for _ in range(steps):
-            if serve:  # forced by the contract: the serve after a lost life (forced_noop is true for it too)
-                action, q, forced = FIRE, np.full(4, np.nan), True
-            elif noops > 0:  # forced by the contract: a no-op start step
-                noops -= 1
-                action, q, forced = 0, np.full(4, np.nan), True
-            else:
-                q = runtime.infer(obs)
-                action, q, forced = int(greedy(q)[0]), q[0].astype(np.float64), False
-            obs, reward, terminated, truncated, info = env.step(np.array([action]))
-            ended = bool(terminated[0] or truncated[0])
-            serve = bool(serves(contract, lives, info["lives"], np.array([ended]))[0])
-            lives = int(info["lives"][0])
-            for key, value in (("game", game), ("forced_noop", forced), ("action", action), ("reward", float(reward[0])),
-                               ("lives", int(info["lives"][0])), ("game_over", ended), ("q", q)):
-                out[key].append(value)
-            if ended:
-                game += 1
-                obs, info = env.reset()
-                lives = int(info["lives"][0])
-    finally:
-        env.close()
+    driver = EpisodeDriver(contract, 1)
+    driver.start(0, seed)
+    game = 0
+    for _ in range(steps):
+        forced = bool(driver.forced()[0])  # the contract's no-op start or serve (forced_noop is true for both)
+        q = np.full(4, np.nan) if forced else runtime.infer(driver.obs[:1])[0].astype(np.float64)
+        result = driver.step(np.array([0 if forced else int(greedy(q[None])[0])]))
+        ended = bool(result.finished)
+        for key, value in (("game", game), ("forced_noop", forced), ("action", int(result.actions[0])),
+                           ("reward", float(result.reward[0])), ("lives", driver.games[0].lives),
+                           ("game_over", ended), ("q", q)):
+            out[key].append(value)
+        if ended:
+            game += 1
+            driver.start(0, None)
     return {k: np.asarray(v) for k, v in out.items()}
 
 

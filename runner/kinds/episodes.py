@@ -74,38 +74,35 @@ METRIC_NAMES = evaluate.METRIC_NAMES + parity.METRIC_NAMES + latency.METRIC_NAME
 
 
 def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
-    from breakout_core.envs import make_vector_env
+    from breakout_core.driver import EpisodeDriver
     from breakout_core.evaluator import evaluate as play
 
     seeds = seed_list(m.seeds)
-    env = make_vector_env(ctx.contract, min(m.batch_size, len(seeds)))  # one env serves every runtime
-    try:
-        for name in m.ordered_runtimes():
-            if ctx.resume and (evaluate._already_stored(ctx, m.name, name) or resumed_unavailable(ctx, m.name, name)):
+    driver = EpisodeDriver(ctx.contract, min(m.batch_size, len(seeds)))  # one driver serves every runtime
+    for name in m.ordered_runtimes():
+        if ctx.resume and (evaluate._already_stored(ctx, m.name, name) or resumed_unavailable(ctx, m.name, name)):
+            continue
+        with open_runtime(ctx, m.name, name) as runtime:
+            if runtime is None:
                 continue
-            with open_runtime(ctx, m.name, name) as runtime:
-                if runtime is None:
-                    continue
-                policy = RuntimePolicy(runtime, name)
-                task = ctx.progress.add_task(f"{m.name} · {name}", total=len(seeds), unit="episodes")
-                made = [0]
+            policy = RuntimePolicy(runtime, name)
+            task = ctx.progress.add_task(f"{m.name} · {name}", total=len(seeds), unit="episodes")
+            made = [0]
 
-                def on_step(n: int) -> None:
-                    made[0] += n
-                    if made[0] % 256 < n:
-                        ctx.progress.update(task, transitions=made[0])
+            def on_step(n: int) -> None:
+                made[0] += n
+                if made[0] % 256 < n:
+                    ctx.progress.update(task, transitions=made[0])
 
-                started = time.perf_counter()
-                result = play(policy, seeds, ctx.contract, batch_size=m.batch_size, on_step=on_step,
-                              on_episode=lambda _e: ctx.progress.advance(task), env=env)
-                wall = time.perf_counter() - started
-                ctx.store.append_rows("episodes", [evaluate.episode_row(ctx, m.name, name, e) for e in result.episodes])
-                ctx.store.append_rows("episode_inference", [{
-                    "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "episodes": len(seeds),
-                    "batch_size": env.num_envs, "inference_calls": policy.calls, "states_inferred": policy.states,
-                    "transitions": result.transitions, "wall_s": wall, "episodes_per_minute": 60 * len(seeds) / wall}])
-    finally:
-        env.close()
+            started = time.perf_counter()
+            result = play(policy, seeds, ctx.contract, batch_size=m.batch_size, on_step=on_step,
+                          on_episode=lambda _e: ctx.progress.advance(task), driver=driver)
+            wall = time.perf_counter() - started
+            ctx.store.append_rows("episodes", [evaluate.episode_row(ctx, m.name, name, e) for e in result.episodes])
+            ctx.store.append_rows("episode_inference", [{
+                "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "episodes": len(seeds),
+                "batch_size": driver.num_slots, "inference_calls": policy.calls, "states_inferred": policy.states,
+                "transitions": result.transitions, "wall_s": wall, "episodes_per_minute": 60 * len(seeds) / wall}])
 
 
 def metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: str) -> dict:

@@ -118,19 +118,16 @@ def build_policy(policy_spec, name: str):
 
 
 def execute(m: EvaluateMeasurement, ctx: RunContext) -> None:
-    from breakout_core.envs import make_vector_env
+    from breakout_core.driver import EpisodeDriver
 
     seeds = seed_list(m.seeds)
-    env = make_vector_env(ctx.contract, min(m.batch_size, len(seeds)))  # one env serves every policy
-    try:
-        for policy_name in m.policies:
-            if not (ctx.resume and _already_stored(ctx, m.name, policy_name)):
-                _evaluate_policy(m, ctx, policy_name, seeds, env)
-    finally:
-        env.close()
+    driver = EpisodeDriver(ctx.contract, min(m.batch_size, len(seeds)))  # one driver serves every policy
+    for policy_name in m.policies:
+        if not (ctx.resume and _already_stored(ctx, m.name, policy_name)):
+            _evaluate_policy(m, ctx, policy_name, seeds, driver)
 
 
-def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, seeds: list[int], env) -> None:
+def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, seeds: list[int], driver) -> None:
     from breakout_core.evaluator import evaluate, write_gif
 
     policy = build_policy(ctx.spec.policies[policy_name], policy_name)
@@ -152,7 +149,7 @@ def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, 
         record_seed=record_seed,
         on_step=on_step,
         on_episode=lambda _episode: ctx.progress.advance(task),
-        env=env,
+        driver=driver,
     )
     ctx.store.append_rows("episodes", [episode_row(ctx, m.name, policy_name, e) for e in result.episodes])
     if result.frames:

@@ -1,0 +1,264 @@
+"""The episode driver: the one place that plays the contract's rules, for N game slots.
+
+Every caller that plays Breakout (evaluator, trainer, fixed-state capture, the closed
+loop, the play page) goes through it; none of them implements a rule of the contract:
+
+- An episode of seed `s` starts from the emulator state that a ROM load seeded with `s`
+  leaves (the sticky-action generator included), so its whole trajectory is a function of
+  (contract, policy, seed): the same alone, in any batch, in any slot, after any other
+  episode, in any process. The state is made once per seed and process (one ROM load,
+  ~65 ms) and restored for each later episode of that seed (~4 ms). Without sticky
+  actions the seed does not reach the emulator, and every episode starts from one state.
+- The no-op start: 0..noop_start_max forced NOOP agent steps, the count drawn from the seed.
+- The serve after a lost life, when the contract asks for it: one forced FIRE agent step.
+- Lives, scores, lengths, action counts and how each episode ended are kept per slot.
+
+A slot can also go on unseeded (`start(slot, None)`): the next game continues the slot's
+emulator and generators. Training does this; evaluation never does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from breakout_core.contract import FIRE, Contract
+from ale_py import ALEInterface, roms
+
+from breakout_core.envs import NUM_ACTIONS, AleGame
+
+NOOP = 0
+NOOP_STREAM = 0x6E6F6F70  # keeps the no-op draw apart from any policy's generator
+GAME_OVER = "game_over"
+TIME_LIMIT = "time_limit"
+STOPPED = "stopped"  # ended by its caller (a step cap), not by the game
+
+
+@dataclass(frozen=True)
+class FinishedEpisode:
+    slot: int
+    seed: int | None  # None: an unseeded continuation
+    score: float  # raw Atari score, full game
+    steps: int  # agent steps (transitions), forced ones included
+    noop_steps: int  # forced NOOP steps at its start
+    frames: int  # emulator frames
+    ended_by: str  # GAME_OVER, TIME_LIMIT or STOPPED
+    action_counts: tuple[int, ...]  # NOOP, FIRE, RIGHT, LEFT as played
+    wall_s: float  # from its start to its end (shared with its batch)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    slots: np.ndarray  # the slots that stepped
+    actions: np.ndarray  # (N,) actions played (forced ones included); NOOP for slots that did not step
+    forced: np.ndarray  # (N,) bool: the contract chose the action
+    reward: np.ndarray  # (N,) raw reward
+    terminated: np.ndarray  # (N,) game over
+    truncated: np.ndarray  # (N,) time limit
+    life_lost: np.ndarray  # (N,) a life was lost in this step
+    obs: np.ndarray  # (N, stack, H, W) observations after the step (a copy: final ones where episodes ended)
+    finished: list[FinishedEpisode]
+
+
+def noop_rng(episode_seed: int) -> np.random.Generator:
+    """The generator that draws an episode's no-op start: a function of its seed only."""
+    return np.random.default_rng([NOOP_STREAM, episode_seed])
+
+
+def new_emulator(contract: Contract, random_seed: int) -> ALEInterface:
+    """An ALEInterface with the contract's sticky actions, its ROM loaded under `random_seed`.
+
+    The seed is read only by the load, and it seeds only the sticky-action generator.
+    """
+    ale = ALEInterface()
+    ale.setFloat("repeat_action_probability", contract.repeat_action_probability)
+    ale.setInt("random_seed", int(random_seed))
+    ale.loadROM(roms.get_rom_path(contract.game))
+    return ale
+
+
+_SEED_STATES: OrderedDict[tuple[str, int | None], object] = OrderedDict()
+_SEED_STATES_MAX = 4_096  # ~14 KB each
+
+
+def seed_state(contract: Contract, seed: int):
+    """The emulator state a ROM load seeded with `seed` leaves, made once per process.
+
+    Keyed by the emulator settings that the state depends on (sticky-action probability,
+    game) and the seed; without sticky actions no seed reaches the emulator.
+    """
+    key = (f"{contract.game}/{contract.repeat_action_probability!r}",
+           int(seed) if contract.repeat_action_probability > 0 else None)
+    state = _SEED_STATES.get(key)
+    if state is None:
+        state = new_emulator(contract, key[1] or 0).cloneState(include_rng=True)
+        _SEED_STATES[key] = state
+        if len(_SEED_STATES) > _SEED_STATES_MAX:
+            _SEED_STATES.popitem(last=False)
+    else:
+        _SEED_STATES.move_to_end(key)
+    return state
+
+
+class EpisodeDriver:
+    """N game slots playing the contract's episodes; the caller decides the free actions."""
+
+    def __init__(self, contract: Contract, slots: int):
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        self.contract = contract
+        shape = (contract.frame_stack, contract.screen_size, contract.screen_size)
+        self.obs = np.zeros((slots, *shape), dtype=np.uint8)  # each game writes its row in place
+        self.games = [AleGame(contract, new_emulator(contract, 0), self.obs[i]) for i in range(slots)]
+        self.active = np.zeros(slots, dtype=bool)
+        self.seeds: list[int | None] = [None] * slots
+        self._noop_rngs: list[np.random.Generator | None] = [None] * slots
+        self._noops_left = np.zeros(slots, dtype=np.int64)
+        self._noops = np.zeros(slots, dtype=np.int64)
+        self._serve = np.zeros(slots, dtype=bool)
+        self._score = np.zeros(slots)
+        self._steps = np.zeros(slots, dtype=np.int64)
+        self._counts = np.zeros((slots, NUM_ACTIONS), dtype=np.int64)
+        self._started = np.zeros(slots)
+
+    @property
+    def num_slots(self) -> int:
+        return len(self.games)
+
+    def start(self, slot: int, seed: int | None) -> None:
+        """Begin an episode in `slot`: seed `seed`'s, or (None) the slot's next unseeded game."""
+        game = self.games[slot]
+        if seed is None:
+            if self._noop_rngs[slot] is None:
+                raise ValueError(f"slot {slot} has no seeded episode to continue from")
+            game.reset()
+        else:
+            game.reset(seed_state(self.contract, seed))
+            self._noop_rngs[slot] = noop_rng(seed)
+        self.seeds[slot] = seed
+        count = int(self._noop_rngs[slot].integers(0, self.contract.noop_start_max + 1))
+        self._noops[slot] = self._noops_left[slot] = count
+        self._serve[slot] = False
+        self._score[slot], self._steps[slot], self._counts[slot] = 0.0, 0, 0
+        self._started[slot] = time.perf_counter()
+        self.active[slot] = True
+
+    def stop(self, slot: int) -> FinishedEpisode | None:
+        """Leave `slot` idle; the episode it was playing, if any, ends as STOPPED."""
+        finished = self._finish(slot, STOPPED, time.perf_counter()) if self.active[slot] else None
+        self.active[slot] = False
+        return finished
+
+    def forced(self) -> np.ndarray:
+        """(N,) bool: active slots whose next action the contract decides (no-op start, serve)."""
+        return self.active & ((self._noops_left > 0) | self._serve)
+
+    def deciding(self) -> np.ndarray:
+        """Indices of the active slots whose next action is the caller's."""
+        return np.flatnonzero(self.active & ~self.forced())
+
+    def steps_played(self, slot: int) -> int:
+        return int(self._steps[slot])
+
+    def step(self, actions: np.ndarray | None = None, slots: Sequence[int] | None = None) -> StepResult:
+        """Step `slots` (default: every active slot) once.
+
+        `actions` (N,) holds the caller's choice for the deciding slots; the contract's
+        forced actions replace it elsewhere. An episode that ends is reported in `finished`
+        and its slot waits for `start` or `stop`: its row of `self.obs` holds the final
+        observation until then.
+        """
+        n = self.num_slots
+        run = np.flatnonzero(self.active) if slots is None else np.asarray(slots, dtype=np.int64)
+        if len(run) and not self.active[run].all():
+            raise ValueError(f"slots {run[~self.active[run]].tolist()} have no episode; start one first")
+        forced = self.forced()
+        played = np.zeros(n, dtype=np.int64)
+        if actions is not None:
+            played[:] = actions
+        played[forced] = NOOP
+        played[self._serve & self.active] = FIRE
+        reward, terminated, truncated = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+        life_lost = np.zeros(n, dtype=bool)
+        for i in run:
+            game = self.games[i]
+            lives = game.lives
+            reward[i], terminated[i], truncated[i] = game.step(int(played[i]))
+            life_lost[i] = game.lives < lives
+        self._noops_left[run] = np.maximum(self._noops_left[run] - 1, 0)
+        self._serve[run] = False
+        if self.contract.serve_after_life_loss:
+            self._serve[run] = life_lost[run] & ~(terminated[run] | truncated[run])
+        self._score[run] += reward[run]
+        self._steps[run] += 1
+        np.add.at(self._counts, (run, played[run]), 1)
+        finished = []
+        ended = run[(terminated | truncated)[run]]
+        if len(ended):
+            now = time.perf_counter()
+            for i in ended:
+                finished.append(self._finish(int(i), GAME_OVER if terminated[i] else TIME_LIMIT, now))
+                self.active[i] = False
+        return StepResult(slots=run, actions=played, forced=forced, reward=reward, terminated=terminated,
+                          truncated=truncated, life_lost=life_lost, obs=self.obs.copy(), finished=finished)
+
+    def _finish(self, slot: int, ended_by: str, now: float) -> FinishedEpisode:
+        return FinishedEpisode(
+            slot=slot, seed=self.seeds[slot], score=float(self._score[slot]), steps=int(self._steps[slot]),
+            noop_steps=int(self._noops[slot]), frames=self.games[slot].episode_frames(), ended_by=ended_by,
+            action_counts=tuple(int(c) for c in self._counts[slot]), wall_s=float(now - self._started[slot]))
+
+
+Decide = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (obs of deciding slots, their slots) -> actions
+
+
+def play_seeds(
+    driver: EpisodeDriver,
+    seeds: Sequence[int],
+    decide: Decide,
+    *,
+    on_step: Callable[[StepResult], None] | None = None,
+    on_episode: Callable[[FinishedEpisode], None] | None = None,
+    max_steps: int | None = None,
+) -> dict[int, FinishedEpisode]:
+    """Play one episode per seed across the driver's slots; a slot that finishes takes the
+    next seed. `decide` chooses the deciding slots' actions (their seeds are
+    `driver.seeds[slot]`); `max_steps` (agent steps) stops an episode early as STOPPED."""
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must not be empty")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError("seeds must be distinct")
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    pending = deque(seeds)
+    done: dict[int, FinishedEpisode] = {}
+
+    def finish(episode: FinishedEpisode) -> None:
+        done[episode.seed] = episode
+        if on_episode is not None:
+            on_episode(episode)
+        if pending:
+            driver.start(episode.slot, pending.popleft())
+
+    for slot in range(min(driver.num_slots, len(seeds))):
+        driver.start(slot, pending.popleft())
+    while driver.active.any():
+        deciding = driver.deciding()
+        actions = np.zeros(driver.num_slots, dtype=np.int64)
+        if len(deciding):
+            actions[deciding] = decide(driver.obs[deciding], deciding)
+        result = driver.step(actions)
+        if on_step is not None:
+            on_step(result)
+        for episode in result.finished:
+            finish(episode)
+        if max_steps is not None:
+            for slot in np.flatnonzero(driver.active):
+                if driver.steps_played(slot) >= max_steps:
+                    finish(driver.stop(int(slot)))
+    return done
