@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -268,13 +269,24 @@ def _runtime_problem(con, a: RunSide, b: RunSide, measurement: str, runtimes: li
         status = [con.execute("SELECT available, reason, artifact, artifact_sha256 FROM runtime_status WHERE run_id = ? "
                               "AND measurement = ? AND runtime = ? ORDER BY recorded_at DESC LIMIT 1",
                               [side.run_id, measurement, runtime]).fetchone() for side in (a, b)]
-        for label, row in zip("AB", status):
-            if row is not None and not row[0]:
-                return f"runtime {runtime} unavailable in run {label}: {row[1]}"
+        down = [(label, row[1]) for label, row in zip("AB", status) if row is not None and not row[0]]
+        if down:
+            where = "both runs" if len(down) == 2 else f"run {down[0][0]}"
+            return f"runtime {runtime} unavailable in {where}: {down[0][1]}"
         if status[0] and status[1] and status[0][3] != status[1][3]:
             return (f"model file of {runtime} differs: {status[1][2]} sha256 {str(status[0][3])[:12]} → "
                     f"{str(status[1][3])[:12]}")
     return None
+
+
+def _unavailable_rows(con, a: RunSide, b: RunSide, measurement: str, metric: str, shown: set[str]) -> list[Row]:
+    """A row for each runtime that has no figures to compare because it could not run in A or B
+    (a CUDA runtime on a CPU machine), so that it is listed with its reason, not left out."""
+    names = {r[0] for r in con.execute("SELECT runtime FROM runtime_status WHERE run_id IN (?, ?) AND measurement = ? "
+                                       "AND NOT available", [a.run_id, b.run_id, measurement]).fetchall()}
+    return [Row(measurement, runtime, metric, None, None, True, "", None,
+                problem=_runtime_problem(con, a, b, measurement, [runtime]))
+            for runtime in sorted(names - shown)]
 
 
 def _samples_row(measurement: str, subject: str, metric: str, a: np.ndarray, b: np.ndarray, *,
@@ -311,6 +323,7 @@ def _latency(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
         columns = [d[0] for d in cursor.description]
         for values in cursor.fetchall():
             settings = dict(zip(columns, values))
+            settings["input"] = _by_content(settings["input"])
             series[(label, settings.pop("runtime"), settings.pop("batch_size"))] = settings
     rows = []
     for runtime, batch in sorted({(r, n) for _, r, n in samples}):
@@ -329,7 +342,13 @@ def _latency(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
         row.problem = (f"series settings differ: {'; '.join(settings)}" if settings
                        else _runtime_problem(con, a, b, name, [runtime]))
         rows.append(row)
-    return rows
+    return rows + _unavailable_rows(con, a, b, name, "p50_ms", {r for _, r, _ in samples})
+
+
+def _by_content(input_text: str) -> str:
+    """A latency input as recorded ("fixed states PATH (sha256 ...), ...") without its path: the same
+    states read from another folder are the same input."""
+    return re.sub(r"^fixed states .*? \(sha256", "fixed states (sha256", input_text)
 
 
 def _p(values: np.ndarray | None, q: float) -> float | None:
@@ -385,7 +404,8 @@ def _evaluate(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
 
 
 def _episodes(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
-    return _episode_rows(con, a, b, m_a, lambda runtime: _runtime_problem(con, a, b, m_a["name"], [runtime]))
+    rows = _episode_rows(con, a, b, m_a, lambda runtime: _runtime_problem(con, a, b, m_a["name"], [runtime]))
+    return rows + _unavailable_rows(con, a, b, m_a["name"], "mean_score", {r.subject.removeprefix("policy ") for r in rows})
 
 
 def _parity(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
@@ -474,7 +494,7 @@ def _closed_loop(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]
                            note="one game from one seed")
         row.problem = row.problem or _runtime_problem(con, a, b, name, [runtime])
         rows.append(row)
-    return rows
+    return rows + _unavailable_rows(con, a, b, name, "score", set(scores["A"]) | set(scores["B"]))
 
 
 def _export(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:

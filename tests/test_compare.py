@@ -42,7 +42,8 @@ def add_run(store: Store, run_id: str, spec_text: str, *, host: str = "box", con
     return run_id
 
 
-def add_latency(store: Store, run_id: str, samples: dict[str, np.ndarray], *, sha: str = SHA) -> None:
+def add_latency(store: Store, run_id: str, samples: dict[str, np.ndarray], *, sha: str = SHA,
+                states: str = "fixed states models/s.npz (sha256 1e79a8ca5dce), first b states") -> None:
     import pyarrow as pa
 
     n = sum(len(ms) for ms in samples.values())
@@ -55,7 +56,7 @@ def add_latency(store: Store, run_id: str, samples: dict[str, np.ndarray], *, sh
     store.append_rows("latency_series", [{
         "run_id": run_id, "measurement": "lat", "runtime": r, "batch_size": 1, "warmup": 20, "iterations": len(ms),
         "rounds": 1, "timer": "perf_counter_ns", "timer_resolution_s": 1e-9, "timer_implementation": "clock_gettime",
-        "percentile_method": "linear", "input": "fixed states"} for r, ms in samples.items()])
+        "percentile_method": "linear", "input": states} for r, ms in samples.items()])
     store.append_rows("runtime_status", [{
         "run_id": run_id, "measurement": "lat", "runtime": r, "backend": "onnxruntime", "artifact": "m.onnx",
         "artifact_sha256": sha, "precision": "fp32", "requested": "{}", "available": True, "reason": None,
@@ -170,6 +171,18 @@ def test_changed_contract_or_settings_read_not_comparable(store):
     assert "contract differs" in only(compare_runs(store, "A", "B"), "p50_ms").problem
     row = only(compare_runs(store, "A", "C"), "p50_ms")
     assert row.mark == NOT_COMPARABLE and "iterations 200 → 400" in row.problem
+
+
+def test_latency_inputs_are_compared_by_content_not_path(store):
+    rng = np.random.default_rng(11)
+    add_latency(store, add_run(store, "A", latency_spec(["ort"])), {"ort": latencies(rng)})
+    add_latency(store, add_run(store, "B", latency_spec(["ort"])), {"ort": latencies(rng)},
+                states="fixed states /elsewhere/s.npz (sha256 1e79a8ca5dce), first b states")
+    add_latency(store, add_run(store, "C", latency_spec(["ort"])), {"ort": latencies(rng)},
+                states="fixed states models/s.npz (sha256 0123456789ab), first b states")
+    assert only(compare_runs(store, "A", "B"), "p50_ms").problem is None
+    row = only(compare_runs(store, "A", "C"), "p50_ms")
+    assert row.mark == NOT_COMPARABLE and "0123456789ab" in row.problem
 
 
 def test_mixed_hosts_are_flagged_and_timings_not_judged(store):
