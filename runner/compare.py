@@ -439,6 +439,46 @@ def _parity(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
     return rows
 
 
+def _by_seed(values: dict[str, float]) -> dict[str, dict[str, float]]:
+    """{trial without its seed: {seed: value}} for the trials of a sweep over `seed`."""
+    groups: dict[str, dict[str, float]] = {}
+    for trial, value in values.items():
+        parts = trial.split(",")
+        seed = next((p for p in parts if p.startswith("seed=")), None)
+        if seed is not None:
+            rest = ",".join(p for p in parts if p != seed) or "base"
+            groups.setdefault(rest, {})[seed] = value
+    return groups
+
+
+def _over_seeds(measurement: str, metric: str, a: dict[str, float], b: dict[str, float], *, lower_is_better: bool,
+                machine_bound: bool, suffix: str = "") -> list[Row]:
+    """Where a sweep repeats a setting over seeds, the seeds are the repeats: one row per setting,
+    its significance from the seeds' values (paired by seed when both runs trained the same seeds)."""
+    from breakout_core.stats import paired_bootstrap_ci
+
+    ga, gb = _by_seed(a), _by_seed(b)
+    rows = []
+    for group in sorted(set(ga) | set(gb)):
+        sa, sb = ga.get(group, {}), gb.get(group, {})
+        if max(len(sa), len(sb)) < 2:
+            continue  # one seed: its trial's own row says all there is
+        subject = f"{group} over {max(len(sa), len(sb))} seeds{suffix}"
+        if sorted(sa) != sorted(sb) or len(sa) < 2:
+            rows.append(_samples_row(measurement, subject, metric, np.asarray(list(sa.values())),
+                                     np.asarray(list(sb.values())), lower_is_better=lower_is_better,
+                                     machine_bound=machine_bound, note="seeds differ between the runs"))
+            continue
+        seeds = sorted(sa)
+        ci = paired_bootstrap_ci(np.asarray([sb[s] - sa[s] for s in seeds]))
+        rows.append(Row(measurement, subject, metric, float(np.mean([sa[s] for s in seeds])),
+                        float(np.mean([sb[s] for s in seeds])), lower_is_better,
+                        f"paired bootstrap {ci.confidence:.0%} CI of the mean same-seed difference B − A "
+                        f"[{ci.low:.4g}, {ci.high:.4g}] ({len(seeds)} seeds)", ci.low > 0 or ci.high < 0,
+                        machine_bound=machine_bound))
+    return rows
+
+
 def _throughput(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
     name = m_a["name"]
     values = {label: {(t, mode): np.asarray(v, dtype=np.float64) for t, mode, v in con.execute(
@@ -449,6 +489,10 @@ def _throughput(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
         va, vb = values["A"].get((trial, mode), np.empty(0)), values["B"].get((trial, mode), np.empty(0))
         rows.append(_samples_row(name, f"{trial} / {mode}", "transitions_per_s", va, vb, lower_is_better=False,
                                  machine_bound=True))
+    for mode in sorted({mode for side in values.values() for _, mode in side}):
+        per_trial = [{t: float(v.mean()) for (t, m), v in values[label].items() if m == mode} for label in "AB"]
+        rows += _over_seeds(name, "transitions_per_s", *per_trial, lower_is_better=False, machine_bound=True,
+                            suffix=f" / {mode}")
     return rows
 
 
@@ -478,6 +522,10 @@ def _train(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
                                  np.asarray([] if rate_a is None else [rate_a]),
                                  np.asarray([] if rate_b is None else [rate_b]), lower_is_better=False,
                                  machine_bound=True))
+    rows += _over_seeds(name, f"last{LAST_EPISODES}_mean", *[{t: float(v.mean()) for t, v in returns[label].items()}
+                                                            for label in "AB"], lower_is_better=False,
+                        machine_bound=False)
+    rows += _over_seeds(name, "transitions_per_s", rates["A"], rates["B"], lower_is_better=False, machine_bound=True)
     return rows + _episode_rows(con, a, b, m_a, lambda _checkpoint: None)
 
 

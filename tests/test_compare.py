@@ -280,3 +280,26 @@ def test_verdicts_are_grouped_by_host_and_contract(store, tmp_path):
     result = CliRunner().invoke(main, ["report", "--verdicts", "--db", str(store.path), "--reports", str(tmp_path)])
     assert result.exit_code == 0 and "grouped by host and contract hash" in result.output
     assert result.output.count("host box · contract") == 2
+
+
+def test_a_sweep_over_seeds_gives_training_its_repeats(store):
+    spec = ("name: tr\nmeasurements:\n  - kind: train\n    name: tr\n    total_transitions: 2000\n"
+            "    sweep: {seed: [1, 2, 3, 4, 5]}\n")
+    rng = np.random.default_rng(12)
+    for run_id, rate, ret in (("A", 100.0, 10.0), ("B", 150.0, 15.0)):
+        add_run(store, run_id, spec)
+        for seed in range(1, 6):
+            trial = f"seed={seed}"
+            store.append_rows("train_results", [{
+                "run_id": run_id, "measurement": "tr", "trial": trial, "attempt": 0, "transitions": 2000,
+                "updates": 250, "target_syncs": 2, "wall_s": 2000 / rate, "transitions_per_s": rate + rng.normal()}])
+            store.append_rows("train_episodes", [{
+                "run_id": run_id, "measurement": "tr", "trial": trial, "attempt": 0, "env_index": 0,
+                "transition": 100 * i, "episode_return": ret + rng.normal(), "length": 100, "ended_by": "game_over"}
+                for i in range(20)])
+    rows = compare_runs(store, "A", "B").rows
+    per_trial = [r for r in rows if r.subject.startswith("trial ") and r.metric == "transitions_per_s"]
+    assert len(per_trial) == 5 and {r.mark for r in per_trial} == {NOT_TESTABLE}
+    over = {r.metric: r for r in rows if r.subject == "base over 5 seeds"}
+    assert over["transitions_per_s"].mark == BETTER and "5 seeds" in over["transitions_per_s"].test
+    assert over["last20_mean"].mark == BETTER and over["last20_mean"].ratio == pytest.approx(1.5, rel=0.1)
