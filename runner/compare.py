@@ -8,8 +8,8 @@ significance:
                the mean score, paired by seed when both runs played the same seeds
   parity       deterministic: any change in action agreement, or a change of max |dQ|
                beyond the candidate's tolerance, is a change
-  throughput,  repeated values where a run has them (bootstrap CI); one value per run
-  training     cannot show significance and is marked so
+  throughput,  a sweep's seeds are the repeats of a setting (paired bootstrap CI); one
+  training     value per run cannot show significance and is marked so
 A significant change is marked better or worse only when it is also beyond `factor`
 (asv's default 1.1); parity, which has no noise, is judged by its tolerance alone.
 
@@ -37,7 +37,6 @@ NO_CHANGE = "no significant change"
 NOT_COMPARABLE = "not comparable"
 DIFFERENT_MACHINE = "different machine"
 NOT_TESTABLE = "not testable"
-MARKS = (WORSE, BETTER, NO_CHANGE, NOT_TESTABLE, DIFFERENT_MACHINE, NOT_COMPARABLE)
 DEFAULT_FACTOR = 1.1  # asv compare --factor
 MACHINE_FIELDS = ("host", "cpu", "gpu")
 
@@ -107,10 +106,10 @@ class Row:
         """How many times worse B is than A (> 1: worse, < 1: better); None without both values."""
         if self.value_a is None or self.value_b is None:
             return None
-        worse, better = (self.value_b, self.value_a) if self.lower_is_better else (self.value_a, self.value_b)
-        if better == 0:
-            return 1.0 if worse == 0 else math.inf
-        return worse / better
+        num, den = (self.value_b, self.value_a) if self.lower_is_better else (self.value_a, self.value_b)
+        if den == 0:
+            return 1.0 if num == 0 else math.inf
+        return num / den
 
     def changed_for_the_worse(self, factor: float) -> bool:
         """Significantly worse, and beyond `factor` where noise is possible."""
@@ -162,28 +161,32 @@ def resolve_runs(con, run_a: str | None, run_b: str | None, spec_name: str | Non
     return run_a, run_b
 
 
-def _side(con, run_id: str) -> RunSide:
-    cursor = con.execute("SELECT run_id, spec_name, status, started_at, git_commit, contract_hash, host, cpu, gpu, "
-                         "packages, spec_text FROM runs WHERE run_id = ?", [run_id])
-    row = cursor.fetchone()
-    if row is None:
-        raise CompareError(f"no run {run_id!r} in this database")
-    *head, packages, spec_text = row
-    return RunSide(*head, packages=json.loads(packages or "{}"), spec=_spec_tree(spec_text))
+def _sides(con, id_a: str, id_b: str) -> tuple[RunSide, RunSide]:
+    rows, texts = [], []
+    for run_id in (id_a, id_b):
+        row = con.execute("SELECT run_id, spec_name, status, started_at, git_commit, contract_hash, host, cpu, gpu, "
+                          "packages, spec_text FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        if row is None:
+            raise CompareError(f"no run {run_id!r} in this database")
+        *head, packages, text = row
+        rows.append((head, json.loads(packages or "{}")))
+        texts.append(text)
+    trees = _spec_trees(*texts)
+    return tuple(RunSide(*head, packages=packages, spec=tree) for (head, packages), tree in zip(rows, trees))
 
 
-def _spec_tree(text: str) -> dict:
-    """The stored spec with its defaults filled in (so an omitted default equals a written one);
-    as written when the current code no longer accepts it."""
+def _spec_trees(text_a: str, text_b: str) -> tuple[dict, dict]:
+    """Both stored specs with their defaults filled in (so an omitted default equals a written one);
+    both as written when the current code no longer accepts one of them."""
     import yaml
 
     from runner.spec import Spec
 
-    raw = yaml.safe_load(text) or {}
+    raw = [yaml.safe_load(text) or {} for text in (text_a, text_b)]
     try:
-        return Spec.model_validate(raw, context={"check_files": False}).model_dump(mode="json")
-    except Exception:  # noqa: BLE001 - an old spec: its written fields are still comparable
-        return raw
+        return tuple(Spec.model_validate(r, context={"check_files": False}).model_dump(mode="json") for r in raw)
+    except Exception:  # noqa: BLE001 - an older spec: its written fields are still comparable
+        return raw[0], raw[1]
 
 
 def _environment(a: RunSide, b: RunSide) -> list[tuple[str, str, str, bool]]:
@@ -209,7 +212,7 @@ def compare_runs(store: Store, run_a: str | None, run_b: str | None, *, spec_nam
         raise CompareError(f"factor {factor:g} must be >= 1")
     with store.reader() as con:
         id_a, id_b = resolve_runs(con, run_a, run_b, spec_name)
-        a, b = _side(con, id_a), _side(con, id_b)
+        a, b = _sides(con, id_a, id_b)
         if a.spec_name != b.spec_name:
             raise CompareError(f"runs of different specs: {a.run_id} is {a.spec_name!r}, {b.run_id} is "
                                f"{b.spec_name!r}; compare asks one spec's question twice")
@@ -266,8 +269,8 @@ def _runtime_problem(con, a: RunSide, b: RunSide, measurement: str, runtimes: li
         settings = _differences(a.spec.get("runtimes", {}).get(runtime), b.spec.get("runtimes", {}).get(runtime))
         if settings:
             return f"runtime {runtime} settings differ: {'; '.join(settings)}"
-        status = [con.execute("SELECT available, reason, artifact, artifact_sha256 FROM runtime_status WHERE run_id = ? "
-                              "AND measurement = ? AND runtime = ? ORDER BY recorded_at DESC LIMIT 1",
+        status = [con.execute("SELECT available, reason, artifact, artifact_sha256 FROM runtime_status "
+                              "WHERE run_id = ? AND measurement = ? AND runtime = ? ORDER BY recorded_at DESC LIMIT 1",
                               [side.run_id, measurement, runtime]).fetchone() for side in (a, b)]
         down = [(label, row[1]) for label, row in zip("AB", status) if row is not None and not row[0]]
         if down:
@@ -299,7 +302,8 @@ def _samples_row(measurement: str, subject: str, metric: str, a: np.ndarray, b: 
     value_b = float(np.mean(b)) if len(b) else None
     if len(a) >= 2 and len(b) >= 2:
         ci = unpaired_bootstrap_ci(a, b)
-        test = f"unpaired bootstrap {ci.confidence:.0%} CI of B − A [{ci.low:.4g}, {ci.high:.4g}] (n {len(a)}/{len(b)})"
+        test = (f"unpaired bootstrap {ci.confidence:.0%} CI of B − A [{ci.low:.4g}, {ci.high:.4g}] "
+                f"(n {len(a)}/{len(b)})")
         significant: bool | None = ci.low > 0 or ci.high < 0
     else:
         test, significant = f"{len(a)} vs {len(b)} value(s): one sample per run cannot show significance", None
@@ -330,8 +334,10 @@ def _latency(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
         subject = f"{runtime} b={batch}"
         sa, sb = samples.get(("A", runtime, batch)), samples.get(("B", runtime, batch))
         if sa is None or sb is None:
+            problem = (_runtime_problem(con, a, b, name, [runtime])
+                       or f"measured only in run {'A' if sb is None else 'B'}")
             rows.append(Row(name, subject, "p50_ms", _p(sa, 50), _p(sb, 50), True, "", None, machine_bound=True,
-                            problem=f"measured only in run {'A' if sb is None else 'B'}"))
+                            problem=problem))
             continue
         shift = sample_shift(sa, sb)
         p95 = f"P95 {_p(sa, 95):.4g} → {_p(sb, 95):.4g} ms"
@@ -405,7 +411,8 @@ def _evaluate(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
 
 def _episodes(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
     rows = _episode_rows(con, a, b, m_a, lambda runtime: _runtime_problem(con, a, b, m_a["name"], [runtime]))
-    return rows + _unavailable_rows(con, a, b, m_a["name"], "mean_score", {r.subject.removeprefix("policy ") for r in rows})
+    played = {r.subject.removeprefix("policy ") for r in rows}
+    return rows + _unavailable_rows(con, a, b, m_a["name"], "mean_score", played)
 
 
 def _parity(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
@@ -553,8 +560,8 @@ def _export(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
     rows = []
     for artifact in sorted(set(files["A"]) | set(files["B"])):
         fa, fb = files["A"].get(artifact), files["B"].get(artifact)
-        row = _samples_row(name, artifact, "bytes", np.asarray([fa[0]] if fa else []), np.asarray([fb[0]] if fb else []),
-                           lower_is_better=True, machine_bound=False)
+        row = _samples_row(name, artifact, "bytes", np.asarray([fa[0]] if fa else []),
+                           np.asarray([fb[0]] if fb else []), lower_is_better=True, machine_bound=False)
         if row.problem is None and fa[1] != fb[1]:
             row.problem = f"exported from another checkpoint: sha256 {str(fa[1])[:12]} → {str(fb[1])[:12]}"
         rows.append(row)

@@ -67,7 +67,8 @@ def add_episodes(store: Store, run_id: str, scores: dict[str, np.ndarray]) -> No
     store.append_rows("episodes", [{
         "run_id": run_id, "measurement": "ev", "policy": p, "seed": seed, "score": float(s), "steps": 100,
         "frames": 400, "ended_by": "game_over", "action_noop": 25, "action_fire": 25, "action_right": 25,
-        "action_left": 25, "wall_s": 0.1, "contract_hash": "c2"} for p, v in scores.items() for seed, s in enumerate(v)])
+        "action_left": 25, "wall_s": 0.1, "contract_hash": "c2"}
+        for p, v in scores.items() for seed, s in enumerate(v)])
 
 
 def latencies(rng: np.random.Generator, scale: float = 1.0, n: int = 200) -> np.ndarray:
@@ -217,7 +218,8 @@ def test_parity_change_beyond_tolerance_is_worse(store):
             "  fixed_states: {path: s.npz}\nruntimes:\n"
             "  ref: {runtime: onnxruntime, provider: cpu, artifact: onnx_fp32}\n"
             "  cand: {runtime: onnxruntime, provider: cpu, intra_op_threads: 1, artifact: onnx_fp32}\n"
-            "measurements:\n  - kind: parity\n    name: par\n    fixed_states: fixed_states\n    runtimes: [ref, cand]\n")
+            "measurements:\n  - kind: parity\n    name: par\n    fixed_states: fixed_states\n"
+            "    runtimes: [ref, cand]\n")
     q = np.array([[1.0, 2.0, 3.0, 0.5], [0.2, 0.1, 0.4, 0.3]])
     for run_id, delta in (("A", 1e-7), ("B", 1e-3)):
         add_run(store, run_id, spec)

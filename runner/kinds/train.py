@@ -425,7 +425,7 @@ def report(con, run_id: str, m: TrainMeasurement) -> list[Section]:
         ).properties(width=330, height=140).facet(facet="quantity:N", columns=2).resolve_scale(y="independent")
         sections.append(Section(f"{m.name}: diagnostics over time", charts=[chart.to_dict()]))
     evaluated = con.execute(
-        "SELECT policy AS checkpoint, episodes, distinct_scores, mean, median, std, p10, p90, min, max, "
+        "SELECT policy AS checkpoint, episodes, distinct_scores, distinct_lengths, mean, median, std, p10, p90, min, max, "
         "time_limit_episodes FROM episode_summary WHERE run_id = ? AND measurement = ? "
         "ORDER BY split_part(policy, '@', 1), TRY_CAST(split_part(policy, '@', 2) AS BIGINT)",  # 25K before 100K
         [run_id, m.name]).df()
