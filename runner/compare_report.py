@@ -11,6 +11,7 @@ import pandas as pd
 from breakout_core.stats import RANK_TEST_ALPHA
 from runner.compare import Comparison
 from runner.kinds.base import Section
+from runner.runtime_specs import blank_nulls
 from runner.report_html import MAX_CHART_POINTS, altair, render_page, table_html
 from runner.store import Store
 
@@ -100,7 +101,7 @@ def _scores_section(con, comparison: Comparison, measurement: str) -> Section | 
 def build_compare_report(store: Store, comparison: Comparison, out_dir: Path) -> Path:
     """Write the comparison's page; returns its path."""
     frame = rows_frame(comparison)
-    sections = [Section("Every metric of both runs", html=_marked_table(frame))]
+    sections = [Section("Every metric of both runs", html=_marked_table(blank_nulls(frame)))]
     kinds = {m["name"]: m.get("kind") for m in comparison.a.spec.get("measurements", [])}
     with store.reader() as con:
         for measurement in dict.fromkeys(frame["measurement"]):
