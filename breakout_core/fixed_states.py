@@ -230,12 +230,13 @@ def capture_from_checkpoint(
     episode_seeds: Sequence[int] = tuple(range(6)),
     epsilon: float = 0.05,
     contract: Contract | None = None,
+    other_contract_deliberate: bool = False,
     **options: Any,
 ) -> FixedStates:
-    """Fixed states from a checkpoint's own play, under the contract it was trained with.
-
-    A `contract` whose hash differs from the checkpoint's is refused. Other options go to
-    capture_fixed_states (policy_seed, batch_size, max_steps_per_episode, ...).
+    """Fixed states from a checkpoint's own play, under the contract it was trained with, or
+    under `contract`: one whose hash differs from the checkpoint's is refused unless
+    `other_contract_deliberate`. Other options go to capture_fixed_states (policy_seed,
+    batch_size, max_steps_per_episode, ...).
     """
     from breakout_core.policies import QNetworkPolicy
 
@@ -244,13 +245,14 @@ def capture_from_checkpoint(
     own = Contract(**meta["contract"])
     if own.hash != meta["contract_hash"]:
         raise ValueError(f"{checkpoint_path}: stored contract hash {meta['contract_hash']} does not match its contract ({own.hash})")
-    if contract is not None and contract.hash != own.hash:
+    if contract is not None and contract.hash != own.hash and not other_contract_deliberate:
         raise ValueError(
             f"{checkpoint_path} was trained under contract {own.name} ({own.hash}); "
             f"capturing under {contract.name} ({contract.hash}) would not be its game"
         )
     return capture_fixed_states(
-        policy, own, n_states=n_states, episode_seeds=episode_seeds, checkpoint_path=checkpoint_path, **options
+        policy, contract or own, n_states=n_states, episode_seeds=episode_seeds, checkpoint_path=checkpoint_path,
+        **options
     )
 
 
@@ -278,6 +280,11 @@ def save_fixed_states(path: str | Path, states: FixedStates) -> Path:
     tmp.write_bytes(buffer.getvalue())
     tmp.replace(path)
     return path
+
+
+def states_contract_hash(path: str | Path) -> str:
+    """The hash of the contract a fixed-states file was captured under."""
+    return load_fixed_states(path).contract_hash
 
 
 def load_fixed_states(path: str | Path, expected_contract_hash: str | None = None) -> FixedStates:

@@ -88,3 +88,8 @@ def load_checkpoint(path: str | Path) -> tuple[QNetwork, dict[str, Any]]:
     network.eval()
     meta = {k: v for k, v in payload.items() if k != "state_dict"}
     return network, meta
+
+
+def checkpoint_contract_hash(path: str | Path) -> str:
+    """The hash of the contract a checkpoint was trained under."""
+    return load_checkpoint(path)[1]["contract_hash"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from breakout_core.hashing import file_sha256
 from runner.store import Store, StoreError
 
-SUMMARY_COLUMNS = ("episodes", "distinct_scores", "mean", "median", "std", "p10", "p90", "min", "max", "time_limit_episodes")
+SUMMARY_COLUMNS = ("episodes", "distinct_scores", "distinct_lengths", "mean", "median", "std", "p10", "p90", "min", "max", "time_limit_episodes")
 
 
 def _run(con, run_id: str, columns: str) -> tuple:
@@ -58,14 +58,14 @@ def _evaluation_section(con, eval_run: str) -> list[str]:
         raise StoreError(f"run {eval_run} has no evaluation episodes")
     verdicts = con.execute("SELECT verdict, outcome, reason FROM verdicts WHERE run_id = ? ORDER BY verdict",
                            [eval_run]).fetchall()
-    serving = json.loads(contract or "{}").get("serve_after_life_loss", False)
+    played = json.loads(contract or "{}")
+    serving = " plus a forced serve after each lost life" if played.get("serve_after_life_loss") else ""
     table = ["| measurement | policy | " + " | ".join(SUMMARY_COLUMNS) + " |",
              "|" + " --- |" * (len(SUMMARY_COLUMNS) + 2)]
     for row in summary:
         table.append("| " + " | ".join(f"{v:.2f}" if isinstance(v, float) else str(v) for v in row) + " |")
     return [
-        f"### `{spec_name}`: contract hash `{contract_hash}`"
-        + (" (breakout-v2 plus a forced serve after each lost life)" if serving else ""),
+        f"### `{spec_name}`: contract `{played.get('name', '?')}`{serving} (hash `{contract_hash}`)",
         f"Run `{eval_run}` ({started:%Y-%m-%d}, commit `{commit}`); reproduce with `runner run {spec_path}`.",
         "",
         *table,
@@ -110,8 +110,9 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         "## Evaluation (raw Atari score, full games, epsilon 0, fixed seeds)",
         "`time_limit_episodes`: episodes ended by the 108,000-frame limit instead of game over "
         "(an agent that stalls without serving after a lost life ends that way). "
-        "`distinct_scores`: how many different scores the episodes reached; sticky actions are off, so "
-        "a seed varies only the 0-30 no-op start, and many seeds replay nearly the same game.",
+        "`distinct_scores`, `distinct_lengths`: how many different scores and episode lengths the seeds "
+        "gave. Under breakout-v2 (no sticky actions) a seed varies only the 0-30 no-op start, and many "
+        "seeds replay nearly the same game; under breakout-v3 sticky actions make each seed its own game.",
         "",
         *evaluations,
         "## Training spec",

@@ -68,7 +68,43 @@ def reference_problems(spec: Spec, context: dict | None = None) -> list[tuple[tu
             elif metric in kind.comparison_metrics and v.baseline is None:
                 problems.append((("verdicts", i, "deployment_worthy_when", metric),
                                  f"{metric} compares the candidate with a baseline; this verdict names none"))
-    return problems + deploy_problems(spec, context)
+    return problems + deploy_problems(spec, context) + contract_problems(spec, context)
+
+
+def contract_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, str]]:
+    """Fixed states on disk captured under another contract than the spec plays, and
+    checkpoints trained under another one unless the spec says that is deliberate
+    (`contract.other_contracts: deliberate`, e.g. a breakout-v2 agent played under breakout-v3)."""
+    from breakout_core.fixed_states import states_contract_hash
+    from breakout_core.qnetwork import checkpoint_contract_hash
+
+    if not (context or {}).get("check_files", True):
+        return []
+    contract = spec.contract.build()
+    checkpoints_too = spec.contract.other_contracts != "deliberate"
+    files = [(("policies", name, "path"), policy.path, checkpoint_contract_hash, None)
+             for name, policy in spec.policies.items() if getattr(policy, "type", None) == "checkpoint"
+             and checkpoints_too]
+    readers = {"checkpoint": checkpoint_contract_hash, "fixed_states": states_contract_hash}
+    files += [(("artifacts", name, "path"), artifact.path, readers[artifact.type], artifact.made_by)
+              for name, artifact in spec.artifacts.items() if artifact.type in readers and artifact.made_by != spec.name
+              and (artifact.type == "fixed_states" or checkpoints_too)]
+    problems = []
+    for where, path, read, made_by in files:
+        if not Path(path).is_file():
+            continue
+        try:
+            made_under = read(path)
+        except ValueError as exc:
+            problems.append((where, str(exc)))
+            continue
+        if made_under != contract.hash:
+            maker = f"`runner run` spec {made_by}" if made_by else "the spec that makes them"
+            hint = (f"re-capture them under this contract ({maker})" if read is states_contract_hash
+                    else "set contract.other_contracts: deliberate if that is the question")
+            problems.append((where, f"{path} was made under contract {made_under}, this spec plays {contract.name} "
+                                    f"({contract.hash}); {hint}"))
+    return problems
 
 
 class SpecError(ValueError):

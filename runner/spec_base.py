@@ -66,11 +66,15 @@ def seed_list(seeds: "list[int] | SeedRange") -> list[int]:
 class ContractSpec(StrictModel):
     """A named contract, optionally with fields changed (the hash records the change)."""
 
-    name: str = "breakout-v2"
+    name: str = "breakout-v3"
     max_episode_frames: int | None = Field(default=None, gt=0)
     noop_start_max: int | None = Field(default=None, ge=0)
     repeat_action_probability: float | None = Field(default=None, ge=0.0, le=1.0)
     serve_after_life_loss: bool | None = Field(default=None, description="a forced FIRE after each lost life")
+    other_contracts: Literal["refused", "deliberate"] = Field(
+        default="refused", description="checkpoints trained under another contract: refused when the spec loads, "
+        "or used deliberately (e.g. a breakout-v2 agent played under breakout-v3); fixed states must always be "
+        "captured under the spec's own contract")
 
     @field_validator("name")
     @classmethod
@@ -84,7 +88,7 @@ class ContractSpec(StrictModel):
     def build(self):
         from breakout_core.contract import contract_by_name
 
-        changes = {k: v for k, v in self.model_dump(exclude={"name"}).items() if v is not None}
+        changes = {k: v for k, v in self.model_dump(exclude={"name", "other_contracts"}).items() if v is not None}
         return contract_by_name(self.name).replace(**changes)
 
 

@@ -10,14 +10,15 @@ import pytest
 
 @pytest.fixture
 def checkpoint(tmp_path: Path) -> Path:
-    """An untrained Nature-DQN checkpoint at tmp_path/model.pt (deterministic weights)."""
+    """An untrained Nature-DQN checkpoint at tmp_path/model.pt (deterministic weights), made
+    under breakout-v3, the contract a spec plays when it names none."""
     import torch
 
-    from breakout_core.contract import Contract
+    from breakout_core.contract import CONTRACTS
     from breakout_core.qnetwork import QNetwork, save_checkpoint
 
     torch.manual_seed(0)
-    return save_checkpoint(tmp_path / "model.pt", QNetwork(), Contract(), transitions=0)
+    return save_checkpoint(tmp_path / "model.pt", QNetwork(), CONTRACTS["breakout-v3"], transitions=0)
 
 
 @pytest.fixture

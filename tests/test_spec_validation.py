@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from breakout_core.contract import CONTRACTS
 from runner.cli import main
 from runner.spec import SpecError, load_spec
 from runner.yaml_source import MAX_ALIASES, SpecSourceError, load_yaml
@@ -214,20 +215,38 @@ def test_good_spec_validates(checkpoint, write_spec):
     loaded = load_spec(write_spec(GOOD))
     spec = loaded.spec
     assert spec.name == "quick"
-    assert spec.contract.build().hash == Contract().hash
+    assert spec.contract.build().hash == CONTRACTS["breakout-v3"].hash  # the default contract
     assert spec.policies["agent"].path == str(checkpoint)  # resolved relative to the spec file
     assert spec.measurements[0].seeds.values() == [0, 1, 2, 3]
     assert spec.verdicts[0].deployment_worthy_when == {"paired_score_diff_ci_low": ">= 0"}
     assert loaded.text == GOOD and len(loaded.hash) == 16
 
 
-def test_contract_override_changes_the_hash(checkpoint, write_spec):
-    from breakout_core.contract import Contract
-
+def test_contract_override_changes_the_hash_and_refuses_a_checkpoint_of_another(checkpoint, write_spec):
     text = edit("description: a good spec\n", "description: a good spec\ncontract:\n  max_episode_frames: 1000\n")
-    contract = load_spec(write_spec(text)).spec.contract.build()
+    path = write_spec(text)
+    with pytest.raises(SpecError) as refused:
+        load_spec(path)
+    assert refused.value.problems == [
+        f"{path}:10: policies.agent.path: {checkpoint} was made under contract {CONTRACTS['breakout-v3'].hash}, "
+        f"this spec plays breakout-v3 ({CONTRACTS['breakout-v3'].replace(max_episode_frames=1000).hash}); "
+        "set contract.other_contracts: deliberate if that is the question"]
+    deliberate = write_spec(text.replace("  max_episode_frames: 1000\n",
+                                         "  max_episode_frames: 1000\n  other_contracts: deliberate\n"))
+    contract = load_spec(deliberate).spec.contract.build()
     assert contract.max_episode_frames == 1000
-    assert contract.hash != Contract().hash
+    assert contract.hash != CONTRACTS["breakout-v3"].hash  # other_contracts is not part of the game
+
+
+def test_fixed_states_of_another_contract_are_refused_even_when_deliberate(write_spec):
+    """States are the game itself: a spec reads only states captured under its own contract."""
+    day23 = (REPO / "specs" / "day23_ort_parity.yaml").read_text().replace("../models/", f"{REPO}/models/")
+    assert load_spec(write_spec(day23)).spec.contract.name == "breakout-v3"
+    v2 = write_spec(day23.replace("name: breakout-v3", "name: breakout-v2"))
+    with pytest.raises(SpecError) as refused:
+        load_spec(v2)
+    assert [p for p in refused.value.problems if "fixed_states_60.npz was made under contract" in p
+            and "re-capture them under this contract (`runner run` spec day22_export)" in p]
 
 
 def test_cli_validate_bad_spec(checkpoint, write_spec):
@@ -315,5 +334,5 @@ def test_a_comparison_metric_needs_a_baseline(write_spec):
     export = (REPO / "specs" / "day22_export.yaml").read_text().replace("../models/", f"{REPO}/models/")
     no_baseline = write_spec(export.replace("    baseline: onnx_fp32\n", ""))
     assert [p for p in _problems(no_baseline) if "size_ratio" in p] == [
-        f"{no_baseline}:42: verdicts[1].deployment_worthy_when.size_ratio: "
+        f"{no_baseline}:43: verdicts[1].deployment_worthy_when.size_ratio: "
         "size_ratio compares the candidate with a baseline; this verdict names none"]

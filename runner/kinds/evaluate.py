@@ -83,9 +83,9 @@ VIEWS = [
            min(score) AS min, max(score) AS max,
            avg(steps) AS mean_steps,
            count(*) FILTER (WHERE ended_by = 'time_limit') AS time_limit_episodes,
-           -- without sticky actions the emulator is deterministic and a seed's no-op start often
-           -- leaves a greedy agent's game unchanged: 15 seeds can be one score 15 times
-           count(DISTINCT score) AS distinct_scores
+           -- how many different games the seeds gave: under breakout-v2 (no sticky actions) a seed
+           -- only picks the no-op start, and 15 seeds can be one game 15 times
+           count(DISTINCT score) AS distinct_scores, count(DISTINCT steps) AS distinct_lengths
     FROM episodes GROUP BY run_id, measurement, policy
     """,
     """
@@ -224,7 +224,7 @@ def report(con, run_id: str, m: EvaluateMeasurement) -> list[Section]:
     alt = altair()
 
     summary = con.execute(
-        "SELECT policy, episodes, distinct_scores, mean, median, std, p10, p90, min, max, mean_steps, time_limit_episodes "
+        "SELECT policy, episodes, distinct_scores, distinct_lengths, mean, median, std, p10, p90, min, max, mean_steps, time_limit_episodes "
         "FROM episode_summary WHERE run_id = ? AND measurement = ? ORDER BY policy",
         [run_id, m.name],
     ).df()

@@ -104,12 +104,14 @@ def execute(m: ExportMeasurement, ctx: RunContext) -> None:
     checkpoint = artifacts[m.checkpoint].path
     base = {"run_id": ctx.run_id, "measurement": m.name}
     rows, index_rows, states = [], [], None
+    deliberate = ctx.spec.contract.other_contracts == "deliberate"  # a checkpoint trained under another contract
     if m.fixed_states is not None:
         task = ctx.progress.add_task(f"{m.name} · capture {m.n_states} states", total=1, unit="capture")
         c = m.capture
         states = capture_from_checkpoint(
             checkpoint, n_states=m.n_states, episode_seeds=seed_list(c.episode_seeds), epsilon=c.epsilon,
-            contract=ctx.contract, policy_seed=c.policy_seed, batch_size=c.batch_size,
+            contract=ctx.contract, other_contract_deliberate=deliberate,
+            policy_seed=c.policy_seed, batch_size=c.batch_size,
             max_steps_per_episode=c.max_steps_per_episode, candidates_per_episode=c.candidates_per_episode)
         path = save_fixed_states(artifacts[m.fixed_states].path, states)
         ctx.progress.advance(task)
@@ -123,7 +125,7 @@ def execute(m: ExportMeasurement, ctx: RunContext) -> None:
     result = export_onnx(checkpoint, artifacts[m.onnx].path,
                          fp16_path=artifacts[m.onnx_fp16].path if m.onnx_fp16 else None,
                          opset=m.opset, exporter=m.exporter, verify_obs=states.obs if states is not None else None,
-                         contract_hash=ctx.contract.hash)
+                         contract_hash=None if deliberate else ctx.contract.hash)  # the file keeps its training contract
     ctx.progress.advance(task)
     verify_states = len(states) if states is not None else 4
     fp16_checks = [c for c in result.checks if c.startswith("fp16")]
