@@ -32,6 +32,9 @@ import cv2
 from breakout_core.contract import Contract
 from breakout_core.driver import EpisodeDriver
 from breakout_core.envs import ACTION_NAMES, NUM_ACTIONS
+from runner.spec_base import MAX_SEED
+
+MAX_MESSAGE_BYTES = 4096  # a start or act message is a few dozen bytes
 
 MIGRATIONS = [
     (
@@ -139,6 +142,27 @@ class PlayGame:
         }
 
 
+def _parse(data: str) -> dict:
+    """A page message as a JSON object; ValueError, with the reason in one line, for anything else."""
+    size = len(data.encode())
+    if size > MAX_MESSAGE_BYTES:
+        raise ValueError(f"a message of {size} bytes; messages are at most {MAX_MESSAGE_BYTES}")
+    try:
+        message = json.loads(data)
+    except RecursionError:
+        raise ValueError("a message nested too deeply; messages are flat JSON objects") from None
+    if not isinstance(message, dict):
+        raise ValueError("a message must be a JSON object")
+    return message
+
+
+def _seed(message: dict) -> int:
+    seed = message.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+    return seed
+
+
 def _action(message: dict, key: str) -> int:
     value = message.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < NUM_ACTIONS:
@@ -173,7 +197,8 @@ class PlayServer:
 
         from aiohttp import WSMsgType, web
 
-        ws = web.WebSocketResponse(max_msg_size=1 << 16)
+        # larger than this, aiohttp closes the socket (1009); up to it, _parse answers with an error
+        ws = web.WebSocketResponse(max_msg_size=1 << 20)
         await ws.prepare(request)
         loop = asyncio.get_running_loop()
         game: PlayGame | None = None
@@ -181,16 +206,13 @@ class PlayServer:
             if msg.type != WSMsgType.TEXT:
                 continue
             try:
-                message = json.loads(msg.data)
-                if not isinstance(message, dict):
-                    raise ValueError("a message must be a JSON object")
+                message = _parse(msg.data)
                 kind = message.get("type")
                 if kind == "start":
-                    seed = message.get("seed")
-                    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-                        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-                    game = PlayGame(self.contract, seed)
-                    await ws.send_json(game.state())
+                    # two emulators set up and played through the no-op start: off the event loop,
+                    # which serves every other player and page meanwhile
+                    game = await asyncio.to_thread(PlayGame, self.contract, _seed(message))
+                    await ws.send_json(await asyncio.to_thread(game.state))
                 elif kind == "act":
                     if game is None:
                         raise ValueError("send {'type': 'start', 'seed': N} before any action")

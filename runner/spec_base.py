@@ -27,6 +27,9 @@ def checks_files(info: ValidationInfo) -> bool:
     return (info.context or {}).get("check_files", True)
 
 
+MAX_SEED = 2**63 - 1  # episode seeds are stored as BIGINT
+
+
 class StrictModel(BaseModel):
     """Every spec model refuses unknown keys and is immutable once validated."""
 
