@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from breakout_core.contract import CONTRACTS
+
 EXIT_USAGE = 2  # a spec or an argument is wrong
 EXIT_FAILED = 1  # the run itself failed, or the database refused
 EXIT_INTERRUPTED = 130
@@ -241,20 +243,22 @@ def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor:
               help="port on 127.0.0.1 (0: any free port)")
 @click.option("--pace-ms", default=1000 / 15, show_default=True, type=click.FloatRange(min=0),
               help="ms between agent steps (66.7: 15 steps a second, the game's real speed)")
+@click.option("--contract", "contract_name", default="breakout-v3", show_default=True,
+              type=click.Choice(sorted(CONTRACTS)), help="the game both sides play")
 @db_option
-def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, db: Path | None) -> None:
+def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contract_name: str,
+         db: Path | None) -> None:
     """Serve a page where a person plays Breakout beside the agent (same seed); games go to DuckDB."""
     import time
 
     from breakout_core.browser.server import web_files_missing
-    from breakout_core.contract import Contract
     from runner.play import PlayServer
 
     missing = web_files_missing()
     if missing:
         _fail(missing, EXIT_USAGE)
     try:
-        server = PlayServer(_store(db), model, Contract(), provider=provider, seed=seed, port=port,
+        server = PlayServer(_store(db), model, CONTRACTS[contract_name], provider=provider, seed=seed, port=port,
                             pace_ms=pace_ms).start()
     except OSError as exc:
         _fail(str(exc))
