@@ -92,13 +92,13 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
     from rich.console import Console
 
     from runner.execute import NothingToResume, run_spec
-    from runner.store import StoreError
+    from runner.store import Store, StoreError
 
     loaded = _load(spec_path)
     console = Console(stderr=True)
     if not console.is_terminal:  # a log file: one line per message, not wrapped at 80 columns
         console = Console(stderr=True, width=240, log_path=False)
-    store = _store(db)
+    store = Store(db, busy_timeout_s=None, on_wait=console.log)  # a slow reader delays a run, never fails it
     try:
         run_id, verdicts = run_spec(loaded, store, reports_dir, console, resume=resume, runs_dir=runs_dir)
     except NothingToResume as exc:

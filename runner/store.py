@@ -4,7 +4,9 @@ DuckDB lets one process hold a file for writing and then no other process may op
 not even to read. So nothing keeps a connection open: a writer opens the file, appends a
 batch and closes it; a reader opens it read-only for one query. A long `runner run`
 therefore leaves the file free between its batches, and a second process waits (up to
-`busy_timeout_s`) for its turn instead of failing or corrupting anything.
+`busy_timeout_s`) for its turn instead of failing or corrupting anything. A run waits as
+long as it takes (`busy_timeout_s=None`), saying so; rows it cannot append yet may be
+spooled to files beside the database (`spool`) and are appended exactly once later.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import duckdb
 
 DEFAULT_DB = "results.duckdb"
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
+FIRST_WAIT_NOTICE_S, WAIT_NOTICE_S = 5.0, 60.0  # a patient store says it waits after 5 s, then every minute
 
 CORE_MIGRATIONS: list[tuple[str, str]] = [
     (
@@ -67,6 +70,12 @@ CORE_MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0002_spooled_batches",  # spool files already appended: a kill between the append and the unlink repeats nothing
+        """
+        CREATE TABLE spooled_batches (batch VARCHAR PRIMARY KEY, "rows" BIGINT NOT NULL, appended_at TIMESTAMPTZ NOT NULL);
+        """,
+    ),
 ]
 
 CORE_VIEWS = [
@@ -82,6 +91,10 @@ CORE_VIEWS = [
 
 class StoreError(RuntimeError):
     """A database problem a user can act on (busy, missing, newer schema)."""
+
+
+class StoreBusy(StoreError):
+    """Another process holds the file, past the time this store may wait for it."""
 
 
 @dataclass(frozen=True)
@@ -116,9 +129,13 @@ def _is_lock_error(exc: Exception) -> bool:
 
 
 class Store:
-    def __init__(self, path: str | Path | None = None, *, busy_timeout_s: float = 60.0):
+    def __init__(self, path: str | Path | None = None, *, busy_timeout_s: float | None = 60.0,
+                 on_wait: Callable[[str], None] | None = None):
+        """`busy_timeout_s` None: wait however long another process holds the file, telling
+        `on_wait` after FIRST_WAIT_NOTICE_S seconds, then every WAIT_NOTICE_S."""
         self.path = Path(path or os.environ.get("RUNNER_DB") or DEFAULT_DB)
         self.busy_timeout_s = busy_timeout_s
+        self.on_wait = on_wait
         self._prepared = False
 
     # -- connections ---------------------------------------------------------------
@@ -126,8 +143,25 @@ class Store:
     def lock_path(self) -> Path:
         return self.path.with_name(self.path.name + ".lock")
 
+    def _deadline(self, wait: bool) -> float | None:
+        if not wait:
+            return time.monotonic()
+        return None if self.busy_timeout_s is None else time.monotonic() + self.busy_timeout_s
+
+    def _still_busy(self, deadline: float | None, since: float, notices: list[float], why: str) -> None:
+        """Raise StoreBusy past the deadline; a patient store says every WAIT_NOTICE_S that it waits."""
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            waited = f"waited {self.busy_timeout_s:g} s" if deadline > since else "not waiting"
+            raise StoreBusy(f"{self.path}: busy — {waited} for {why}")
+        if deadline is None and self.on_wait is not None and \
+                now - (notices[-1] if notices else since) >= (WAIT_NOTICE_S if notices else FIRST_WAIT_NOTICE_S):
+            notices.append(now)
+            self.on_wait(f"{self.path}: another process has held it for {now - since:.0f} s ({why}); "
+                         "waiting, nothing is lost")
+
     @contextlib.contextmanager
-    def _process_lock(self, exclusive: bool, deadline: float) -> Iterator[None]:
+    def _process_lock(self, exclusive: bool, deadline: float | None) -> Iterator[None]:
         """An OS lock on a file beside the database, taken before DuckDB opens it.
 
         DuckDB's own lock does not cover creating the file: two writers that open a new
@@ -141,50 +175,47 @@ class Store:
             yield
             return
         try:
-            delay = 0.01
+            delay, since, notices = 0.01, time.monotonic(), []
             while True:
                 try:
                     fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise StoreError(f"{self.path}: busy — waited {self.busy_timeout_s:g} s for another "
-                                         "runner process to release it") from None
+                    self._still_busy(deadline, since, notices, "another runner process to release it")
                     time.sleep(delay)
                     delay = min(delay * 2, 0.25)
             yield
         finally:
             os.close(fd)  # releases the lock
 
-    def _connect(self, read_only: bool, deadline: float, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+    def _connect(self, read_only: bool, deadline: float | None, config: dict | None = None) -> duckdb.DuckDBPyConnection:
         """Open the file, waiting out DuckDB's lock (held by a process that is not a runner, e.g. the CLI)."""
-        delay = 0.02
+        delay, since, notices = 0.02, time.monotonic(), []
         while True:
             try:
                 return duckdb.connect(str(self.path), read_only=read_only, config=config or {})
             except duckdb.IOException as exc:
                 if not _is_lock_error(exc):
                     raise StoreError(f"{self.path}: cannot open ({exc})") from None
-                if time.monotonic() >= deadline:
-                    raise StoreError(
-                        f"{self.path}: busy — waited {self.busy_timeout_s:g} s for another process to release it "
-                        f"({str(exc).splitlines()[0]})"
-                    ) from None
+                self._still_busy(deadline, since, notices,
+                                 f"another process to release it: {str(exc).splitlines()[0]}")
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
             except duckdb.Error as exc:
                 raise StoreError(f"{self.path}: not a usable DuckDB database ({exc})") from None
 
     @contextlib.contextmanager
-    def writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A short read-write connection; migrations run on the first one."""
-        deadline = time.monotonic() + self.busy_timeout_s
+    def writer(self, *, wait: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short read-write connection; migrations run on the first one. With `wait` False it
+        raises StoreBusy at once when another process holds the file."""
+        deadline = self._deadline(wait)
         with self._process_lock(exclusive=True, deadline=deadline):
             con = self._connect(read_only=False, deadline=deadline)
             try:
                 if not self._prepared:
                     self._migrate(con)
                     self._recover_stale_runs(con)
+                    self._append_left_spools(con)
                     self._prepared = True
                 yield con
             finally:
@@ -201,7 +232,7 @@ class Store:
             # report must not read the views an older runner left (a file we may not write is read as it is)
             with self.writer():
                 pass
-        deadline = time.monotonic() + self.busy_timeout_s
+        deadline = self._deadline(wait=True)
         with self._process_lock(exclusive=False, deadline=deadline):
             con = self._connect(read_only=True, deadline=deadline,
                                 config=None if files else {"enable_external_access": False})
@@ -300,12 +331,79 @@ class Store:
     def append_arrow(self, table: str, data) -> int:
         """Append an Arrow table (or anything DuckDB can scan) by column name."""
         with self.writer() as con:
-            con.register("incoming_rows", data)
-            try:
-                con.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM incoming_rows')
-            finally:
-                con.unregister("incoming_rows")
+            insert_arrow(con, table, data)
         return len(data)
+
+    # -- spooled rows ----------------------------------------------------------------
+    @property
+    def spool_root(self) -> Path:
+        return self.path.with_name(self.path.name + ".spool")
+
+    def spool(self, run_id: str, table: str, rows: Sequence[dict]) -> Path:
+        """Write rows that cannot be appended yet to a file beside the database, durably (a kill
+        or a power cut after this returns loses nothing); `append_spooled` appends them later."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        folder = self.spool_root / run_id
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{time.time_ns():020d}-{os.getpid()}-{table}.parquet"  # appended in name order
+        tmp = path.with_suffix(".tmp")
+        pq.write_table(pa.Table.from_pylist(list(rows)), tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        tmp.replace(path)
+        _fsync_dir(folder)
+        return path
+
+    def append_spooled(self, con: duckdb.DuckDBPyConnection, run_id: str) -> int:
+        """Append a run's spool files, oldest first, each once; returns the rows appended."""
+        folder = self.spool_root / run_id
+        appended = 0
+        for path in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
+            batch = f"{run_id}/{path.name}"
+            if not con.execute("SELECT count(*) FROM spooled_batches WHERE batch = ?", [batch]).fetchone()[0]:
+                table = path.stem.split("-", 2)[2]
+                con.execute("BEGIN")
+                try:
+                    n = con.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM read_parquet(?)',
+                                    [str(path)]).fetchone()[0]
+                    con.execute("INSERT INTO spooled_batches VALUES (?, ?, ?)", [batch, n, utcnow()])
+                    con.execute("COMMIT")
+                except Exception:
+                    con.execute("ROLLBACK")
+                    raise
+                appended += n
+            path.unlink()
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+        return appended
+
+    def _append_left_spools(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Rows spooled by runs that no longer run (killed while the database was busy)."""
+        if not self.spool_root.is_dir():
+            return
+        running = {r[0] for r in con.execute("SELECT run_id FROM runs WHERE status = 'running'").fetchall()}
+        for folder in sorted(self.spool_root.iterdir()):
+            if folder.is_dir() and folder.name not in running:
+                self.append_spooled(con, folder.name)
+
+
+def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, data) -> None:
+    """Insert an Arrow table (or anything DuckDB can scan) into `table` by column name."""
+    con.register("incoming_rows", data)
+    try:
+        con.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM incoming_rows')
+    finally:
+        con.unregister("incoming_rows")
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _process_alive(pid: int) -> bool:

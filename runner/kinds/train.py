@@ -172,6 +172,9 @@ _SUPERSEDED = """
 VIEWS = [
     f"CREATE OR REPLACE VIEW train_episodes_valid AS SELECT t.* FROM train_episodes t WHERE {_SUPERSEDED}",
     f"CREATE OR REPLACE VIEW train_diagnostics_valid AS SELECT t.* FROM train_diagnostics t WHERE {_SUPERSEDED}",
+    # a resumed attempt writes again the checkpoint file it resumed from when that was the last one (final.pt)
+    f"""CREATE OR REPLACE VIEW train_checkpoints_valid AS SELECT t.* FROM train_checkpoints t WHERE {_SUPERSEDED}
+        QUALIFY row_number() OVER (PARTITION BY run_id, measurement, trial, transition, path ORDER BY attempt DESC) = 1""",
     """
     CREATE OR REPLACE VIEW train_curve AS
     SELECT *, avg(episode_return) OVER (
@@ -196,13 +199,6 @@ VIEWS = [
 ]
 
 
-def _flush(ctx: RunContext, pending: dict[str, list[dict]]) -> None:
-    for table, rows in pending.items():
-        if rows:
-            ctx.store.append_rows(table, rows)
-            rows.clear()
-
-
 def _previous_attempts(ctx: RunContext, measurement: str, trial: str) -> tuple[int, bool]:
     """(attempts so far, whether one of them finished) for this trial of this run."""
     with ctx.store.reader() as con:
@@ -218,6 +214,7 @@ def _previous_attempts(ctx: RunContext, measurement: str, trial: str) -> tuple[i
 def execute(m: TrainMeasurement, ctx: RunContext) -> None:
     from breakout_core.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, Trainer, TrainDone
 
+    from runner.row_buffer import RowBuffer
     from runner.store import utcnow
 
     for trial in expand_sweep(m.sweep):
@@ -236,31 +233,32 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
             "from_transition": from_transition, "config": json.dumps(asdict(config)), "out_dir": str(out_dir),
             "started_at": utcnow()}])
         key = {"run_id": ctx.run_id, "measurement": m.name, "trial": trial.name, "attempt": attempt}
-        pending: dict[str, list[dict]] = {"train_episodes": [], "train_diagnostics": [], "train_checkpoints": [],
-                                          "train_results": []}
+        rows = RowBuffer(ctx.store, ctx.run_id, ctx.progress.console.log)
         task = ctx.progress.add_task(f"{m.name} · {trial.name}", total=config.total_transitions,
                                      completed=from_transition, unit="transitions")
         last_flush = time.monotonic()
         try:
             for record in trainer.run(resume=resume):
                 if isinstance(record, EpisodeEnd):
-                    pending["train_episodes"].append({**key, **asdict(record)})
+                    rows.add("train_episodes", {**key, **asdict(record)})
                     ctx.progress.update(task, completed=record.transition, transitions=record.transition)
                 elif isinstance(record, Diagnostics):
-                    pending["train_diagnostics"].append({**key, **asdict(record)})
+                    rows.add("train_diagnostics", {**key, **asdict(record)})
                 elif isinstance(record, CheckpointSaved):
-                    pending["train_checkpoints"].append({**key, **asdict(record)})
-                    _flush(ctx, pending)  # what a checkpoint covers is stored with it
+                    rows.add("train_checkpoints", {**key, **asdict(record)})
+                    # the trainer saves its state when it gets control back: what that state
+                    # covers is stored (or spooled) first, so a resume never starts past lost rows
+                    rows.flush(durable=True)
                     last_flush = time.monotonic()
                     _log_checkpoint(ctx, m.name, trial.name, record)
                 elif isinstance(record, TrainDone):
-                    pending["train_results"].append({**key, **asdict(record)})
+                    rows.add("train_results", {**key, **asdict(record)})
                     ctx.progress.update(task, completed=record.transitions, transitions=record.transitions)
                 if time.monotonic() - last_flush >= FLUSH_EVERY_S:
-                    _flush(ctx, pending)
+                    rows.flush()
                     last_flush = time.monotonic()
         finally:
-            _flush(ctx, pending)
+            rows.close()
         _after_training(m, ctx, trial.name)
 
 
@@ -274,7 +272,7 @@ def _after_training(m: TrainMeasurement, ctx: RunContext, trial: str) -> None:
 
     with ctx.store.reader() as con:
         checkpoints = con.execute(  # one per transition count: a last mark and final.pt hold the same weights
-            "SELECT transition, min(path) FROM train_checkpoints WHERE run_id = ? AND measurement = ? AND trial = ? "
+            "SELECT transition, min(path) FROM train_checkpoints_valid WHERE run_id = ? AND measurement = ? AND trial = ? "
             "GROUP BY transition ORDER BY transition", [ctx.run_id, m.name, trial]).fetchall()
         evaluated = {row[0] for row in con.execute(
             "SELECT DISTINCT policy FROM episodes WHERE run_id = ? AND measurement = ?", [ctx.run_id, m.name]).fetchall()}
@@ -355,10 +353,11 @@ def _trial_metrics(con, run_id: str, m: TrainMeasurement, trial: str) -> dict[st
     if result:
         found["transitions_per_s"], found["weights_moved"] = result[1], result[2]
     config = {t.name: m.settings_for(t.overrides) for t in expand_sweep(m.sweep)}[trial].to_config()
-    diagnostics = con.execute(
-        "SELECT transition, epsilon, replay_frames, loss, q_mean, target_mean, td_abs_mean, td_abs_max, grad_norm "
-        "FROM train_diagnostics_valid WHERE run_id = ? AND measurement = ? AND trial = ? ORDER BY transition",
-        [run_id, m.name, trial]).fetchall()
+    diagnostics = con.execute(  # from_transition: where the row's attempt began, with an empty replay
+        "SELECT d.transition, d.epsilon, d.replay_frames, d.loss, d.q_mean, d.target_mean, d.td_abs_mean, d.td_abs_max, "
+        "d.grad_norm, a.from_transition FROM train_diagnostics_valid d JOIN train_attempts a "
+        "USING (run_id, measurement, trial, attempt) WHERE run_id = ? AND measurement = ? AND trial = ? "
+        "ORDER BY d.transition", [run_id, m.name, trial]).fetchall()
     if diagnostics:
         import math
 
@@ -367,9 +366,9 @@ def _trial_metrics(con, run_id: str, m: TrainMeasurement, trial: str) -> dict[st
         slack = abs(config.epsilon_end - config.epsilon_start) * config.num_envs / config.epsilon_decay_transitions
         found["epsilon_schedule_error"] = max(
             max(0.0, abs(row[1] - config.epsilon(row[0])) - slack) for row in diagnostics)
-        found["replay_fill_fraction"] = last[2] / min(config.replay_capacity, last[0])
+        found["replay_fill_fraction"] = last[2] / min(config.replay_capacity, last[0] - last[9])
         found["non_finite_diagnostics"] = float(sum(
-            1 for row in diagnostics for v in row[3:] if v is None or not math.isfinite(v)))
+            1 for row in diagnostics for v in row[3:9] if v is None or not math.isfinite(v)))
     summary = con.execute(
         "SELECT last20_mean, last20_median, last20_trend FROM train_trial_summary WHERE run_id = ? AND measurement = ? "
         "AND trial = ?", [run_id, m.name, trial]).fetchone()
