@@ -128,6 +128,22 @@ def runs(db: Path | None, limit: int) -> None:
                      f"FROM runs ORDER BY started_at DESC LIMIT {int(limit)}")
 
 
+@main.command(name="mark-interrupted")
+@click.argument("run_id")
+@db_option
+def mark_interrupted(run_id: str, db: Path | None) -> None:
+    """Mark RUN_ID, left 'running' by a process that is gone, as interrupted (then --resume goes on with it)."""
+    from runner.store import RunNotRunning, StoreError
+
+    try:
+        _store(db).mark_interrupted(run_id, "marked interrupted by hand (runner mark-interrupted)")
+    except RunNotRunning as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except StoreError as exc:
+        _fail(str(exc))
+    click.echo(f"run {run_id} marked interrupted")
+
+
 @main.command()
 @click.argument("query")
 @db_option

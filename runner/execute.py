@@ -2,7 +2,8 @@
 
 The run row is written first with status 'running' and always closed: 'done', 'failed'
 with the error, or 'interrupted' on Ctrl-C / SIGTERM. A run killed outright (SIGKILL)
-is closed as interrupted by the next process that opens the database for writing.
+is closed as interrupted by the next process that opens the database for writing: at
+once on the same host, and after its heartbeat has been silent for a while anywhere.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
     its own run id; each kind skips or continues the work that run already stored."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+    from runner.heartbeat import Heartbeat
     from runner.kinds import KINDS
     from runner.kinds.base import RunContext
     from runner.provenance import provenance
@@ -78,10 +80,11 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
                      reports_dir=Path(reports_dir), progress=progress,
                      artifacts_dir=Path(runs_dir) / run_id, resume=resume)
     try:
-        with _sigterm_interrupts(), progress:
-            for measurement in spec.measurements:
-                KINDS[measurement.kind].execute(measurement, ctx)
-        verdicts = evaluate_verdicts(store, run_id, spec)
+        with Heartbeat(store, run_id):  # stopped before the run's status is set below
+            with _sigterm_interrupts(), progress:
+                for measurement in spec.measurements:
+                    KINDS[measurement.kind].execute(measurement, ctx)
+            verdicts = evaluate_verdicts(store, run_id, spec)
     except KeyboardInterrupt as exc:
         reason = "interrupted by SIGTERM" if isinstance(exc, RunInterrupted) else "interrupted by the user (Ctrl-C)"
         store.finish_run(run_id, "interrupted", reason)

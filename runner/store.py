@@ -26,6 +26,8 @@ import duckdb
 DEFAULT_DB = "results.duckdb"
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
 FIRST_WAIT_NOTICE_S, WAIT_NOTICE_S = 5.0, 60.0  # a patient store says it waits after 5 s, then every minute
+HEARTBEAT_S = 10.0  # a running run stamps runs.heartbeat_at this often
+STALE_AFTER_S = 600.0  # a 'running' run without a heartbeat for this long is interrupted, wherever it ran
 
 CORE_MIGRATIONS: list[tuple[str, str]] = [
     (
@@ -76,6 +78,12 @@ CORE_MIGRATIONS: list[tuple[str, str]] = [
         CREATE TABLE spooled_batches (batch VARCHAR PRIMARY KEY, "rows" BIGINT NOT NULL, appended_at TIMESTAMPTZ NOT NULL);
         """,
     ),
+    (
+        "0003_runs_heartbeat",  # a run's process, wherever it is, says every few seconds that it lives
+        """
+        ALTER TABLE runs ADD COLUMN heartbeat_at TIMESTAMPTZ;
+        """,
+    ),
 ]
 
 CORE_VIEWS = [
@@ -95,6 +103,10 @@ class StoreError(RuntimeError):
 
 class StoreBusy(StoreError):
     """Another process holds the file, past the time this store may wait for it."""
+
+
+class RunNotRunning(StoreError):
+    """A run that cannot be marked interrupted: unknown, or not running."""
 
 
 @dataclass(frozen=True)
@@ -282,18 +294,55 @@ class Store:
 
     # -- runs ----------------------------------------------------------------------
     def _recover_stale_runs(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Runs left 'running' by a process of this host that no longer exists end as interrupted."""
-        host = socket.gethostname()
-        rows = con.execute("SELECT run_id, pid FROM runs WHERE status = 'running' AND host = ?", [host]).fetchall()
-        for run_id, pid in rows:
-            if not _process_alive(pid):
-                con.execute(
-                    "UPDATE runs SET status = 'interrupted', ended_at = ?, error = ? WHERE run_id = ?",
-                    [utcnow(), f"process {pid} on {host} ended without finishing the run (killed?)", run_id],
-                )
+        """Runs left 'running' end as interrupted: those of a process of this host that no longer
+        exists, and those of any host without a heartbeat for STALE_AFTER_S (a process on a host
+        gone for good, or a reused pid)."""
+        host, now = socket.gethostname(), utcnow()
+        rows = con.execute("SELECT run_id, host, pid, coalesce(heartbeat_at, started_at) FROM runs "
+                           "WHERE status = 'running'").fetchall()
+        for run_id, run_host, pid, beat in rows:
+            if run_host == host and not _process_alive(pid):
+                error = f"process {pid} on {host} ended without finishing the run (killed?)"
+            elif (now - beat).total_seconds() > STALE_AFTER_S:
+                error = (f"no heartbeat from process {pid} on {run_host} since {beat:%Y-%m-%d %H:%M:%S %Z} "
+                         f"(more than {STALE_AFTER_S:g} s): it ended without finishing the run")
+            else:
+                continue
+            con.execute("UPDATE runs SET status = 'interrupted', ended_at = ?, error = ? WHERE run_id = ?",
+                        [now, error, run_id])
 
     def begin_run(self, row: dict) -> None:
-        self.append_rows("runs", [dict(row, status="running", started_at=utcnow(), pid=os.getpid())])
+        now = utcnow()
+        self.append_rows("runs", [dict(row, status="running", started_at=now, heartbeat_at=now, pid=os.getpid())])
+
+    def beat(self, run_id: str) -> bool:
+        """Stamp this process's run as alive, if the database is free now; False when it is not.
+        A run another process took for stale (its file held past STALE_AFTER_S) runs again."""
+        try:
+            with self.writer(wait=False) as con:
+                con.execute("UPDATE runs SET heartbeat_at = ?, status = 'running', ended_at = NULL, error = NULL "
+                            "WHERE run_id = ? AND pid = ? AND host = ? AND status IN ('running', 'interrupted')",
+                            [utcnow(), run_id, os.getpid(), socket.gethostname()])
+            return True
+        except StoreBusy:
+            return False
+
+    def mark_interrupted(self, run_id: str, reason: str) -> None:
+        """End a run stuck 'running' by hand; refused for a run that is not running."""
+        with self.writer() as con:
+            row = con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            if row is None:
+                raise RunNotRunning(f"no run {run_id!r} in {self.path}")
+            if row[0] != "running":
+                raise RunNotRunning(f"run {run_id} is {row[0]}, not running")
+            host, pid, beat = con.execute("SELECT host, pid, coalesce(heartbeat_at, started_at) FROM runs "
+                                          "WHERE run_id = ?", [run_id]).fetchone()
+            age = (utcnow() - beat).total_seconds()
+            if age < 3 * HEARTBEAT_S:
+                raise RunNotRunning(f"run {run_id} is alive: process {pid} on {host} beat {age:.0f} s ago; "
+                                    "stop that process instead")
+            con.execute("UPDATE runs SET status = 'interrupted', ended_at = ?, error = ? WHERE run_id = ?",
+                        [utcnow(), reason, run_id])
 
     def unfinished_run(self, spec_name: str, spec_hash: str) -> str | None:
         """The latest interrupted or failed run of this exact spec text, if any."""
@@ -307,8 +356,8 @@ class Store:
 
     def reopen_run(self, run_id: str) -> None:
         with self.writer() as con:
-            con.execute("UPDATE runs SET status = 'running', pid = ?, ended_at = NULL, error = NULL WHERE run_id = ?",
-                        [os.getpid(), run_id])
+            con.execute("UPDATE runs SET status = 'running', host = ?, pid = ?, heartbeat_at = ?, ended_at = NULL, "
+                        "error = NULL WHERE run_id = ?", [socket.gethostname(), os.getpid(), utcnow(), run_id])
 
     def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
         if status not in RUN_STATUSES:
