@@ -28,6 +28,7 @@ def checks_files(info: ValidationInfo) -> bool:
 
 
 MAX_SEED = 2**63 - 1  # episode seeds are stored as BIGINT
+MAX_SEEDS = 100_000  # seeds in one list or range
 
 
 class StrictModel(BaseModel):
@@ -37,8 +38,14 @@ class StrictModel(BaseModel):
 
 
 class SeedRange(StrictModel):
-    start: int = Field(ge=0, description="first episode seed")
-    count: int = Field(gt=0, le=100_000, description="how many consecutive seeds")
+    start: int = Field(ge=0, le=MAX_SEED, description="first episode seed")
+    count: int = Field(gt=0, le=MAX_SEEDS, description="how many consecutive seeds")
+
+    @model_validator(mode="after")
+    def _last_fits(self) -> "SeedRange":
+        if self.start + self.count - 1 > MAX_SEED:
+            raise ValueError(f"the last seed, {self.start + self.count - 1}, is above {MAX_SEED}, the largest stored")
+        return self
 
     def values(self) -> list[int]:
         return list(range(self.start, self.start + self.count))
@@ -47,8 +54,10 @@ class SeedRange(StrictModel):
 def _check_seed_list(value: list[int]) -> list[int]:
     if not value:
         raise ValueError("the seed list is empty")
-    if any(s < 0 for s in value):
-        raise ValueError("seeds must be >= 0")
+    if len(value) > MAX_SEEDS:
+        raise ValueError(f"{len(value)} seeds; a list holds at most {MAX_SEEDS}, as {{start, count}} does")
+    if any(s < 0 or s > MAX_SEED for s in value):
+        raise ValueError(f"seeds must be from 0 to {MAX_SEED}, the largest stored")
     if len(set(value)) != len(value):
         raise ValueError("seeds must be distinct")
     return value

@@ -2,7 +2,8 @@
 
 Only the plain YAML types are accepted: an explicit tag (``!!python/object``, ``!foo``)
 is an error, and so is a document with more than MAX_ALIASES aliases (a "billion laughs"
-file expands exponentially through aliases).
+file expands exponentially through aliases), a key that is not a plain value, and
+nesting deeper than the parser's recursion allows.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ def _check_tags_and_map_lines(node: yaml.Node, path: tuple, lines: dict[tuple, i
         keys: set = set()
         for key_node, value_node in node.value:
             _check_tags_and_map_lines(key_node, path + ("<key>",), {}, where, seen)
+            if not isinstance(key_node, yaml.ScalarNode):
+                shape = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+                raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: a key must be a plain value, not a {shape}")
             key = key_node.value
             if key in keys:
                 raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: key {key!r} appears twice in one mapping")
@@ -93,8 +97,9 @@ def load_yaml(path: str | Path) -> YamlSource:
         raise SpecSourceError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecSourceError(f"{path}: cannot read ({exc})") from None
-    loader = _BoundedSafeLoader(text)
+    loader = None
     try:
+        loader = _BoundedSafeLoader(text)  # its reader refuses control characters here
         node = loader.get_single_node()
         if node is None:
             raise SpecSourceError(f"{path}:1: the file is empty")
@@ -108,8 +113,16 @@ def load_yaml(path: str | Path) -> YamlSource:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
         raise SpecSourceError(f"{path}:{line}: invalid YAML: {exc.problem or exc.context}") from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise SpecSourceError(f"{path}:{line}: invalid YAML: character U+{code:04X} is not allowed "
+                              "(control characters cannot appear in a spec)") from None
     except yaml.YAMLError as exc:
-        raise SpecSourceError(f"{path}: invalid YAML: {exc}") from None
+        raise SpecSourceError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise SpecSourceError(f"{path}: invalid YAML: nested too deeply for a spec") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return YamlSource(path=path, text=text, data=data, lines=lines)

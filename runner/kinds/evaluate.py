@@ -13,12 +13,12 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.spec_base import Name, Seeds, StrictModel, seed_list
+from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, seed_list
 
 
 class GifSpec(StrictModel):
     policy: Name
-    seed: int = Field(ge=0)
+    seed: int = Field(ge=0, le=MAX_SEED)
 
 
 class BootstrapSpec(StrictModel):

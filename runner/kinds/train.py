@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.spec_base import Name, Seeds, StrictModel, seed_list
+from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, seed_list
 from runner.sweeps import expand_sweep
 
 FLUSH_EVERY_S = 5.0  # seconds between appends while training: readers get the file in between
@@ -42,7 +42,7 @@ class TrainSettings(StrictModel):
     epsilon_decay_transitions: int = Field(default=10_000, ge=1)
     max_grad_norm: float = Field(default=10.0, gt=0)
     life_loss_terminal: bool = True
-    seed: int = Field(default=42, ge=0)
+    seed: int = Field(default=42, ge=0, le=2**32 - 1, description="a 32-bit seed: envs, exploration, weights")
     torch_threads: int | None = Field(default=None, ge=1, le=256)
     channels_last: bool = False
     fused_adam: bool = True
@@ -61,8 +61,16 @@ class TrainSettings(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainSettings":
+        from breakout_core.replay import replay_bytes
+
+        from runner.provenance import memory_bytes
+
         if self.replay_capacity < self.num_envs * 64:
             raise ValueError(f"replay_capacity {self.replay_capacity} is too small for {self.num_envs} envs")
+        needed, memory = replay_bytes(self.replay_capacity), memory_bytes()
+        if self.replay_device in ("numpy", "cpu") and needed > memory:
+            raise ValueError(f"replay_capacity {self.replay_capacity:,} needs {needed / 1e9:,.1f} GB of memory; "
+                             f"this machine has {memory / 1e9:,.1f} GB")
         too_late = [m for m in self.checkpoint_at if m > self.total_transitions]
         if too_late:
             raise ValueError(f"checkpoint_at {too_late} beyond total_transitions {self.total_transitions}")
@@ -94,7 +102,7 @@ class CheckpointEvaluation(StrictModel):
 class GifStrip(StrictModel):
     """One GIF per listed transition count: that checkpoint playing one fixed seed at epsilon 0."""
 
-    seed: int = Field(ge=0)
+    seed: int = Field(ge=0, le=MAX_SEED)
     at: list[int] = Field(min_length=1)
 
 
