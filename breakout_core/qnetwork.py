@@ -5,6 +5,7 @@ Input uint8 (B, 4, 84, 84), output float32 (B, 4) for NOOP, FIRE, RIGHT, LEFT.
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +80,12 @@ def load_checkpoint(path: str | Path) -> tuple[QNetwork, dict[str, Any]]:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise
+    except pickle.UnpicklingError:  # torch's message goes on to suggest an unsafe load
+        raise ValueError(f"{path}: not a readable checkpoint (it holds Python objects a weights-only load "
+                         "refuses)") from None
     except Exception as exc:  # torch raises several types for a corrupt or foreign file
-        raise ValueError(f"{path}: not a readable checkpoint ({exc.__class__.__name__}: {exc})") from None
+        reason = str(exc).splitlines()[0] if str(exc) else "unreadable"
+        raise ValueError(f"{path}: not a readable checkpoint ({exc.__class__.__name__}: {reason})") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path}: not a {CHECKPOINT_FORMAT} file")
     network = QNetwork(payload["architecture"])

@@ -28,6 +28,16 @@ class ReplayBatch:
     next_obs: torch.Tensor  # uint8 (B, 4, 84, 84)
 
 
+ENTRY_FIELDS = {"actions": np.int64, "rewards": np.float32, "terminal": bool, "has_next": bool, "starts": bool}
+
+
+def replay_bytes(capacity: int, frame_shape: tuple[int, int] = (84, 84)) -> int:
+    """Memory a replay of `capacity` entries takes: one uint8 frame and the entry fields each.
+    numpy commits it page by page as the replay fills, so a replay too large for the machine
+    fails, or swaps, only well into a training."""
+    return capacity * (int(np.prod(frame_shape)) + sum(np.dtype(t).itemsize for t in ENTRY_FIELDS.values()))
+
+
 class FrameReplay:
     def __init__(self, capacity: int, num_streams: int, *, frame_shape=(84, 84), stack: int = 4,
                  device: str = "numpy", seed: int = 0):
@@ -43,11 +53,11 @@ class FrameReplay:
         else:
             self.frames = torch.zeros(shape, dtype=torch.uint8, device=device)
         cap = (num_streams, self.stream_capacity)
-        self.actions = np.zeros(cap, dtype=np.int64)
-        self.rewards = np.zeros(cap, dtype=np.float32)
-        self.terminal = np.zeros(cap, dtype=bool)
-        self.has_next = np.zeros(cap, dtype=bool)
-        self.starts = np.zeros(cap, dtype=bool)
+        self.actions = np.zeros(cap, dtype=ENTRY_FIELDS["actions"])
+        self.rewards = np.zeros(cap, dtype=ENTRY_FIELDS["rewards"])
+        self.terminal = np.zeros(cap, dtype=ENTRY_FIELDS["terminal"])
+        self.has_next = np.zeros(cap, dtype=ENTRY_FIELDS["has_next"])
+        self.starts = np.zeros(cap, dtype=ENTRY_FIELDS["starts"])
         self.written = np.zeros(num_streams, dtype=np.int64)  # entries ever written per stream
         self.rng = np.random.default_rng(seed)
 

@@ -68,7 +68,28 @@ def reference_problems(spec: Spec, context: dict | None = None) -> list[tuple[tu
             elif metric in kind.comparison_metrics and v.baseline is None:
                 problems.append((("verdicts", i, "deployment_worthy_when", metric),
                                  f"{metric} compares the candidate with a baseline; this verdict names none"))
-    return problems + deploy_problems(spec, context) + contract_problems(spec, context)
+    unreadable = file_problems(spec, context)
+    bad_files = {loc for loc, _ in unreadable}  # a file that cannot be read has no contract to compare
+    return problems + deploy_problems(spec, context) + unreadable + [
+        (loc, message) for loc, message in contract_problems(spec, context) if loc not in bad_files]
+
+
+def file_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, str]]:
+    """Checkpoint policies and artifacts on disk that are not what their type says."""
+    from runner.file_checks import file_problem
+
+    if not (context or {}).get("check_files", True):
+        return []
+    files = [(("policies", name, "path"), policy.path, "checkpoint") for name, policy in spec.policies.items()
+             if getattr(policy, "type", None) == "checkpoint"]
+    files += [(("artifacts", name, "path"), artifact.path, artifact.type) for name, artifact in spec.artifacts.items()
+              if artifact.made_by != spec.name]
+    problems = []
+    for where, path, kind in files:
+        message = file_problem(Path(path), kind) if Path(path).is_file() else None
+        if message:
+            problems.append((where, message))
+    return problems
 
 
 def contract_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, str]]:
@@ -189,14 +210,69 @@ def load_spec(path: str | Path, *, will_exist=()) -> LoadedSpec:
         raise SpecError([str(exc)]) from None
     if not isinstance(source.data, dict):
         raise SpecError([f"{source.path}:1: a spec is a mapping of keys (name, measurements, ...), not {type(source.data).__name__}"])
+    context = {"base_dir": source.path.parent, "will_exist": will_exist}
     try:
-        spec = Spec.model_validate(source.data, context={"base_dir": source.path.parent, "defer_references": True})
+        spec = Spec.model_validate(source.data, context={**context, "defer_references": True})
     except ValidationError as exc:
-        raise SpecError(format_validation_error(exc, source)) from None
-    problems = reference_problems(spec, {"base_dir": source.path.parent, "will_exist": will_exist})
+        problems = format_validation_error(exc, source)
+        problems += [_problem(source, loc, message) for loc, message in _partial_problems(source.data, context)]
+        raise SpecError(problems) from None
+    problems = reference_problems(spec, context)
     if problems:
         raise SpecError([_problem(source, loc, message) for loc, message in problems])
     return LoadedSpec(spec=spec, path=source.path, text=source.text)
+
+
+def _partial_problems(data: dict, context: dict) -> list[tuple[tuple, str]]:
+    """The reference problems of the parts of a spec that validate on their own, so that one
+    pass reports a field's error and a name that points nowhere elsewhere in the file.
+
+    Each policy, artifact, runtime, measurement and verdict is validated alone; the valid
+    ones make a partial spec. A problem naming a part that did not validate is left out:
+    that part's own error is already reported."""
+    from typing import get_args
+
+    from pydantic import TypeAdapter
+
+    def valid(field: str, value):
+        annotation = Spec.model_fields[field].annotation
+        return TypeAdapter(get_args(annotation)[-1]).validate_python(value, context=context)
+
+    parts: dict = {}
+    dropped: list[str] = []
+    kept_at: dict[str, list[int]] = {}
+    try:
+        parts["name"] = data.get("name") if isinstance(data.get("name"), str) else "spec"
+        parts["contract"] = ContractSpec.model_validate(data.get("contract", {}), context=context)
+    except ValidationError:
+        return []  # without its contract, a spec's files cannot be judged
+    for field in ("policies", "artifacts", "runtimes"):
+        entries = data.get(field) or {}
+        parts[field] = {}
+        for key, value in entries.items() if isinstance(entries, dict) else []:
+            try:
+                parts[field][key] = valid(field, value)
+            except ValidationError:
+                dropped.append(str(key))
+    for field in ("measurements", "verdicts"):
+        items = data.get(field) or []
+        parts[field], kept_at[field] = [], []
+        for i, value in enumerate(items if isinstance(items, list) else []):
+            try:
+                parts[field].append(valid(field, value))
+                kept_at[field].append(i)
+            except ValidationError:
+                if isinstance(value, dict) and isinstance(value.get("name"), str):
+                    dropped.append(value["name"])
+    partial = Spec.model_construct(**parts)
+    problems = []
+    for loc, message in reference_problems(partial, context):
+        if any(repr(name) in message for name in dropped):
+            continue
+        if loc and loc[0] in kept_at and len(loc) > 1:  # back to the file's own index
+            loc = (loc[0], kept_at[loc[0]][loc[1]], *loc[2:])
+        problems.append((loc, message))
+    return problems
 
 
 def spec_json_schema() -> dict:

@@ -43,3 +43,163 @@ def test_sql_touches_no_file_but_the_database(tmp_path, db, query):
     assert_one_line_usage_error(runner("sql", query, "--db", str(db), cwd=tmp_path), "SQL")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert runner("sql", "SELECT count(*) FROM runs", "--db", str(db), cwd=tmp_path).returncode == 0
+
+
+EVALUATE = """\
+name: hostile
+policies:
+  random: {type: random}
+measurements:
+  - kind: evaluate
+    name: m
+    policies: [random]
+    seeds: [1]
+"""
+
+
+@pytest.mark.parametrize("text, mentions", [
+    ("name: a\x07b\n" + EVALUATE[14:], ":1: invalid YAML: character U+0007"),
+    ("name: a\x00b\n" + EVALUATE[14:], ":1: invalid YAML: character U+0000"),
+    ("? [a, b]\n: c\n" + EVALUATE, "a key must be a plain"),
+    ("? {a: 1}\n: c\n" + EVALUATE, "a key must be a plain"),
+    (EVALUATE + "description: " + "[" * 5_000 + "]" * 5_000 + "\n", "nested"),
+    (EVALUATE + "".join("  " * i + f"k{i}:\n" for i in range(2_000)) + "  " * 2_000 + "v\n", "nested"),
+    (EVALUATE + "description: &x [*x]\n", "description"),
+], ids=["bell", "nul", "list-key", "mapping-key", "deep-list", "deep-mapping", "self-reference"])
+def test_malformed_yaml_is_one_line(tmp_path, write_spec, text, mentions):
+    spec = write_spec(text)
+    assert_one_line_usage_error(runner("validate", str(spec), cwd=tmp_path), spec.name, mentions)
+
+
+STATES = Path(__file__).resolve().parent.parent / "models" / "reference" / "fixed_states_60.npz"
+ONNX = STATES.with_name("dqn_breakout.onnx")
+
+
+def _bad_files(tmp_path: Path) -> dict[str, Path]:
+    import zipfile
+    from fractions import Fraction
+
+    import torch
+
+    files = {"empty": b"", "junk": bytes(range(256)) * 3}
+    made = {}
+    for suffix in (".pt", ".npz", ".onnx"):
+        for name, content in files.items():
+            path = tmp_path / f"{name}{suffix}"
+            path.write_bytes(content)
+            made[path.name] = path
+    with zipfile.ZipFile(tmp_path / "zip_of_junk.npz", "w") as archive:
+        archive.writestr("header.npy", b"\x93NUMPY junk")
+    made["zip_of_junk.npz"] = tmp_path / "zip_of_junk.npz"
+    made["states_as.pt"] = tmp_path / "states_as.pt"
+    made["states_as.pt"].write_bytes(STATES.read_bytes())
+    made["objects.pt"] = tmp_path / "objects.pt"
+    torch.save({"format": "breakout-dqn-checkpoint/1", "state_dict": Fraction(1, 3)}, made["objects.pt"])
+    return made
+
+
+CHECKPOINT_POLICY = """\
+name: bad_checkpoint
+contract: {{other_contracts: {contracts}}}
+policies:
+  dqn: {{type: checkpoint, path: {path}}}
+measurements:
+  - kind: evaluate
+    name: m
+    policies: [dqn]
+    seeds: [1]
+"""
+PARITY = """\
+name: bad_artifact
+artifacts:
+  states: {{path: {states}}}
+  model: {{path: {model}}}
+  reference: {{path: {reference}}}
+runtimes:
+  ort: {{runtime: onnxruntime, artifact: model}}
+  ort_reference: {{runtime: onnxruntime, artifact: reference}}
+measurements:
+  - kind: parity
+    name: p
+    fixed_states: states
+    runtimes: [ort, ort_reference]
+"""
+NEVER = ("StopIteration", "allow_pickle", "weights_only", "Traceback")
+
+
+@pytest.mark.parametrize("contracts", ["refused", "deliberate"])
+@pytest.mark.parametrize("name", ["empty.pt", "junk.pt", "states_as.pt", "objects.pt"])
+def test_a_checkpoint_policy_that_is_not_a_checkpoint(tmp_path, write_spec, name, contracts):
+    path = _bad_files(tmp_path)[name]
+    result = runner("validate", str(write_spec(CHECKPOINT_POLICY.format(path=path, contracts=contracts))),
+                    cwd=tmp_path)
+    assert_one_line_usage_error(result, name, "not a")
+    assert not any(word in result.stderr for word in NEVER)
+
+
+@pytest.mark.parametrize("role, name", [("states", "empty.npz"), ("states", "junk.npz"),
+                                        ("states", "zip_of_junk.npz"), ("model", "empty.onnx"),
+                                        ("model", "junk.onnx")])
+def test_a_corrupt_artifact_names_the_file_and_what_is_wrong(tmp_path, write_spec, role, name):
+    files = _bad_files(tmp_path)
+    paths = {"states": STATES, "model": ONNX, "reference": ONNX, role: files[name]}
+    result = runner("validate", str(write_spec(PARITY.format(**paths))), cwd=tmp_path)
+    assert_one_line_usage_error(result, name)
+    assert ("empty" in result.stderr) == name.startswith("empty")
+    assert not any(word in result.stderr for word in NEVER)
+
+
+TRAIN = """\
+name: big_train
+measurements:
+  - kind: train
+    name: t
+    total_transitions: 1000
+    replay_capacity: {capacity}
+"""
+
+
+def test_a_replay_that_cannot_fit_in_memory(tmp_path, write_spec):
+    result = runner("validate", str(write_spec(TRAIN.format(capacity=10**12))), cwd=tmp_path)
+    assert_one_line_usage_error(result, "replay_capacity", "GB", "memory")
+    assert runner("validate", str(write_spec(TRAIN.format(capacity=10_000))), cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("seeds, mentions", [
+    ("[" + ", ".join(map(str, range(100_001))) + "]", "100000"),
+    ("[1, 9223372036854775808]", "9223372036854775807"),
+    ("{start: 9223372036854775800, count: 10}", "9223372036854775807"),
+], ids=["too-many", "too-large", "range-past-the-largest"])
+def test_seed_lists_are_capped_like_ranges(tmp_path, write_spec, seeds, mentions):
+    spec = write_spec(EVALUATE.replace("seeds: [1]", f"seeds: {seeds}"))
+    assert_one_line_usage_error(runner("validate", str(spec), cwd=tmp_path), "seeds", mentions)
+
+
+def test_every_problem_of_a_spec_in_one_pass(tmp_path, write_spec):
+    spec = write_spec("""\
+name: many_problems
+policies:
+  random: {type: random}
+measurements:
+  - kind: evaluate
+    name: first
+    policies: [random]
+    seeds: [1]
+    batch_size: 0
+  - kind: evaluate
+    name: second
+    policies: [nobody]
+    seeds: [2]
+verdicts:
+  - name: v
+    measurement: second
+    candidate: random
+    deployment_worthy_when:
+      no_such_metric: "> 0"
+""")
+    result = runner("validate", str(spec), cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert any("measurements[0].batch_size" in line for line in lines), lines
+    assert any("unknown policy 'nobody'" in line for line in lines), lines
+    assert any("no_such_metric" in line for line in lines), lines

@@ -94,3 +94,12 @@ def test_sampling_too_early_is_a_clear_error():
     replay = FrameReplay(100, 1, frame_shape=(2, 2))
     with pytest.raises(ValueError, match="too few"):
         replay.sample(32)
+
+
+def test_replay_bytes_is_what_a_replay_allocates():
+    from breakout_core.replay import replay_bytes
+
+    replay = FrameReplay(1_000, 2, frame_shape=(84, 84))
+    held = sum(a.nbytes for a in (replay.frames, replay.actions, replay.rewards, replay.terminal, replay.has_next,
+                                  replay.starts))
+    assert replay_bytes(1_000) == held

@@ -82,7 +82,7 @@ CASES = [
     Case("batch-size-negative", edit("batch_size: 4", "batch_size: -1"),
          "greater than or equal to 1", 14, "measurements[0].batch_size"),
     Case("seed-negative", edit("seeds: {start: 0, count: 4}", "seeds: [0, -3, 2]"),
-         "seeds must be >= 0", 13, "measurements[0].seeds"),
+         "seeds must be from 0 to", 13, "measurements[0].seeds"),
     Case("seed-list-empty", edit("seeds: {start: 0, count: 4}", "seeds: []"),
          "the seed list is empty", 13, "measurements[0].seeds"),
     Case("seeds-duplicated", edit("seeds: {start: 0, count: 4}", "seeds: [1, 2, 2]"),

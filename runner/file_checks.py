@@ -1,0 +1,56 @@
+"""A spec's model and data files, looked at when the spec loads: an empty, truncated or
+foreign file is one line naming it and what is wrong, before anything runs (and before a
+reader deep in torch, numpy or onnx fails with its own words)."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+WHAT = {"checkpoint": "PyTorch checkpoint", "fixed_states": "fixed-states .npz file", "onnx": "ONNX model"}
+
+
+def file_problem(path: Path, kind: str) -> str | None:
+    """What is wrong with `path` as a `kind` file (checkpoint, fixed_states, onnx), or None: its
+    container, and a checkpoint's content (fixed states are read for their contract anyway)."""
+    if kind not in WHAT:
+        return None
+    size = path.stat().st_size
+    if size == 0:
+        return f"{path}: the file is empty, not a {WHAT[kind]}"
+    if kind == "onnx":
+        return _onnx_problem(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return f"{path}: not a {WHAT[kind]} (not a zip archive: truncated, or another kind of file)"
+    if damaged is not None:
+        return f"{path}: not a readable {WHAT[kind]} (member {damaged} is damaged)"
+    if kind == "checkpoint" and not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+        return f"{path}: not a {WHAT[kind]} (a zip archive without torch's data.pkl)"
+    if kind == "checkpoint":  # what is inside, as every user of the checkpoint will read it
+        from breakout_core.qnetwork import load_checkpoint
+
+        try:
+            load_checkpoint(path)
+        except ValueError as exc:
+            return str(exc)
+        except Exception as exc:  # noqa: BLE001 - a checkpoint of the right format missing its parts
+            return f"{path}: not a readable {WHAT[kind]} ({exc.__class__.__name__}: {exc})"
+    if kind == "fixed_states" and not all(n.endswith(".npy") for n in names):
+        return f"{path}: not a {WHAT[kind]} (a zip archive of other files than .npy arrays)"
+    return None
+
+
+def _onnx_problem(path: Path) -> str | None:
+    import onnx
+
+    try:
+        model = onnx.load_model(str(path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - protobuf and onnx raise several types for a foreign file
+        return f"{path}: not an ONNX model ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else 'unparsable'})"
+    if not model.graph.node:
+        return f"{path}: not an ONNX model (no graph in it)"
+    return None
