@@ -270,7 +270,9 @@ def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contr
     from breakout_core.browser.server import web_files_missing
     from runner.play import PlayServer
 
-    missing = web_files_missing()
+    from runner.file_checks import file_problem
+
+    missing = web_files_missing() or file_problem(model, "onnx")
     if missing:
         _fail(missing, EXIT_USAGE)
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-WHAT = {"checkpoint": "PyTorch checkpoint", "fixed_states": "fixed-states .npz file", "onnx": "ONNX model"}
+WHAT = {"checkpoint": "a PyTorch checkpoint", "fixed_states": "a fixed-states .npz file", "onnx": "an ONNX model"}
 
 
 def file_problem(path: Path, kind: str) -> str | None:
@@ -17,7 +17,7 @@ def file_problem(path: Path, kind: str) -> str | None:
         return None
     size = path.stat().st_size
     if size == 0:
-        return f"{path}: the file is empty, not a {WHAT[kind]}"
+        return f"{path}: the file is empty, not {WHAT[kind]}"
     if kind == "onnx":
         return _onnx_problem(path)
     try:
@@ -25,11 +25,11 @@ def file_problem(path: Path, kind: str) -> str | None:
             names = archive.namelist()
             damaged = archive.testzip()
     except (zipfile.BadZipFile, OSError, EOFError):
-        return f"{path}: not a {WHAT[kind]} (not a zip archive: truncated, or another kind of file)"
+        return f"{path}: not {WHAT[kind]} (not a zip archive: truncated, or another kind of file)"
     if damaged is not None:
-        return f"{path}: not a readable {WHAT[kind]} (member {damaged} is damaged)"
+        return f"{path}: not {WHAT[kind]} that can be read (member {damaged} is damaged)"
     if kind == "checkpoint" and not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
-        return f"{path}: not a {WHAT[kind]} (a zip archive without torch's data.pkl)"
+        return f"{path}: not {WHAT[kind]} (a zip archive without torch's data.pkl)"
     if kind == "checkpoint":  # what is inside, as every user of the checkpoint will read it
         from breakout_core.qnetwork import load_checkpoint
 
@@ -38,9 +38,9 @@ def file_problem(path: Path, kind: str) -> str | None:
         except ValueError as exc:
             return str(exc)
         except Exception as exc:  # noqa: BLE001 - a checkpoint of the right format missing its parts
-            return f"{path}: not a readable {WHAT[kind]} ({exc.__class__.__name__}: {exc})"
+            return f"{path}: not {WHAT[kind]} that can be read ({exc.__class__.__name__}: {exc})"
     if kind == "fixed_states" and not all(n.endswith(".npy") for n in names):
-        return f"{path}: not a {WHAT[kind]} (a zip archive of other files than .npy arrays)"
+        return f"{path}: not {WHAT[kind]} (a zip archive of other files than .npy arrays)"
     return None
 
 

@@ -203,3 +203,10 @@ verdicts:
     assert any("measurements[0].batch_size" in line for line in lines), lines
     assert any("unknown policy 'nobody'" in line for line in lines), lines
     assert any("no_such_metric" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("name", ["empty.onnx", "junk.onnx"])
+def test_play_refuses_a_model_that_is_not_onnx(tmp_path, name):
+    path = _bad_files(tmp_path)[name]
+    result = runner("play", "--model", str(path), "--port", "0", "--db", str(tmp_path / "play.duckdb"), cwd=tmp_path)
+    assert_one_line_usage_error(result, name, "not an ONNX model")
