@@ -103,7 +103,7 @@ def episodes_batched_vs_sequential(onnx_path: Path, contract, episodes: int, bat
     scores = [e.score for e in res_b.episodes]
     print(f"   batched / one at a time: {wall_s / wall_b:.2f}x episodes/minute; same scores in both: {same} "
           f"(mean {np.mean(scores):.2f}, steps {sum(e.steps for e in res_b.episodes)})")
-    from breakout_core.envs import bare_stepping_rate
+    from breakout_core.driver import bare_stepping_rate
 
     env_b = bare_stepping_rate(contract, batch, 500)
     env_1 = bare_stepping_rate(contract, 1, 2000)

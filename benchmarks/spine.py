@@ -1,10 +1,13 @@
 """Spine benchmarks, measured side by side in one process and printed as ratios.
 
-    python benchmarks/spine.py [--seeds 16] [--batch 4]
+    python benchmarks/spine.py [--seeds 16] [--batch 4] [--contract breakout-v3]
 
 1. Evaluator vs bare vector env: the random policy on fixed seeds through the evaluator
-   against ale-py's vector env stepping random actions with its own autoreset, both on
-   an env made beforehand; and the evaluator making its own env (ROM loads included).
+   (the episode driver: the contract's rules, each seed's own game) against ale-py's
+   native vector env stepping random actions with its own autoreset and the same sticky
+   actions, both made beforehand; and the evaluator making its own driver. Then what it
+   costs to start an episode: the first time a seed is played in a process (a seeded ROM
+   load) and every later time (restoring that state).
 2. Store: appending 1,000,000 episode rows; `runner report` over a database holding them.
 3. `runner --help` wall time.
 """
@@ -21,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from breakout_core.contract import Contract
-from breakout_core.envs import make_vector_env
+from breakout_core.contract import CONTRACTS, Contract
+from breakout_core.driver import EpisodeDriver
+from breakout_core.driver import make_vector_env
 from breakout_core.evaluator import evaluate
 from breakout_core.policies import RandomPolicy
 
@@ -38,10 +42,23 @@ def bare_stepping_rate(env, steps: int) -> float:
     return steps * n / (time.perf_counter() - started)
 
 
-def evaluator_rate(contract: Contract, seeds: list[int], batch: int, env=None) -> float:
+def evaluator_rate(contract: Contract, seeds: list[int], batch: int, driver=None) -> float:
     started = time.perf_counter()
-    result = evaluate(RandomPolicy(), seeds, contract, batch_size=batch, env=env)
+    result = evaluate(RandomPolicy(), seeds, contract, batch_size=batch, driver=driver)
     return result.transitions / (time.perf_counter() - started)
+
+
+def episode_start_ms(contract: Contract, seeds: list[int]) -> tuple[float, float]:
+    """Milliseconds to start an episode: a seed new to this process, then the same seed again."""
+    driver = EpisodeDriver(contract, 1)
+    started = time.perf_counter()
+    for seed in seeds:
+        driver.start(0, seed)
+    cold = (time.perf_counter() - started) * 1e3 / len(seeds)
+    started = time.perf_counter()
+    for seed in seeds:
+        driver.start(0, seed)
+    return cold, (time.perf_counter() - started) * 1e3 / len(seeds)
 
 
 def store_benchmarks(rows: int) -> tuple[float, float]:
@@ -95,23 +112,27 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--contract", default="breakout-v3", choices=sorted(CONTRACTS))
     args = parser.parse_args()
-    contract = Contract()
+    contract = CONTRACTS[args.contract]
     seeds = list(range(1000, 1000 + args.seeds))
     env = make_vector_env(contract, args.batch)
-    evaluator_rate(contract, seeds[:2], 2)  # warm-up: imports, first ROM load
+    driver = EpisodeDriver(contract, args.batch)
+    evaluator_rate(contract, seeds, args.batch, driver=driver)  # warm-up: imports, each seed's first ROM load
     bare, warm, cold = [], [], []
     for _ in range(args.repeats):  # interleaved, so drift in the machine's load hits all three
         bare.append(bare_stepping_rate(env, 1500))
-        warm.append(evaluator_rate(contract, seeds, args.batch, env=env))
+        warm.append(evaluator_rate(contract, seeds, args.batch, driver=driver))
         cold.append(evaluator_rate(contract, seeds, args.batch))
     env.close()
     bare, warm, cold = (statistics.median(x) for x in (bare, warm, cold))
-    print(f"random policy, {args.seeds} seeds, {args.batch} episodes side by side "
-          f"(transitions/s, median of {args.repeats})")
-    print(f"  bare vector env, random actions            : {bare:8.0f}")
-    print(f"  evaluator, env made beforehand (like bare) : {warm:8.0f}   ratio {warm / bare:.2f} (target >= 0.80)")
-    print(f"  evaluator, making its own env              : {cold:8.0f}   ratio {cold / bare:.2f}")
+    print(f"{contract.name} (sticky actions {contract.repeat_action_probability}): random policy, {args.seeds} seeds, "
+          f"{args.batch} episodes side by side (transitions/s, median of {args.repeats})")
+    print(f"  bare vector env, random actions, same sticky : {bare:8.0f}")
+    print(f"  evaluator, driver made beforehand            : {warm:8.0f}   ratio {warm / bare:.2f} (target >= 0.80)")
+    print(f"  evaluator, making its own driver             : {cold:8.0f}   ratio {cold / bare:.2f}")
+    first, again = episode_start_ms(contract, list(range(90_000, 90_020)))
+    print(f"  episode start: {first:.1f} ms for a seed new to the process, {again:.1f} ms for one played before")
     append_s, report_s = store_benchmarks(args.rows)
     print(f"append {args.rows:,} episode rows: {append_s:.2f} s (target < 3 s)")
     print(f"runner report over them      : {report_s:.2f} s (target < 10 s)")

@@ -15,6 +15,10 @@ loop, the play page) goes through it; none of them implements a rule of the cont
 
 A slot can also go on unseeded (`start(slot, None)`): the next game continues the slot's
 emulator and generators. Training does this; evaluation never does.
+
+ale-py's native vector env (`make_vector_env`), under the contract's emulator settings but
+none of its episode rules, is the bare-stepping baseline that benchmarks measure the
+driver against.
 """
 
 from __future__ import annotations
@@ -25,10 +29,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+from ale_py import ALEInterface, roms
+from ale_py.vector_env import AtariVectorEnv
 
 from breakout_core.contract import FIRE, Contract
-from ale_py import ALEInterface, roms
-
 from breakout_core.envs import NUM_ACTIONS, AleGame
 
 NOOP = 0
@@ -262,3 +266,45 @@ def play_seeds(
                 if driver.steps_played(slot) >= max_steps:
                     finish(driver.stop(int(slot)))
     return done
+
+
+def make_vector_env(contract: Contract, num_envs: int, *, num_threads: int = 0) -> AtariVectorEnv:
+    """ale-py's native vector env under the contract's preprocessing, with its own autoreset:
+    the bare-stepping baseline (no no-op starts, serves or seeding rules of the contract)."""
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    return AtariVectorEnv(
+        contract.game,
+        num_envs,
+        num_threads=num_threads,
+        max_num_frames_per_episode=contract.max_episode_frames,
+        repeat_action_probability=contract.repeat_action_probability,
+        full_action_space=False,
+        autoreset_mode="NextStep",
+        img_height=contract.screen_size,
+        img_width=contract.screen_size,
+        grayscale=True,
+        stack_num=contract.frame_stack,
+        frameskip=contract.frame_skip,
+        maxpool=contract.max_pool,
+        noop_max=0,
+        episodic_life=False,
+        reward_clipping=False,
+        use_fire_reset=contract.fire_on_reset,
+    )
+
+
+def bare_stepping_rate(contract: Contract, num_envs: int, steps: int, *, seed: int = 0) -> float:
+    """Transitions per second of the vector env alone, stepping random actions (its own
+    autoreset), env creation excluded: the ceiling for anything that acts in it."""
+    env = make_vector_env(contract, num_envs)
+    try:
+        env.reset()
+        rng = np.random.default_rng(seed)
+        actions = rng.integers(0, NUM_ACTIONS, (steps, num_envs))
+        started = time.perf_counter()
+        for row in actions:
+            env.step(row)
+        return steps * num_envs / (time.perf_counter() - started)
+    finally:
+        env.close()

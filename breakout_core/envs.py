@@ -8,19 +8,13 @@ native vector env's, step for step (tests compare the two frame by frame): the a
 repeated `frame_skip` emulator frames, sticky actions applied by the emulator inside each
 frame; the last two frames are max-pooled, turned to grayscale with the emulator's own
 palette and resized with OpenCV's INTER_AREA; the newest frame goes last in the stack.
-
-The native vector env (`make_vector_env`) stays as the bare-stepping baseline that
-benchmarks measure the driver against.
 """
 
 from __future__ import annotations
 
-import time
-
 import cv2
 import numpy as np
 from ale_py import ALEInterface, LoggerMode
-from ale_py.vector_env import AtariVectorEnv
 
 from breakout_core.contract import FIRE, Contract
 
@@ -100,45 +94,3 @@ class AleGame:
         self.obs[:-1] = self.obs[1:]
         size = self.contract.screen_size
         cv2.resize(self.raw[0], (size, size), dst=self.obs[-1], interpolation=cv2.INTER_AREA)
-
-
-def make_vector_env(contract: Contract, num_envs: int, *, num_threads: int = 0) -> AtariVectorEnv:
-    """ale-py's native vector env under the contract's preprocessing, with its own autoreset:
-    the bare-stepping baseline (no no-op starts, serves or seeding rules of the contract)."""
-    if num_envs < 1:
-        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    return AtariVectorEnv(
-        contract.game,
-        num_envs,
-        num_threads=num_threads,
-        max_num_frames_per_episode=contract.max_episode_frames,
-        repeat_action_probability=contract.repeat_action_probability,
-        full_action_space=False,
-        autoreset_mode="NextStep",
-        img_height=contract.screen_size,
-        img_width=contract.screen_size,
-        grayscale=True,
-        stack_num=contract.frame_stack,
-        frameskip=contract.frame_skip,
-        maxpool=contract.max_pool,
-        noop_max=0,
-        episodic_life=False,
-        reward_clipping=False,
-        use_fire_reset=contract.fire_on_reset,
-    )
-
-
-def bare_stepping_rate(contract: Contract, num_envs: int, steps: int, *, seed: int = 0) -> float:
-    """Transitions per second of the vector env alone, stepping random actions (its own
-    autoreset), env creation excluded: the ceiling for anything that acts in it."""
-    env = make_vector_env(contract, num_envs)
-    try:
-        env.reset()
-        rng = np.random.default_rng(seed)
-        actions = rng.integers(0, NUM_ACTIONS, (steps, num_envs))
-        started = time.perf_counter()
-        for row in actions:
-            env.step(row)
-        return steps * num_envs / (time.perf_counter() - started)
-    finally:
-        env.close()

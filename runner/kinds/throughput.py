@@ -107,7 +107,7 @@ def _run_trainer(config, ctx: RunContext, task) -> dict:
 
 
 def execute(m: ThroughputMeasurement, ctx: RunContext) -> None:
-    from breakout_core.envs import bare_stepping_rate
+    from breakout_core.driver import bare_stepping_rate
     from breakout_core.trainer import learner_rate
 
     for trial in expand_sweep(m.grid):
