@@ -27,12 +27,13 @@ def _run(con, run_id: str, columns: str) -> tuple:
     return row
 
 
-def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> float:
-    """Wall seconds of the attempts that built this checkpoint.
+def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> float | None:
+    """Wall seconds of the attempts that built this checkpoint, None when its files are gone.
 
     An attempt counts from its start to the modification time of the last checkpoint file it
     wrote that the chain used (up to the checkpoint the next attempt resumed from, or this
-    one); what an attempt did past that before it was stopped is not counted.
+    one); what an attempt did past that before it was stopped is not counted. The rows hold
+    no times of their own, so on a machine without the run's files the time is not known.
     """
     attempts = con.execute("SELECT attempt, from_transition, started_at FROM train_attempts WHERE run_id = ? "
                            "AND measurement = ? ORDER BY attempt", [run_id, measurement]).fetchall()
@@ -44,6 +45,9 @@ def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> fl
     for i, (attempt, _, started) in enumerate(attempts):
         until = min(attempts[i + 1][1], transitions) if i + 1 < len(attempts) else transitions
         used = [m for (a, t), m in sorted(mtimes.items()) if a == attempt and t <= until]
+        wrote = [t for a, t, _ in files if a == attempt and t <= until]
+        if wrote and not used:
+            return None
         if used:
             total += (used[-1] - started).total_seconds()
     return total
@@ -103,9 +107,11 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         f"emulator frames), {episodes[0]:,} training episodes",
         f"- Training run `{train_run}` of spec `{spec_name}`, git commit `{commit}`",
         f"- Machine: {host}, {cpu}; torch {versions.get('torch', '?')}, ale-py {versions.get('ale-py', '?')}",
-        f"- Wall time to this checkpoint: **{wall_s / 3600:.2f} h** over the attempts that led to it (work "
-        "lost to a stop after an attempt's last checkpoint not counted), on the machine above, often beside "
-        "other jobs",
+        (f"- Wall time to this checkpoint: **{wall_s / 3600:.2f} h** over the attempts that led to it (work "
+         "lost to a stop after an attempt's last checkpoint not counted), on the machine above, often beside "
+         "other jobs") if wall_s is not None else
+        ("- Wall time to this checkpoint: not known here (it is read from the training run's checkpoint "
+         "files, which are not on the machine that wrote this card)"),
         "",
         "## Evaluation (raw Atari score, full games, epsilon 0, fixed seeds)",
         "`time_limit_episodes`: episodes ended by the 108,000-frame limit instead of game over "

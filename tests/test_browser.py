@@ -124,7 +124,7 @@ verdicts:
 # full games, capped at 500 agent steps by the contract (an untrained agent stalls until the cap)
 EPISODES_SPEC = """
 name: browser_episodes
-contract: {name: breakout-v2, max_episode_frames: 2000}
+contract: {name: breakout-v2, max_episode_frames: 2000, other_contracts: deliberate}  # a capped game
 artifacts:
   checkpoint: {path: CHECKPOINT}
   onnx_fp32: {path: ONNX}

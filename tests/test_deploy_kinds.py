@@ -397,12 +397,13 @@ def _runner(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def tiny_run(tmp_path_factory):
     import torch
 
-    from breakout_core.contract import Contract
+    from breakout_core.contract import CONTRACTS
     from breakout_core.qnetwork import QNetwork, save_checkpoint
 
     folder = tmp_path_factory.mktemp("deploy_e2e")
     torch.manual_seed(0)
-    save_checkpoint(folder / "model.pt", QNetwork(), Contract(max_episode_frames=400), transitions=0)
+    save_checkpoint(folder / "model.pt", QNetwork(), CONTRACTS["breakout-v3"].replace(max_episode_frames=400),
+                    transitions=0)
     (folder / "tiny.yaml").write_text(TINY)
     done = _runner("run", "tiny.yaml", "--db", "r.duckdb", "--reports", "reports", cwd=folder)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -508,13 +509,14 @@ def test_e2e_verdicts_report_and_verdicts_page(tiny_run):
 def test_artifacts_made_from_another_checkpoint_are_refused(tiny_run):
     import torch
 
-    from breakout_core.contract import Contract
+    from breakout_core.contract import CONTRACTS
     from breakout_core.qnetwork import QNetwork, save_checkpoint
     from runner.runtime_specs import check_lineage
 
     folder, _ = tiny_run
     torch.manual_seed(1)
-    save_checkpoint(folder / "newer.pt", QNetwork(), Contract(max_episode_frames=400), transitions=1)
+    save_checkpoint(folder / "newer.pt", QNetwork(), CONTRACTS["breakout-v3"].replace(max_episode_frames=400),
+                    transitions=1)
     text = ("name: consumer\nartifacts:\n  checkpoint: {path: CKPT}\n"
             "  onnx: {path: out/model.onnx, made_by: tiny_deploy}\n  states: {path: out/states.npz, made_by: tiny_deploy}\n"
             "runtimes:\n  ort: {runtime: onnxruntime, artifact: onnx}\n  torch: {runtime: torch, artifact: checkpoint}\n"

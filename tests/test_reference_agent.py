@@ -68,7 +68,7 @@ measurements:
 
 EVALUATE = """
 name: tiny_reference_agent
-contract: {name: breakout-v2, max_episode_frames: 2000}
+contract: {name: breakout-v3, max_episode_frames: 2000, other_contracts: deliberate}  # a capped game: another contract
 policies:
   random: {type: random}
   dqn: {type: checkpoint, path: CHECKPOINT}
@@ -123,3 +123,12 @@ def test_train_export_evaluate_with_history_and_model_card(tmp_path):
     assert "| scores | dqn | 2 |" in card and "| scores | random | 2 |" in card
     assert "dqn_beats_random" in card and "name: tiny_reference" in card
     assert "verdict dqn_beats_random" in out.stdout
+    assert "- Wall time to this checkpoint: **" in card  # from the checkpoint files' times
+    # on a machine without the training run's files the card says the time is not known, not 0 h
+    shipped = tmp_path / "shipped.pt"
+    shipped.write_bytes((tmp_path / checkpoint).read_bytes())
+    for path in (tmp_path / checkpoint).parent.glob("*.pt"):
+        path.unlink()
+    _runner("model-card", "--checkpoint", str(shipped), "--train-run", train_run, "--eval-run", eval_run,
+            "--out", "CARD2.md", "--db", "clean.duckdb", cwd=tmp_path)
+    assert "- Wall time to this checkpoint: not known here" in (tmp_path / "CARD2.md").read_text()
