@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -153,6 +154,10 @@ def test_killed_training_resumes_to_the_same_total(tmp_path, write_spec):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_rows(db, "SELECT count(*) FROM train_checkpoints", timeout=240)
+        # the trainer saves its state once the checkpoint's rows are stored: kill after that
+        deadline = time.monotonic() + 240
+        while not list(tmp_path.glob("runs/*/train/base/trainer_state.pt")) and time.monotonic() < deadline:
+            time.sleep(0.02)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
