@@ -123,7 +123,7 @@ def main() -> int:
 
     import torch
 
-    from breakout_core.contract import Contract
+    from breakout_core.contract import CONTRACTS
     from breakout_core.fixed_states import load_fixed_states
 
     torch.set_num_threads(1)
@@ -138,7 +138,8 @@ def main() -> int:
             onnx_path = export_onnx(QNetwork(), Path(tmp) / "untrained.onnx").onnx_path
             frames = frames or 4000
             print(f"no reference ONNX file: using an untrained network, episodes capped at {frames} frames")
-        contract = Contract() if frames is None else Contract().replace(max_episode_frames=frames)
+        contract = CONTRACTS["breakout-v3"]
+        contract = contract if frames is None else contract.replace(max_episode_frames=frames)
         states_file = onnx_path.parent / "fixed_states_60.npz"
         if states_file.is_file():
             obs = load_fixed_states(states_file).obs[:1].copy()

@@ -71,6 +71,7 @@ class Contract:
 
 ADDED_LATER = {"serve_after_life_loss": False}  # field -> the default that leaves hashes as they were
 FIRE = 1  # the action index that serves (envs.ACTION_NAMES)
+MAX_EPISODE_SEED = 2**31 - 1  # an episode seed seeds ALE's sticky-action generator, a C int
 
 CONTRACTS: dict[str, Contract] = {
     "breakout-v2": Contract(),

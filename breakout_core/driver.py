@@ -32,7 +32,7 @@ import numpy as np
 from ale_py import ALEInterface, roms
 from ale_py.vector_env import AtariVectorEnv
 
-from breakout_core.contract import FIRE, Contract
+from breakout_core.contract import FIRE, MAX_EPISODE_SEED, Contract
 from breakout_core.envs import NUM_ACTIONS, AleGame
 
 NOOP = 0
@@ -59,7 +59,7 @@ class FinishedEpisode:
 class StepResult:
     slots: np.ndarray  # the slots that stepped
     actions: np.ndarray  # (N,) actions played (forced ones included); NOOP for slots that did not step
-    forced: np.ndarray  # (N,) bool: the contract chose the action
+    forced: np.ndarray  # (N,) bool: the contract chose the action (False for slots that did not step)
     reward: np.ndarray  # (N,) raw reward
     terminated: np.ndarray  # (N,) game over
     truncated: np.ndarray  # (N,) time limit
@@ -135,6 +135,9 @@ class EpisodeDriver:
 
     def start(self, slot: int, seed: int | None) -> None:
         """Begin an episode in `slot`: seed `seed`'s, or (None) the slot's next unseeded game."""
+        if seed is not None and not 0 <= seed <= MAX_EPISODE_SEED:
+            raise ValueError(f"episode seed {seed} is outside 0..{MAX_EPISODE_SEED} (ALE seeds its sticky actions "
+                             "with a 32-bit int)")
         game = self.games[slot]
         if seed is None:
             if self._noop_rngs[slot] is None:
@@ -178,14 +181,18 @@ class EpisodeDriver:
         """
         n = self.num_slots
         run = np.flatnonzero(self.active) if slots is None else np.asarray(slots, dtype=np.int64)
+        if len(np.unique(run)) != len(run) or (len(run) and not (0 <= run.min() and run.max() < n)):
+            raise ValueError(f"slots must be distinct indices 0..{n - 1}, got {run.tolist()}")
         if len(run) and not self.active[run].all():
             raise ValueError(f"slots {run[~self.active[run]].tolist()} have no episode; start one first")
-        forced = self.forced()
+        stepping = np.zeros(n, dtype=bool)
+        stepping[run] = True
+        forced = self.forced() & stepping
         played = np.zeros(n, dtype=np.int64)
         if actions is not None:
-            played[:] = actions
+            played[stepping] = np.asarray(actions)[stepping]
         played[forced] = NOOP
-        played[self._serve & self.active] = FIRE
+        played[self._serve & stepping] = FIRE
         reward, terminated, truncated = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         life_lost = np.zeros(n, dtype=bool)
         for i in run:

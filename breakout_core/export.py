@@ -233,6 +233,12 @@ def convert_to_fp16(onnx_path: str | Path, fp16_path: str | Path) -> tuple[OnnxA
     return _artifact(fp16_path, "fp16"), checks
 
 
+def onnx_contract(path: str | Path) -> tuple[str | None, str | None]:
+    """(None, hash) of the contract an exported model's weights were trained under (the file
+    records no name); the hash is None for a model exported from a bare network."""
+    return None, inspect_onnx(path).metadata.get(META_PREFIX + "contract_hash") or None
+
+
 def inspect_onnx(path: str | Path) -> OnnxInfo:
     """Graph inputs/outputs (dtype, shape), opset, precision, ops and metadata of a model file."""
     import onnx

@@ -282,9 +282,10 @@ def save_fixed_states(path: str | Path, states: FixedStates) -> Path:
     return path
 
 
-def states_contract_hash(path: str | Path) -> str:
-    """The hash of the contract a fixed-states file was captured under."""
-    return load_fixed_states(path).contract_hash
+def states_contract(path: str | Path) -> tuple[str | None, str]:
+    """(name, hash) of the contract a fixed-states file was captured under."""
+    states = load_fixed_states(path)
+    return (states.meta.get("contract") or {}).get("name"), states.contract_hash
 
 
 def load_fixed_states(path: str | Path, expected_contract_hash: str | None = None) -> FixedStates:

@@ -95,6 +95,9 @@ def load_checkpoint(path: str | Path) -> tuple[QNetwork, dict[str, Any]]:
     return network, meta
 
 
-def checkpoint_contract_hash(path: str | Path) -> str:
-    """The hash of the contract a checkpoint was trained under."""
-    return load_checkpoint(path)[1]["contract_hash"]
+def checkpoint_contract(path: str | Path) -> tuple[str | None, str]:
+    """(name, hash) of the contract a checkpoint was trained under."""
+    meta = load_checkpoint(path)[1]
+    if not meta.get("contract_hash"):
+        raise ValueError(f"{path}: a checkpoint without its contract hash; its game is unknown")
+    return (meta.get("contract") or {}).get("name"), meta["contract_hash"]

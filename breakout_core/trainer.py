@@ -257,7 +257,7 @@ class Trainer:
         started = time.perf_counter()
         clock = (started, self.transitions) if self.transitions >= cfg.measure_from else None
         for i in range(n):  # each slot's first game is seeded; its later games go on from it
-            driver.start(i, cfg.seed * 1_000 + 100 * self.resumes + i)
+            driver.start(i, slot_seed(cfg.seed, self.resumes, i))
         first_of_episode = np.ones(n, dtype=bool)
         while self.transitions < cfg.total_transitions:
             epsilon = cfg.epsilon(self.transitions)
@@ -311,6 +311,12 @@ class Trainer:
         self.save_state((measured, measured_s), wall_s)
         yield TrainDone(self.transitions, self.updates, self.target_syncs, wall_s, measured, measured_s,
                         measured / measured_s if measured_s > 0 else 0.0, moved)
+
+
+def slot_seed(seed: int, attempt: int, slot: int) -> int:
+    """The episode seed of a training slot's first game in an attempt: distinct per slot and
+    attempt, and within the emulator's seed range whatever the (32-bit) training seed."""
+    return int(np.random.SeedSequence([seed, attempt, slot]).generate_state(1)[0] >> 1)
 
 
 def learner_rate(config: TrainConfig, contract: Contract, *, updates: int = 40, warmup: int = 5) -> float:

@@ -268,19 +268,24 @@ def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contr
     import time
 
     from breakout_core.browser.server import web_files_missing
-    from runner.play import PlayServer
-
+    from breakout_core.export import onnx_contract
     from runner.file_checks import file_problem
+    from runner.play import PlayServer
 
     missing = web_files_missing() or file_problem(model, "onnx")
     if missing:
         _fail(missing, EXIT_USAGE)
+    contract = CONTRACTS[contract_name]
     try:
-        server = PlayServer(_store(db), model, CONTRACTS[contract_name], provider=provider, seed=seed, port=port,
+        server = PlayServer(_store(db), model, contract, provider=provider, seed=seed, port=port,
                             pace_ms=pace_ms).start()
     except OSError as exc:
         _fail(str(exc))
     click.echo(f"play page: {server.url()}  (keys: left/right arrows move, space serves; Ctrl-C stops)")
+    trained_under = onnx_contract(model)[1]
+    if trained_under not in (None, contract.hash):
+        click.echo(f"the model was trained under contract {trained_under}; both sides play {contract.name} "
+                   f"({contract.hash})")
     click.echo(f"finished games go to {server.store.path}, table play_games")
     try:
         while True:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from breakout_core.contract import Contract
 from runner.spec import LoadedSpec
 
 
@@ -62,6 +63,11 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
         run_id = store.unfinished_run(spec.name, loaded.hash)
         if run_id is None:
             raise NothingToResume(f"no interrupted or failed run of spec {spec.name!r} with this exact text to resume")
+        own = _stored_contract(store, run_id)
+        if own.hash != contract.hash:
+            console.print(f"run {run_id} goes on under its own contract {own.name} ({own.hash}), not {contract.name} "
+                          f"({contract.hash}), what this spec text builds today", highlight=False)
+        contract = own
         store.reopen_run(run_id)
     else:
         run_id = new_run_id()
@@ -94,6 +100,19 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
         raise
     store.finish_run(run_id, "done")
     return run_id, verdicts
+
+
+def _stored_contract(store, run_id: str) -> Contract:
+    """The contract a run began under: a resumed run goes on in the same game, whatever the
+    defaults of the runner that resumes it (a spec that names no contract takes the default)."""
+    with store.reader() as con:
+        text, stored_hash = con.execute("SELECT contract, contract_hash FROM runs WHERE run_id = ?",
+                                        [run_id]).fetchone()
+    contract = Contract(**json.loads(text))
+    if contract.hash != stored_hash:
+        raise NothingToResume(f"run {run_id}: its stored contract does not rebuild to its hash {stored_hash}, "
+                              "so it cannot be resumed in the same game")
+    return contract
 
 
 def _with_defaults(add_task):

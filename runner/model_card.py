@@ -44,12 +44,13 @@ def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> fl
     total = 0.0
     for i, (attempt, _, started) in enumerate(attempts):
         until = min(attempts[i + 1][1], transitions) if i + 1 < len(attempts) else transitions
-        used = [m for (a, t), m in sorted(mtimes.items()) if a == attempt and t <= until]
         wrote = [t for a, t, _ in files if a == attempt and t <= until]
-        if wrote and not used:
+        if not wrote:
+            continue
+        last = (attempt, max(wrote))  # the attempt's last checkpoint in the chain: its time ends the attempt
+        if last not in mtimes:
             return None
-        if used:
-            total += (used[-1] - started).total_seconds()
+        total += (mtimes[last] - started).total_seconds()
     return total
 
 

@@ -93,38 +93,39 @@ def file_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, 
 
 
 def contract_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, str]]:
-    """Fixed states on disk captured under another contract than the spec plays, and
-    checkpoints trained under another one unless the spec says that is deliberate
-    (`contract.other_contracts: deliberate`, e.g. a breakout-v2 agent played under breakout-v3)."""
-    from breakout_core.fixed_states import states_contract_hash
-    from breakout_core.qnetwork import checkpoint_contract_hash
+    """Fixed states on disk captured under another contract than the spec plays, and models
+    (checkpoints, ONNX files) trained under another one unless the spec says that is
+    deliberate (`contract.other_contracts: deliberate`, e.g. a breakout-v2 agent played under
+    breakout-v3)."""
+    from breakout_core.export import onnx_contract
+    from breakout_core.fixed_states import states_contract
+    from breakout_core.qnetwork import checkpoint_contract
 
     if not (context or {}).get("check_files", True):
         return []
     contract = spec.contract.build()
-    checkpoints_too = spec.contract.other_contracts != "deliberate"
-    files = [(("policies", name, "path"), policy.path, checkpoint_contract_hash, None)
-             for name, policy in spec.policies.items() if getattr(policy, "type", None) == "checkpoint"
-             and checkpoints_too]
-    readers = {"checkpoint": checkpoint_contract_hash, "fixed_states": states_contract_hash}
-    files += [(("artifacts", name, "path"), artifact.path, readers[artifact.type], artifact.made_by)
-              for name, artifact in spec.artifacts.items() if artifact.type in readers and artifact.made_by != spec.name
-              and (artifact.type == "fixed_states" or checkpoints_too)]
+    models_too = spec.contract.other_contracts != "deliberate"
+    readers = {"checkpoint": checkpoint_contract, "onnx": onnx_contract, "fixed_states": states_contract}
+    files = [(("policies", name, "path"), policy.path, "checkpoint", None)
+             for name, policy in spec.policies.items() if getattr(policy, "type", None) == "checkpoint"]
+    files += [(("artifacts", name, "path"), artifact.path, artifact.type, artifact.made_by)
+              for name, artifact in spec.artifacts.items() if artifact.type in readers and artifact.made_by != spec.name]
     problems = []
-    for where, path, read, made_by in files:
-        if not Path(path).is_file():
+    for where, path, kind, made_by in files:
+        if not Path(path).is_file() or (kind != "fixed_states" and not models_too):
             continue
         try:
-            made_under = read(path)
+            name, made_under = readers[kind](path)
         except ValueError as exc:
             problems.append((where, str(exc)))
             continue
-        if made_under != contract.hash:
+        if made_under is not None and made_under != contract.hash:
             maker = f"`runner run` spec {made_by}" if made_by else "the spec that makes them"
-            hint = (f"re-capture them under this contract ({maker})" if read is states_contract_hash
+            hint = (f"re-capture them under this contract ({maker})" if kind == "fixed_states"
                     else "set contract.other_contracts: deliberate if that is the question")
-            problems.append((where, f"{path} was made under contract {made_under}, this spec plays {contract.name} "
-                                    f"({contract.hash}); {hint}"))
+            made = f"{name} ({made_under})" if name else made_under
+            problems.append((where, f"{path} was made under contract {made}, this spec plays "
+                                    f"{contract.name} ({contract.hash}); {hint}"))
     return problems
 
 

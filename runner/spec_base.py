@@ -9,6 +9,8 @@ from typing import Annotated, Literal, Union
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
                       model_validator)
 
+from breakout_core.contract import MAX_EPISODE_SEED
+
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"  # safe as a file name and a SQL string
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
 # what a verdict compares: a policy, runtime or trial name such as "num_envs=2,seed=42"
@@ -27,7 +29,7 @@ def checks_files(info: ValidationInfo) -> bool:
     return (info.context or {}).get("check_files", True)
 
 
-MAX_SEED = 2**63 - 1  # episode seeds are stored as BIGINT
+MAX_SEED = MAX_EPISODE_SEED  # ALE's sticky-action seed (a C int); the store's BIGINT holds more
 MAX_SEEDS = 100_000  # seeds in one list or range
 
 

@@ -131,6 +131,19 @@ def test_a_slot_without_an_episode_cannot_step_or_continue():
     driver.start(0, 1)
     with pytest.raises(ValueError, match=r"slots \[1\]"):
         driver.step(np.zeros(2, dtype=np.int64), slots=[0, 1])
+    for bad in ([0, 0], [-1], [2]):
+        with pytest.raises(ValueError, match="distinct indices 0..1"):
+            driver.step(np.zeros(2, dtype=np.int64), slots=bad)
+    with pytest.raises(ValueError, match=r"outside 0..2147483647"):
+        driver.start(1, 2**31)  # ALE seeds its sticky actions with a 32-bit int
+
+
+def test_slots_that_do_not_step_report_nothing_played():
+    driver = EpisodeDriver(V3.replace(serve_after_life_loss=True), 2)
+    driver.start(0, 1)
+    driver.start(1, 2)
+    result = driver.step(np.array([2, 3]), slots=[0])
+    assert result.actions.tolist() == [2, 0] and not result.forced[1] and driver.steps_played(1) == 0
 
 
 def unserved_starts(contract, seeds) -> int:

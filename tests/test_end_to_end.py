@@ -165,3 +165,41 @@ def test_interrupted_run_is_marked_and_keeps_what_was_stored(tmp_path, write_spe
     assert ("Ctrl-C" in error) if how == "sigint" else ("killed" in error)
     assert first == 2
     assert os.path.getsize(db) > 0
+
+
+TWO_RANDOM = """\
+name: two_random
+contract:
+  max_episode_frames: 2000
+policies:
+  first: {type: random}
+  second: {type: random}
+measurements:
+  - kind: evaluate
+    name: scores
+    policies: [first, second]
+    seeds: [1, 2]
+"""
+
+
+def test_a_resumed_run_goes_on_in_the_game_it_began(tmp_path, write_spec):
+    """A run stored under another contract than this runner's default builds from the same
+    spec text (a spec that names none) is resumed under its own contract, and says so."""
+    from breakout_core.contract import CONTRACTS
+
+    spec = write_spec(TWO_RANDOM)
+    db = tmp_path / "r.duckdb"
+    assert runner("run", str(spec), "--db", str(db), "--no-report", cwd=tmp_path).returncode == 0
+    began = CONTRACTS["breakout-v2"].replace(max_episode_frames=2000)  # as if the default had been v2 then
+    with duckdb.connect(str(db)) as con:
+        run_id = con.execute("SELECT run_id FROM runs").fetchone()[0]
+        con.execute("UPDATE runs SET status = 'interrupted', contract = ?, contract_hash = ?",
+                    [json.dumps(began.to_dict()), began.hash])
+        con.execute("DELETE FROM episodes WHERE policy = 'second'")
+    resumed = runner("run", str(spec), "--db", str(db), "--no-report", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"goes on under its own contract breakout-v2 ({began.hash})" in " ".join(resumed.stderr.split())
+    with duckdb.connect(str(db), read_only=True) as con:
+        hashes = con.execute("SELECT DISTINCT contract_hash FROM episodes WHERE run_id = ? AND policy = 'second'",
+                             [run_id]).fetchall()
+    assert hashes == [(began.hash,)]

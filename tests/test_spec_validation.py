@@ -228,7 +228,8 @@ def test_contract_override_changes_the_hash_and_refuses_a_checkpoint_of_another(
     with pytest.raises(SpecError) as refused:
         load_spec(path)
     assert refused.value.problems == [
-        f"{path}:10: policies.agent.path: {checkpoint} was made under contract {CONTRACTS['breakout-v3'].hash}, "
+        f"{path}:10: policies.agent.path: {checkpoint} was made under contract breakout-v3 "
+        f"({CONTRACTS['breakout-v3'].hash}), "
         f"this spec plays breakout-v3 ({CONTRACTS['breakout-v3'].replace(max_episode_frames=1000).hash}); "
         "set contract.other_contracts: deliberate if that is the question"]
     deliberate = write_spec(text.replace("  max_episode_frames: 1000\n",
@@ -236,6 +237,31 @@ def test_contract_override_changes_the_hash_and_refuses_a_checkpoint_of_another(
     contract = load_spec(deliberate).spec.contract.build()
     assert contract.max_episode_frames == 1000
     assert contract.hash != CONTRACTS["breakout-v3"].hash  # other_contracts is not part of the game
+
+
+def test_onnx_files_of_another_contract_are_refused_too(write_spec):
+    """An ONNX file records the contract its weights were trained under: a spec that plays
+    one under another contract says so, as for a checkpoint."""
+    day24 = (REPO / "specs" / "day24_ort_latency.yaml").read_text().replace("../models/", f"{REPO}/models/")
+    assert load_spec(write_spec(day24)).spec.contract.other_contracts == "deliberate"
+    silent = write_spec(day24.replace("  other_contracts: deliberate", "  other_contracts: refused"))
+    with pytest.raises(SpecError) as refused:
+        load_spec(silent)
+    v2 = CONTRACTS["breakout-v2"].hash
+    assert [p.split(": ", 2)[1] for p in refused.value.problems] == ["artifacts.checkpoint.path", "artifacts.onnx_fp32.path"]
+    assert f"dqn_breakout.onnx was made under contract {v2}, this spec plays breakout-v3" in refused.value.problems[1]
+
+
+def test_a_checkpoint_without_its_contract_hash_is_one_line(tmp_path, write_spec):
+    import torch
+
+    payload = torch.load(REPO / "models" / "reference" / "dqn_breakout.pt", weights_only=True)
+    del payload["contract_hash"]
+    torch.save(payload, tmp_path / "nohash.pt")
+    path = write_spec(edit("description: a good spec\n", "description: a good spec\n").replace("model.pt", "nohash.pt"))
+    with pytest.raises(SpecError) as refused:
+        load_spec(path)
+    assert any("nohash.pt: a checkpoint without its contract hash" in p for p in refused.value.problems)
 
 
 def test_fixed_states_of_another_contract_are_refused_even_when_deliberate(write_spec):

@@ -21,13 +21,13 @@ from pydantic import Field
 from runner.kinds.base import Kind, RunContext, Section
 from runner.runtime_specs import (RuntimeMeasurement, blank_nulls, greedy, open_runtime, resumed_unavailable,
                                   runtime_sections, with_unavailable)
-from runner.spec_base import Name
+from runner.spec_base import MAX_SEED, Name
 
 
 class ClosedLoopMeasurement(RuntimeMeasurement):
     kind: Literal["closed_loop"]
     name: Name
-    seed: int = Field(default=0, ge=0, description="episode seed: decides the no-op start")
+    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="episode seed: the game the first episode plays")
     steps: int = Field(default=256, ge=1, le=1_000_000, description="agent steps each runtime plays")
 
 
