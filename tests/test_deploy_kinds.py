@@ -517,7 +517,7 @@ def test_artifacts_made_from_another_checkpoint_are_refused(tiny_run):
     torch.manual_seed(1)
     save_checkpoint(folder / "newer.pt", QNetwork(), CONTRACTS["breakout-v3"].replace(max_episode_frames=400),
                     transitions=1)
-    text = ("name: consumer\nartifacts:\n  checkpoint: {path: CKPT}\n"
+    text = ("name: consumer\ncontract: {max_episode_frames: 400}\nartifacts:\n  checkpoint: {path: CKPT}\n"
             "  onnx: {path: out/model.onnx, made_by: tiny_deploy}\n  states: {path: out/states.npz, made_by: tiny_deploy}\n"
             "runtimes:\n  ort: {runtime: onnxruntime, artifact: onnx}\n  torch: {runtime: torch, artifact: checkpoint}\n"
             "measurements:\n  - {kind: parity, name: p, runtimes: [torch, ort], fixed_states: states}\n")
