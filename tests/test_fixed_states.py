@@ -120,3 +120,11 @@ def test_a_captured_episode_is_the_evaluators_episode(artifacts, one_torch_threa
     captured = capture_from_checkpoint(artifacts.checkpoint, n_states=4, episode_seeds=[3], epsilon=0.05)
     episode = captured.meta["episodes"][0]
     assert (episode["steps"], episode["score"], episode["ended_by"]) == (evaluated.steps, evaluated.score, "game_over")
+
+
+def test_a_file_of_pickled_objects_is_refused_without_advice_to_load_it_unsafely(tmp_path):
+    path = tmp_path / "objects.npz"
+    np.savez(path, header=np.array([{"format": "x"}], dtype=object), obs=np.zeros((1, 4, 84, 84), np.uint8))
+    with pytest.raises(ValueError) as refused:
+        load_fixed_states(path)
+    assert "holds pickled Python objects" in str(refused.value) and "allow_pickle" not in str(refused.value)
