@@ -298,8 +298,8 @@ def load_fixed_states(path: str | Path, expected_contract_hash: str | None = Non
         raise
     except ValueError as exc:
         if "allow_pickle" in str(exc):  # numpy's message would advise loading it unsafely
-            raise ValueError(f"{path}: holds pickled Python objects, which are never loaded; not a fixed-states "
-                             "file") from None
+            raise ValueError(f"{path}: not a readable fixed-states file (not an .npz archive of arrays: numpy "
+                             "would read it as pickled Python objects, which are never loaded)") from None
         raise ValueError(f"{path}: not a readable fixed-states file (ValueError: {exc})") from None
     except Exception as exc:
         raise ValueError(f"{path}: not a readable fixed-states file ({exc.__class__.__name__}: {exc})") from None

@@ -70,8 +70,7 @@ def reference_problems(spec: Spec, context: dict | None = None) -> list[tuple[tu
                                  f"{metric} compares the candidate with a baseline; this verdict names none"))
     unreadable = file_problems(spec, context)
     bad_files = {loc for loc, _ in unreadable}  # a file that cannot be read has no contract to compare
-    return problems + deploy_problems(spec, context) + unreadable + [
-        (loc, message) for loc, message in contract_problems(spec, context) if loc not in bad_files]
+    return problems + deploy_problems(spec, context) + unreadable + contract_problems(spec, context, bad_files)
 
 
 def file_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, str]]:
@@ -92,11 +91,11 @@ def file_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, 
     return problems
 
 
-def contract_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, str]]:
+def contract_problems(spec: Spec, context: dict | None = None, unreadable: set = frozenset()) -> list[tuple[tuple, str]]:
     """Fixed states on disk captured under another contract than the spec plays, and models
     (checkpoints, ONNX files) trained under another one unless the spec says that is
     deliberate (`contract.other_contracts: deliberate`, e.g. a breakout-v2 agent played under
-    breakout-v3)."""
+    breakout-v3). Files at `unreadable` locations are left out."""
     from breakout_core.export import onnx_contract
     from breakout_core.fixed_states import states_contract
     from breakout_core.qnetwork import checkpoint_contract
@@ -112,7 +111,7 @@ def contract_problems(spec: Spec, context: dict | None = None) -> list[tuple[tup
               for name, artifact in spec.artifacts.items() if artifact.type in readers and artifact.made_by != spec.name]
     problems = []
     for where, path, kind, made_by in files:
-        if not Path(path).is_file() or (kind != "fixed_states" and not models_too):
+        if where in unreadable or not Path(path).is_file() or (kind != "fixed_states" and not models_too):
             continue
         try:
             name, made_under = readers[kind](path)

@@ -46,7 +46,7 @@ class SeedRange(StrictModel):
     @model_validator(mode="after")
     def _last_fits(self) -> "SeedRange":
         if self.start + self.count - 1 > MAX_SEED:
-            raise ValueError(f"the last seed, {self.start + self.count - 1}, is above {MAX_SEED}, the largest stored")
+            raise ValueError(f"the last seed, {self.start + self.count - 1}, is above {MAX_SEED}, the largest episode seed (ALE's sticky-action seed is a 32-bit int)")
         return self
 
     def values(self) -> list[int]:
@@ -59,7 +59,8 @@ def _check_seed_list(value: list[int]) -> list[int]:
     if len(value) > MAX_SEEDS:
         raise ValueError(f"{len(value)} seeds; a list holds at most {MAX_SEEDS}, as {{start, count}} does")
     if any(s < 0 or s > MAX_SEED for s in value):
-        raise ValueError(f"seeds must be from 0 to {MAX_SEED}, the largest stored")
+        raise ValueError(f"seeds must be from 0 to {MAX_SEED}, the largest episode seed "
+                         "(ALE's sticky-action seed is a 32-bit int)")
     if len(set(value)) != len(value):
         raise ValueError("seeds must be distinct")
     return value

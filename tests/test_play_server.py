@@ -36,12 +36,13 @@ async def _replies(server: PlayServer, messages: list[str]) -> list[dict]:
 
 
 @pytest.mark.parametrize("message, mentions", [
-    ({"type": "start", "seed": 2 ** 63}, "seed must be an integer from 0 to 9223372036854775807"),
+    ({"type": "start", "seed": 2 ** 63}, "seed must be an integer from 0 to 2147483647"),
+    ({"type": "start", "seed": 2 ** 31}, "seed must be an integer from 0 to 2147483647"),  # ALE's seed: 32 bits
     ({"type": "start", "seed": -1}, "seed must be an integer from 0"),
     ({"type": "start", "seed": 1.5}, "seed must be an integer"),
     ("[" * 2_000 + "]" * 2_000, "nested"),
     ({"type": "act", "human_action": "x" * 100_000, "agent_action": 0}, "bytes"),
-], ids=["seed-2^63", "negative", "float", "nested", "oversized"])
+], ids=["seed-2^63", "seed-2^31", "negative", "float", "nested", "oversized"])
 def test_a_bad_message_gets_one_line_and_the_server_goes_on(server, caplog, message, mentions):
     text = message if isinstance(message, str) else json.dumps(message)
     with caplog.at_level(logging.WARNING):
