@@ -143,8 +143,11 @@ def wait_for_rows(db: Path, count_sql: str, params: list | None = None, timeout:
 def test_interrupted_run_is_marked_and_keeps_what_was_stored(tmp_path, write_spec, how):
     spec = write_spec(LONG)
     db = tmp_path / "results.duckdb"
+    # SIGINT as a terminal delivers it: a suite started in the background (`cmd &`) would hand its
+    # children an ignored SIGINT, and the run would then finish instead of stopping
     proc = subprocess.Popen([sys.executable, "-m", "runner", "run", str(spec), "--db", str(db)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         wait_for_rows(db, "SELECT count(*) FROM episodes WHERE measurement = ?", ["first"])
         time.sleep(1.0)  # well into the second measurement
