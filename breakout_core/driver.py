@@ -34,6 +34,7 @@ from ale_py.vector_env import AtariVectorEnv
 
 from breakout_core.contract import FIRE, MAX_EPISODE_SEED, Contract
 from breakout_core.envs import NUM_ACTIONS, AleGame
+from breakout_core.policies import episode_rng
 
 NOOP = 0
 NOOP_STREAM = 0x6E6F6F70  # keeps the no-op draw apart from any policy's generator
@@ -224,7 +225,8 @@ class EpisodeDriver:
             action_counts=tuple(int(c) for c in self._counts[slot]), wall_s=float(now - self._started[slot]))
 
 
-Decide = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (obs of deciding slots, their slots) -> actions
+# (obs of the deciding slots, those slots, each one's episode generator) -> their actions
+Decide = Callable[[np.ndarray, np.ndarray, list[np.random.Generator]], np.ndarray]
 
 
 def play_seeds(
@@ -232,13 +234,16 @@ def play_seeds(
     seeds: Sequence[int],
     decide: Decide,
     *,
+    policy_seed: int = 0,
     on_step: Callable[[StepResult], None] | None = None,
     on_episode: Callable[[FinishedEpisode], None] | None = None,
     max_steps: int | None = None,
 ) -> dict[int, FinishedEpisode]:
     """Play one episode per seed across the driver's slots; a slot that finishes takes the
     next seed. `decide` chooses the deciding slots' actions (their seeds are
-    `driver.seeds[slot]`); `max_steps` (agent steps) stops an episode early as STOPPED."""
+    `driver.seeds[slot]`), given each episode's own generator for the policy's randomness
+    (`policies.episode_rng(policy_seed, seed)`); `max_steps` (agent steps) stops an episode
+    early as STOPPED."""
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must not be empty")
@@ -248,9 +253,16 @@ def play_seeds(
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
     pending = deque(seeds)
     done: dict[int, FinishedEpisode] = {}
+    generators: dict[int, np.random.Generator] = {}  # of the episodes being played
+
+    def generator(seed: int) -> np.random.Generator:
+        if seed not in generators:
+            generators[seed] = episode_rng(policy_seed, seed)
+        return generators[seed]
 
     def finish(episode: FinishedEpisode) -> None:
         done[episode.seed] = episode
+        generators.pop(episode.seed, None)
         if on_episode is not None:
             on_episode(episode)
         if pending:
@@ -262,7 +274,7 @@ def play_seeds(
         deciding = driver.deciding()
         actions = np.zeros(driver.num_slots, dtype=np.int64)
         if len(deciding):
-            actions[deciding] = decide(driver.obs[deciding], deciding)
+            actions[deciding] = decide(driver.obs[deciding], deciding, [generator(driver.seeds[i]) for i in deciding])
         result = driver.step(actions)
         if on_step is not None:
             on_step(result)

@@ -16,26 +16,13 @@ from typing import Callable, Sequence
 import numpy as np
 
 from breakout_core.contract import Contract
-from breakout_core.driver import GAME_OVER, TIME_LIMIT, EpisodeDriver, FinishedEpisode, StepResult, play_seeds
-from breakout_core.policies import Policy, episode_rng
-
-__all__ = ["GAME_OVER", "TIME_LIMIT", "EpisodeRecord", "EvaluationResult", "evaluate", "write_gif"]
-
-
-@dataclass(frozen=True)
-class EpisodeRecord:
-    seed: int
-    score: float  # raw Atari score, full game
-    steps: int  # agent steps (transitions)
-    frames: int  # emulator frames
-    ended_by: str  # GAME_OVER or TIME_LIMIT
-    action_counts: tuple[int, ...]  # NOOP, FIRE, RIGHT, LEFT
-    wall_s: float  # seconds from this episode's start to its end (shared with its batch)
+from breakout_core.driver import EpisodeDriver, FinishedEpisode, StepResult, play_seeds
+from breakout_core.policies import Policy
 
 
 @dataclass
 class EvaluationResult:
-    episodes: list[EpisodeRecord]  # in the order of the seeds given
+    episodes: list[FinishedEpisode]  # in the order of the seeds given
     frames: list[np.ndarray] | None  # the recorded episode's newest frame after each of its steps
     wall_s: float
     transitions: int  # real episode steps, not counting idle slots
@@ -50,7 +37,7 @@ def evaluate(
     policy_seed: int = 0,
     record_seed: int | None = None,
     on_step: Callable[[int], None] | None = None,
-    on_episode: Callable[[EpisodeRecord], None] | None = None,
+    on_episode: Callable[[FinishedEpisode], None] | None = None,
     driver: EpisodeDriver | None = None,
 ) -> EvaluationResult:
     """Evaluate `policy` on every seed; `batch_size` episodes run side by side.
@@ -67,18 +54,9 @@ def evaluate(
         driver = EpisodeDriver(contract, max(1, min(batch_size, len(seeds))))
     elif driver.contract != contract:
         raise ValueError(f"the driver plays contract {driver.contract.hash}, not {contract.hash}")
-    rngs: dict[int, np.random.Generator] = {}
     recorded: list[np.ndarray] | None = [] if record_seed in seeds else None
     transitions = 0
     started = time.perf_counter()
-
-    def decide(obs: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        return policy.act(obs, [_rng(driver.seeds[i]) for i in slots])
-
-    def _rng(seed: int) -> np.random.Generator:
-        if seed not in rngs:
-            rngs[seed] = episode_rng(policy_seed, seed)
-        return rngs[seed]
 
     def stepped(result: StepResult) -> None:
         nonlocal transitions
@@ -88,23 +66,14 @@ def evaluate(
         if on_step is not None:
             on_step(len(result.slots))
 
-    def finished(episode: FinishedEpisode) -> None:
-        rngs.pop(episode.seed, None)
-        if on_episode is not None:
-            on_episode(_record_of(episode))
-
-    episodes = play_seeds(driver, seeds, decide, on_step=stepped, on_episode=finished)
+    episodes = play_seeds(driver, seeds, lambda obs, _slots, generators: policy.act(obs, generators),
+                          policy_seed=policy_seed, on_step=stepped, on_episode=on_episode)
     return EvaluationResult(
-        episodes=[_record_of(episodes[int(s)]) for s in seeds],
+        episodes=[episodes[int(s)] for s in seeds],
         frames=recorded,
         wall_s=time.perf_counter() - started,
         transitions=transitions,
     )
-
-
-def _record_of(episode: FinishedEpisode) -> EpisodeRecord:
-    return EpisodeRecord(seed=episode.seed, score=episode.score, steps=episode.steps, frames=episode.frames,
-                         ended_by=episode.ended_by, action_counts=episode.action_counts, wall_s=episode.wall_s)
 
 
 GIF_MAX_FRAMES = 1_800  # one minute at 30 fps: a stalled agent's 27,000 steps would make a GIF of ~2 GB in memory

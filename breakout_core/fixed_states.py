@@ -32,7 +32,7 @@ import numpy as np
 from breakout_core.contract import Contract
 from breakout_core.driver import STOPPED, EpisodeDriver, play_seeds
 from breakout_core.hashing import file_sha256
-from breakout_core.policies import Policy, episode_rng
+from breakout_core.policies import Policy
 
 FIXED_STATES_FORMAT = "breakout-fixed-states/1"
 STEP_CAP = "step_cap"  # stopped by max_steps_per_episode, not by the game
@@ -155,21 +155,15 @@ def capture_fixed_states(
     started = time.perf_counter()
     driver = EpisodeDriver(contract, min(batch_size, len(seeds)))
     samplers: dict[int, _EvenSampler] = {}
-    rngs: dict[int, np.random.Generator] = {}
 
-    def decide(obs: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        slot_seeds = [driver.seeds[i] for i in slots]
-        for seed in slot_seeds:
-            if seed not in samplers:
-                samplers[seed] = _EvenSampler(candidates_per_episode)
-                rngs[seed] = episode_rng(policy_seed, seed)
-        actions = policy.act(obs, [rngs[s] for s in slot_seeds])
-        for row, (slot, seed) in enumerate(zip(slots, slot_seeds)):
-            sampler, step = samplers[seed], driver.steps_played(slot)
-            sampler.offer(sampler.seen, step, obs[row], int(actions[row]))
+    def decide(obs: np.ndarray, slots: np.ndarray, generators: list[np.random.Generator]) -> np.ndarray:
+        actions = policy.act(obs, generators)
+        for row, slot in enumerate(slots):
+            sampler = samplers.setdefault(driver.seeds[slot], _EvenSampler(candidates_per_episode))
+            sampler.offer(sampler.seen, driver.steps_played(slot), obs[row], int(actions[row]))
         return actions
 
-    played = play_seeds(driver, seeds, decide, max_steps=max_steps_per_episode)
+    played = play_seeds(driver, seeds, decide, policy_seed=policy_seed, max_steps=max_steps_per_episode)
     taken: dict[int, tuple[list[int], list[np.ndarray], list[int]]] = {}
     episodes: dict[int, CapturedEpisode] = {}
     for seed in seeds:

@@ -62,7 +62,7 @@ class Scripted:
         self.pattern = np.array([1, 2, 2, 2, 3, 3, 3, 3, 2, 0, 1, 3], dtype=np.int64)
 
     def __call__(self, driver):
-        def decide(obs, slots):
+        def decide(obs, slots, generators):
             return self.pattern[[driver.steps_played(i) % len(self.pattern) for i in slots]]
         return decide
 
@@ -108,7 +108,7 @@ def test_forced_actions_are_the_contracts():
     """A no-op start of the seed's length, and (when the contract serves) FIRE after a lost life."""
     contract = V3.replace(noop_start_max=30, serve_after_life_loss=True)
     driver = EpisodeDriver(contract, 1)
-    left = lambda obs, slots: np.full(len(slots), 3)  # never serves by itself
+    left = lambda obs, slots, generators: np.full(len(slots), 3)  # never serves by itself
     finished = []
     forced_actions = []
 

@@ -5,7 +5,8 @@ import imageio.v3 as iio
 import pytest
 
 from breakout_core.contract import Contract
-from breakout_core.evaluator import GAME_OVER, TIME_LIMIT, evaluate, write_gif
+from breakout_core.driver import GAME_OVER, TIME_LIMIT
+from breakout_core.evaluator import evaluate, write_gif
 from breakout_core.policies import QNetworkPolicy, RandomPolicy
 
 SHORT = Contract().replace(max_episode_frames=2_000)  # keeps a stalling untrained net short
