@@ -73,19 +73,25 @@ def reference_problems(spec: Spec, context: dict | None = None) -> list[tuple[tu
     return problems + deploy_problems(spec, context) + unreadable + contract_problems(spec, context, bad_files)
 
 
+def spec_files(spec: Spec) -> list[tuple[tuple, Path, str, str | None]]:
+    """The files a spec reads that exist now: (location in the spec, path, type, made_by) for
+    each checkpoint policy and each artifact that this spec does not write itself."""
+    files = [(("policies", name, "path"), Path(policy.path), "checkpoint", None)
+             for name, policy in spec.policies.items() if getattr(policy, "type", None) == "checkpoint"]
+    files += [(("artifacts", name, "path"), Path(artifact.path), artifact.type, artifact.made_by)
+              for name, artifact in spec.artifacts.items() if artifact.made_by != spec.name]
+    return [file for file in files if file[1].is_file()]
+
+
 def file_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, str]]:
     """Checkpoint policies and artifacts on disk that are not what their type says."""
     from runner.file_checks import file_problem
 
     if not (context or {}).get("check_files", True):
         return []
-    files = [(("policies", name, "path"), policy.path, "checkpoint") for name, policy in spec.policies.items()
-             if getattr(policy, "type", None) == "checkpoint"]
-    files += [(("artifacts", name, "path"), artifact.path, artifact.type) for name, artifact in spec.artifacts.items()
-              if artifact.made_by != spec.name]
     problems = []
-    for where, path, kind in files:
-        message = file_problem(Path(path), kind) if Path(path).is_file() else None
+    for where, path, kind, _ in spec_files(spec):
+        message = file_problem(path, kind)
         if message:
             problems.append((where, message))
     return problems
@@ -105,13 +111,9 @@ def contract_problems(spec: Spec, context: dict | None = None, unreadable: set =
     contract = spec.contract.build()
     models_too = spec.contract.other_contracts != "deliberate"
     readers = {"checkpoint": checkpoint_contract, "onnx": onnx_contract, "fixed_states": states_contract}
-    files = [(("policies", name, "path"), policy.path, "checkpoint", None)
-             for name, policy in spec.policies.items() if getattr(policy, "type", None) == "checkpoint"]
-    files += [(("artifacts", name, "path"), artifact.path, artifact.type, artifact.made_by)
-              for name, artifact in spec.artifacts.items() if artifact.type in readers and artifact.made_by != spec.name]
     problems = []
-    for where, path, kind, made_by in files:
-        if where in unreadable or not Path(path).is_file() or (kind != "fixed_states" and not models_too):
+    for where, path, kind, made_by in spec_files(spec):
+        if kind not in readers or where in unreadable or (kind != "fixed_states" and not models_too):
             continue
         try:
             name, made_under = readers[kind](path)
