@@ -11,8 +11,7 @@ import pandas as pd
 from breakout_core.stats import RANK_TEST_ALPHA
 from runner.compare import Comparison
 from runner.kinds.base import Section
-from runner.runtime_specs import blank_nulls
-from runner.report_html import MAX_CHART_POINTS, altair, render_page, table_html
+from runner.report_html import MAX_CHART_POINTS, altair, blank_nulls, render_page, table_html
 from runner.store import Store
 
 MARK_CLASSES = {"better": "deployment-worthy", "worse": "rejected", "not comparable": "unavailable",

@@ -32,6 +32,7 @@ import cv2
 from breakout_core.contract import Contract
 from breakout_core.driver import EpisodeDriver
 from breakout_core.envs import ACTION_NAMES, NUM_ACTIONS
+from runner import schema
 from runner.spec_base import MAX_SEED
 
 MAX_MESSAGE_BYTES = 4096  # a start or act message is a few dozen bytes
@@ -52,6 +53,8 @@ MIGRATIONS = [
         """,
     )
 ]
+
+schema.declare("play", MIGRATIONS)
 
 
 @dataclass

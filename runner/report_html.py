@@ -28,6 +28,11 @@ def vega_bundle() -> str:
     return vl_convert.javascript_bundle()
 
 
+def blank_nulls(frame):
+    """A DataFrame with NULLs shown as empty cells, whatever the column types."""
+    return frame.astype(object).where(frame.notna(), "")
+
+
 def table_html(frame, *, float_format: str = "{:.3f}") -> str:
     """A pandas DataFrame as an HTML table (values escaped)."""
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)

@@ -10,7 +10,8 @@ from typing import Annotated, Union
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from runner.kinds import KINDS
-from runner.runtime_specs import ArtifactSpec, RuntimeConfig, deploy_problems
+from runner.deploy_checks import deploy_problems
+from runner.runtime_specs import ArtifactSpec, RuntimeConfig
 from runner.spec_base import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
 from runner.yaml_source import SpecSourceError, YamlSource, load_yaml
 

@@ -16,12 +16,13 @@ import fcntl
 import os
 import socket
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import duckdb
+
+from runner import schema
 
 DEFAULT_DB = "results.duckdb"
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
@@ -29,7 +30,7 @@ FIRST_WAIT_NOTICE_S, WAIT_NOTICE_S = 5.0, 60.0  # a patient store says it waits 
 HEARTBEAT_S = 10.0  # a running run stamps runs.heartbeat_at this often
 STALE_AFTER_S = 600.0  # a 'running' run without a heartbeat for this long is interrupted, wherever it ran
 
-CORE_MIGRATIONS: list[tuple[str, str]] = [
+MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_runs",
         """
@@ -86,7 +87,7 @@ CORE_MIGRATIONS: list[tuple[str, str]] = [
     ),
 ]
 
-CORE_VIEWS = [
+VIEWS = [
     """
     CREATE OR REPLACE VIEW latest_verdicts AS  -- per machine and contract: one never stands in for another
     SELECT v.*, r.spec_name, r.started_at, r.host, r.contract_hash
@@ -95,6 +96,9 @@ CORE_VIEWS = [
                                ORDER BY v.decided_at DESC) = 1
     """,
 ]
+
+
+schema.declare("store", MIGRATIONS, VIEWS)
 
 
 class StoreError(RuntimeError):
@@ -107,28 +111,6 @@ class StoreBusy(StoreError):
 
 class RunNotRunning(StoreError):
     """A run that cannot be marked interrupted: unknown, or not running."""
-
-
-@dataclass(frozen=True)
-class Migration:
-    name: str
-    sql: str
-
-
-def _all_migrations() -> list[Migration]:
-    from runner import play
-    from runner.kinds import KINDS
-
-    migrations = [Migration(n, s) for n, s in CORE_MIGRATIONS]
-    for kind in KINDS.values():
-        migrations += [Migration(n, s) for n, s in kind.migrations]
-    return migrations + [Migration(n, s) for n, s in play.MIGRATIONS]
-
-
-def _all_views() -> list[str]:
-    from runner.kinds import KINDS
-
-    return CORE_VIEWS + [v for kind in KINDS.values() for v in kind.views]
 
 
 def utcnow() -> datetime:
@@ -260,7 +242,7 @@ class Store:
         return [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
 
     def _check_version(self, con: duckdb.DuckDBPyConnection) -> None:
-        known = {m.name for m in _all_migrations()}
+        known = {name for name, _ in schema.migrations()}
         try:
             applied = [r[0] for r in con.execute("SELECT name FROM schema_migrations").fetchall()]
         except duckdb.CatalogException:
@@ -274,18 +256,18 @@ class Store:
     def _migrate(self, con: duckdb.DuckDBPyConnection) -> None:
         applied = set(self._applied(con))
         self._check_version(con)
-        for migration in sorted(_all_migrations(), key=lambda m: m.name):
-            if migration.name in applied:
+        for name, sql in schema.migrations():
+            if name in applied:
                 continue
             con.execute("BEGIN")
             try:
-                con.execute(migration.sql)
-                con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [migration.name, utcnow()])
+                con.execute(sql)
+                con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [name, utcnow()])
                 con.execute("COMMIT")
             except Exception:
                 con.execute("ROLLBACK")
                 raise
-        for view in _all_views():
+        for view in schema.views():
             con.execute(view)
 
     def schema_version(self) -> list[str]:

@@ -1,4 +1,5 @@
-"""Runtimes on real fixed states: torch vs ONNX Runtime CPU parity, copies, describe, unavailability."""
+"""Runtimes on real fixed states: torch vs ONNX Runtime CPU parity, copies, describe; the GPU runtimes
+against the CPU where this machine has them, their unavailable path where it does not."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def test_describe_says_what_ran(artifacts):
         torch_rt.load(artifacts.checkpoint)
         ort_rt.load(artifacts.export.onnx_path)
         t, o = torch_rt.describe(), ort_rt.describe()
-    assert t["requested"] == {"device": "cpu", "precision": "fp32", "device_index": 0, "allow_tf32": False}
+    assert t["requested"] == {"device": "cpu", "precision": "fp32", "device_index": 0, "allow_tf32": False, "threads": None}
     assert t["actual"]["device"] == "cpu" and t["actual"]["precision"] == "fp32"
     assert t["actual"]["contract_hash"] == artifacts.states.contract_hash
     assert "torch" in t["versions"] and t["artifact_sha256"]
@@ -132,32 +133,70 @@ def test_cpu_ep_fallback_option_needs_a_non_cpu_provider(artifacts):
     assert actual["cpu_ep_fallback_disabled"] is False and "nodes" not in actual
 
 
-UNAVAILABLE_HERE = [
+# Runtimes that need a GPU (or TensorRT): exercised where this machine has one, else their
+# unavailable path is checked. `mentions` is what the reason names when they cannot run.
+ACCELERATED = [
     ("tensorrt", {}, "tensorrt"),
     ("tensorrt", {"precision": "fp16"}, "tensorrt"),
     ("onnxruntime", {"provider": "cuda"}, "CUDAExecutionProvider"),
     ("onnxruntime", {"provider": "cuda", "disable_cpu_ep_fallback": True}, "CUDAExecutionProvider"),
     ("torch", {"device": "cuda"}, "CUDA"),
     ("torch", {"device": "cuda", "precision": "fp16"}, "CUDA"),
-    ("torch", {"device": "cpu", "precision": "fp16"}, "fp16 on CPU"),
 ]
 
 
-@pytest.mark.parametrize("name,options,mentions", UNAVAILABLE_HERE)
-def test_unavailable_runtimes_say_why_and_refuse_to_load(artifacts, name, options, mentions):
-    """On this machine (no GPU, CPU-only torch and onnxruntime, no TensorRT): real unavailability."""
+def _artifact_for(artifacts, name: str, options: dict):
+    if name == "torch":
+        return artifacts.checkpoint
+    return artifacts.export.fp16_path if options.get("precision") == "fp16" else artifacts.export.onnx_path
+
+
+def _assert_unavailable(artifacts, name: str, options: dict, mentions: str) -> None:
+    """available() gives the reason, describe() repeats it, load() refuses with it and nothing runs."""
     ok, reason = runtime_available(name, **options)
     assert ok is False and reason and mentions in reason
     runtime = make_runtime(name, **options)  # constructing is fine: nothing touches a device
     info = runtime.describe()
     assert info["available"] is False and info["unavailable_reason"] == reason and info["actual"] is None
-    artifact = artifacts.checkpoint if name == "torch" else artifacts.export.onnx_path
     with pytest.raises(RuntimeUnavailable) as caught:
-        runtime.load(artifact)
+        runtime.load(_artifact_for(artifacts, name, options))
     assert not isinstance(caught.value, ImportError)
     assert caught.value.reason == reason and reason in str(caught.value)
     with pytest.raises(RuntimeError, match="not loaded"):
         runtime.infer(artifacts.states.obs[:1])  # never ran on another device instead
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,options,mentions", ACCELERATED)
+def test_accelerated_runtime_agrees_with_cpu_where_it_runs_else_says_why(artifacts, name, options, mentions):
+    """Where the GPU runtime can run: parity with torch on the CPU, its batch-1 latency, and
+    what it built. Where it cannot: the reason, and a refusal to load."""
+    if not runtime_available(name, **options)[0]:
+        _assert_unavailable(artifacts, name, options, mentions)
+        return
+    obs = artifacts.states.obs
+    precision = options.get("precision", "fp32")
+    atol = rtol = 1e-4 if precision == "fp32" else 1e-2
+    with make_runtime("torch") as cpu, make_runtime(name, **options) as rt:
+        cpu.load(artifacts.checkpoint)
+        rt.load(_artifact_for(artifacts, name, options))
+        parity = compare_q(cpu.infer(obs), rt.infer(obs), atol=atol, rtol=rtol)
+        latency = measure_latency(rt.infer, obs[:1], warmup=5, iterations=64)
+        info = rt.describe()
+    assert parity.candidate_nonfinite == 0 and parity.allclose, parity.summary()
+    assert set(parity.disagreeing_states) <= set(parity.near_tie_states), parity.summary()
+    assert latency.n == 64 and 0 < latency.p50_ms <= latency.p95_ms <= latency.max_ms
+    actual = info["actual"]
+    assert info["available"] is True and actual["precision"] == precision and actual["device"].startswith("cuda")
+    if name == "tensorrt":  # an engine built for this GPU, written beside the ONNX file
+        assert actual["engine_bytes"] > 0 and actual["layer_count"] > 0
+    if name == "onnxruntime":
+        assert actual["provider"] == "CUDAExecutionProvider"
+    print(f"{name} {options}: max |dQ| {parity.max_abs_diff:.3g} vs torch CPU, batch-1 P50 {latency.p50_ms:.3f} ms")
+
+
+def test_torch_fp16_on_cpu_is_unavailable_on_every_machine(artifacts):
+    _assert_unavailable(artifacts, "torch", {"device": "cpu", "precision": "fp16"}, "fp16 on CPU")
 
 
 def test_latency_of_a_runtime(artifacts):

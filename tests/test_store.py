@@ -13,7 +13,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from runner.store import Store, StoreError, _all_migrations, utcnow
+from runner import schema
+from runner.store import Store, StoreError, utcnow
 
 TABLES = {"runs", "episodes", "verdicts", "artifacts", "schema_migrations"}
 VIEWS = {"episode_summary", "episode_pairs", "latest_verdicts"}
@@ -53,12 +54,66 @@ def test_migrations_from_blank_database(tmp_path):
     assert TABLES <= {n for n, t in objects.items() if t == "BASE TABLE"}
     assert VIEWS <= {n for n, t in objects.items() if t == "VIEW"}
     first = _migrations(path)
-    assert [name for name, _ in first] == sorted(m.name for m in _all_migrations())
+    assert [name for name, _ in first] == [name for name, _ in schema.migrations()]
     assert Store(path).schema_version() == [name for name, _ in first]
 
     with Store(path).writer() as con:  # a new process-like Store: nothing new to apply
         assert _objects(con) == objects
     assert _migrations(path) == first  # same names, same applied_at
+
+
+# The commit before the schema was declared by its owners (runner.schema): the store then
+# imported the kinds and the play server to collect it. Its databases must open unchanged.
+BEFORE_OWNED_SCHEMA = "dcd7572"
+SHIPPED_MIGRATIONS = ["0001_runs", "0002_spooled_batches", "0003_runs_heartbeat", "0100_episodes", "0200_train",
+                      "0201_train_results_measured", "0300_throughput", "0400_runtime_status", "0410_export",
+                      "0420_parity", "0430_latency", "0440_closed_loop", "0450_episode_inference",
+                      "0600_training_history", "0900_play_games"]
+
+
+def test_shipped_migrations_keep_their_names():
+    names = [name for name, _ in schema.migrations()]
+    assert [n for n in names if n in SHIPPED_MIGRATIONS] == SHIPPED_MIGRATIONS  # none renamed, same order
+
+
+def test_a_database_written_before_the_owned_schema_opens_and_migrates(tmp_path):
+    """The earlier runner's own code (git archive of that commit) writes a database with rows of
+    the store, a kind and the shared runtime table; this runner opens it, finds nothing unknown,
+    applies what is new, and its views read the old rows."""
+    old = tmp_path / "old"
+    old.mkdir()
+    archive = subprocess.run(["git", "archive", BEFORE_OWNED_SCHEMA, "runner", "breakout_core"], cwd=Path(__file__).parents[1],
+                             capture_output=True, timeout=60)
+    assert archive.returncode == 0, archive.stderr.decode()[-500:]
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True, timeout=60)
+    path = tmp_path / "old.duckdb"
+    code = f"""
+        import runner.store, json
+        assert runner.store.__file__.startswith({str(old)!r}), runner.store.__file__
+        from runner.store import Store, utcnow
+        store = Store({str(path)!r})
+        store.begin_run({{"run_id": "r1", "spec_name": "s", "spec_hash": "h", "spec_text": "name: s\\n", "host": "h"}})
+        store.append_rows("episodes", [{{"run_id": "r1", "measurement": "m", "policy": p, "seed": 0, "score": sc,
+            "steps": 10, "frames": 40, "ended_by": "game_over", "action_noop": 1, "action_fire": 2, "action_right": 3,
+            "action_left": 4, "wall_s": 0.1, "contract_hash": "c"}} for p, sc in (("a", 3.0), ("b", 1.0))])
+        store.append_rows("runtime_status", [{{"run_id": "r1", "measurement": "m", "runtime": "t", "backend": "torch",
+            "artifact": "x.pt", "precision": "fp32", "requested": "{{}}", "available": False, "reason": "none here",
+            "recorded_at": utcnow()}}])
+        store.finish_run("r1", "done")
+    """
+    written = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
+                             cwd=old, env={**os.environ, "PYTHONPATH": str(old)})
+    assert written.returncode == 0, written.stderr[-2000:]
+    before = {name for name, _ in _migrations(path)}
+    assert set(SHIPPED_MIGRATIONS) <= before
+
+    store = Store(path)
+    with store.reader() as con:
+        assert con.execute("SELECT status FROM runs").fetchall() == [("done",)]
+        assert con.execute("SELECT candidate, baseline, diff FROM episode_pairs ORDER BY candidate").fetchall() == \
+            [("a", "b", 2.0), ("b", "a", -2.0)]
+        assert con.execute("SELECT runtime, reason FROM runtime_summary").fetchall() == [("t", "none here")]
+    assert store.schema_version() == [name for name, _ in schema.migrations()]  # what was new is applied
 
 
 def test_database_from_a_newer_runner_is_refused(tmp_path):
@@ -152,6 +207,7 @@ def test_busy_message_states_the_timeout(locked_db):
     assert "0.3 s" in str(info.value)
 
 
+@pytest.mark.slow
 def test_two_writer_processes_append_concurrently(tmp_path):
     path = tmp_path / "r.duckdb"  # blank: both processes race to migrate it as well
     batches, per_batch = 200, 3
@@ -179,7 +235,7 @@ def test_two_writer_processes_append_concurrently(tmp_path):
         migrations = con.execute("SELECT name FROM schema_migrations").fetchall()
     assert counts == {"a": batches * per_batch, "b": batches * per_batch}
     assert total == 2 * batches * per_batch
-    assert len(migrations) == len(_all_migrations())
+    assert len(migrations) == len(schema.migrations())
 
 
 def test_reader_without_a_database(tmp_path):

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from breakout_core.runtimes.base import Runtime, RuntimeUnavailable
+from breakout_core.runtimes.base import Option, Runtime, RuntimeUnavailable
 from breakout_core.runtimes.browser_runtime import BrowserRuntime
 from breakout_core.runtimes.onnxruntime_runtime import OnnxRuntimeRuntime
 from breakout_core.runtimes.tensorrt_runtime import TensorRTRuntime
 from breakout_core.runtimes.torch_runtime import TorchRuntime
 
+# The registry: one line per backend. The spec language (runner.runtime_specs) is derived from it.
 RUNTIMES: dict[str, type[Runtime]] = {
     TorchRuntime.name: TorchRuntime,
     OnnxRuntimeRuntime.name: OnnxRuntimeRuntime,
@@ -49,6 +50,7 @@ __all__ = [
     "RUNTIMES",
     "BrowserRuntime",
     "OnnxRuntimeRuntime",
+    "Option",
     "Runtime",
     "RuntimeUnavailable",
     "TensorRTRuntime",

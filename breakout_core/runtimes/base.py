@@ -13,6 +13,7 @@ available() and RuntimeUnavailable; it never falls back to another device or pre
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,15 +34,44 @@ class RuntimeUnavailable(RuntimeError):
         self.reason = reason
 
 
-class Runtime(ABC):
-    """One backend. Subclasses set `name`, `artifact_kind`, `OPTIONS` and implement the hooks.
+@dataclass(frozen=True)
+class Option:
+    """One option of a backend, declared once: the spec's runtime model is derived from it
+    (runner.runtime_specs), and resolve_options() checks values against it."""
 
-    `OPTIONS` maps each option name to (default, allowed values or None for any value).
+    default: Any = None  # a default of None also admits None ("the library's own default")
+    choices: tuple | None = None  # the allowed values; None: any value of `value_type`
+    value_type: type | None = None  # int or str, where there are no choices
+    minimum: int | None = None
+    description: str = ""
+    spec_path: bool = False  # a file path, written in a spec relative to the spec file
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` is not allowed (None: it is)."""
+        if self.choices is not None:
+            return None if value in self.choices else f"is not one of {list(self.choices)}"
+        if value is None:
+            return None if self.default is None else "may not be None"
+        if self.value_type is int and (isinstance(value, bool) or not isinstance(value, int)):
+            return "is not an integer"
+        if self.value_type is str and not isinstance(value, str):
+            return "is not a string"
+        if self.minimum is not None and value < self.minimum:
+            return f"is below {self.minimum}"
+        return None
+
+
+class Runtime(ABC):
+    """One backend. Subclasses set `name`, `artifact_types`, `OPTIONS` and implement the hooks.
+
+    `OPTIONS` maps each option name to its `Option`. A new backend is one module here plus
+    one line in the registry (breakout_core/runtimes/__init__.py); the spec language learns
+    its options, artifacts and precision from the class.
     """
 
     name: ClassVar[str]
-    artifact_kind: ClassVar[str]  # "checkpoint" (a .pt from qnetwork.save_checkpoint) or "onnx"
-    OPTIONS: ClassVar[dict[str, tuple[Any, tuple | None]]] = {}
+    artifact_types: ClassVar[tuple[str, ...]]  # files it loads: "checkpoint" (qnetwork.save_checkpoint), "onnx", "engine"
+    OPTIONS: ClassVar[dict[str, Option]] = {}
 
     def __init__(self, **options: Any):
         self.requested = self.resolve_options(**options)
@@ -57,12 +87,26 @@ class Runtime(ABC):
         if unknown:
             raise ValueError(f"runtime {cls.name!r}: unknown option(s) {unknown}; valid: {sorted(cls.OPTIONS)}")
         resolved = {}
-        for key, (default, choices) in cls.OPTIONS.items():
-            value = options.get(key, default)
-            if choices is not None and value not in choices:
-                raise ValueError(f"runtime {cls.name!r}: {key}={value!r} is not one of {list(choices)}")
+        for key, option in cls.OPTIONS.items():
+            value = options.get(key, option.default)
+            problem = option.problem(value)
+            if problem:
+                raise ValueError(f"runtime {cls.name!r}: {key}={value!r} {problem}")
             resolved[key] = value
         return resolved
+
+    @classmethod
+    def precision(cls, options: dict[str, Any], artifact_precision: str) -> str:
+        """'fp32' or 'fp16': what it computes in with these options on a file of `artifact_precision`
+        (by default the file's own; a backend with a precision option says its own)."""
+        return options.get("precision", artifact_precision)
+
+    @classmethod
+    def artifact_problem(cls, options: dict[str, Any], artifact_type: str, artifact_precision: str) -> str | None:
+        """Why this runtime, so configured, cannot load such a file (None: it can)."""
+        if artifact_type not in cls.artifact_types:
+            return f"runtime {cls.name} loads {' or '.join(cls.artifact_types)} files"
+        return None
 
     @classmethod
     def available(cls, **options: Any) -> tuple[bool, str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from breakout_core.runtimes.base import NUM_ACTIONS, Runtime, RuntimeUnavailable, installed_version
+from breakout_core.runtimes.base import NUM_ACTIONS, Option, Runtime, RuntimeUnavailable, installed_version
 
 PAGE = "/runtime.html"
 MODEL_ROUTE = "/artifact/model.onnx"
@@ -31,11 +31,13 @@ PAGE_TIMEOUT_MS = 120_000  # model load and a WebGPU pipeline compile on SwiftSh
 
 class BrowserRuntime(Runtime):
     name = "browser"
-    artifact_kind = "onnx"
+    artifact_types = ("onnx",)
     OPTIONS = {
-        "provider": ("wasm", ("wasm", "webgpu")),
-        "num_threads": (None, None),  # ort.env.wasm.numThreads; None: onnxruntime-web's default
-        "webgpu_adapter": ("swiftshader", ("swiftshader", "default")),  # Chromium's adapter choice for webgpu
+        "provider": Option("wasm", ("wasm", "webgpu"), description="onnxruntime-web execution provider"),
+        "num_threads": Option(None, value_type=int, minimum=1, description="WASM threads (ort.env.wasm.numThreads); "
+                              "None: onnxruntime-web's default"),
+        "webgpu_adapter": Option("swiftshader", ("swiftshader", "default"), description="Chromium's WebGPU adapter: "
+                                 "SwiftShader (software, on the CPU) or whatever Chromium picks"),
     }
 
     @classmethod
@@ -43,9 +45,6 @@ class BrowserRuntime(Runtime):
         from breakout_core.browser.chromium import browser_missing
         from breakout_core.browser.server import web_files_missing
 
-        threads = options["num_threads"]
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            return False, f"num_threads must be None or an int >= 1, got {threads!r}"
         reason = browser_missing() or web_files_missing()
         try:
             import aiohttp  # noqa: F401

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from breakout_core.runtimes.base import NUM_ACTIONS, OBS_SHAPE, Runtime, RuntimeUnavailable, import_error_reason
+from breakout_core.runtimes.base import NUM_ACTIONS, OBS_SHAPE, Option, Runtime, RuntimeUnavailable, import_error_reason
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 OPTIMIZATION_LEVELS = {
@@ -40,14 +40,15 @@ INSERTED_CAST_PREFIX = "InsertedPrecisionFreeCast"
 
 class OnnxRuntimeRuntime(Runtime):
     name = "onnxruntime"
-    artifact_kind = "onnx"
+    artifact_types = ("onnx",)
     OPTIONS = {
-        "provider": ("cpu", tuple(PROVIDERS)),
-        "device_index": (0, None),
-        "graph_optimization_level": ("all", tuple(OPTIMIZATION_LEVELS)),
-        "intra_op_threads": (None, None),  # None: ONNX Runtime's default (one per physical core)
-        "disable_cpu_ep_fallback": (False, (False, True)),
-        "node_placement": (True, (False, True)),  # profile one run at load to read each node's provider
+        "provider": Option("cpu", tuple(PROVIDERS)),
+        "device_index": Option(0, value_type=int, minimum=0),
+        "graph_optimization_level": Option("all", tuple(OPTIMIZATION_LEVELS)),
+        "intra_op_threads": Option(None, value_type=int, minimum=1,
+                                   description="None: ONNX Runtime's default (one per physical core)"),
+        "disable_cpu_ep_fallback": Option(False, (False, True)),
+        "node_placement": Option(True, (False, True), description="profile one run at load to read each node's provider"),
     }
 
     @classmethod
@@ -69,9 +70,6 @@ class OnnxRuntimeRuntime(Runtime):
         if wanted not in have:
             hint = " (the CUDA provider comes with the onnxruntime-gpu package)" if options["provider"] == "cuda" else ""
             return False, f"{wanted} is not in onnxruntime {ort.__version__}'s available providers {have}{hint}"
-        threads = options["intra_op_threads"]
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            return False, f"intra_op_threads must be None or an int >= 1, got {threads!r}"
         return True, ""
 
     # -- loading ----------------------------------------------------------------------------

@@ -33,6 +33,7 @@ import numpy as np
 from breakout_core.runtimes.base import (
     NUM_ACTIONS,
     OBS_SHAPE,
+    Option,
     Runtime,
     RuntimeUnavailable,
     import_error_reason,
@@ -44,21 +45,30 @@ ENGINE_SUFFIXES = (".engine", ".plan")
 
 class TensorRTRuntime(Runtime):
     name = "tensorrt"
-    artifact_kind = "onnx"
+    artifact_types = ("onnx", "engine")
     OPTIONS = {
-        "precision": ("fp32", ("fp32", "fp16")),
-        "device_index": (0, None),
-        "max_batch": (64, None),  # optimisation profile: batch 1 .. max_batch
-        "opt_batch": (1, None),  # the batch TensorRT tunes kernels for (1: one decision at a time)
-        "workspace_bytes": (1 << 30, None),
-        "allow_tf32": (False, (False, True)),
-        "engine_path": (None, None),  # default: <onnx stem>.<precision>.engine beside the ONNX file
+        "precision": Option("fp32", ("fp32", "fp16")),
+        "device_index": Option(0, value_type=int, minimum=0),
+        "max_batch": Option(64, value_type=int, minimum=1, description="optimisation profile: batch 1 .. max_batch"),
+        "opt_batch": Option(1, value_type=int, minimum=1,
+                            description="the batch TensorRT tunes kernels for (1: one decision at a time)"),
+        "workspace_bytes": Option(1 << 30, value_type=int, minimum=1 << 20),
+        "allow_tf32": Option(False, (False, True)),
+        "engine_path": Option(None, value_type=str, spec_path=True,
+                              description="default: <onnx stem>.<precision>.engine beside the ONNX file"),
     }
+
+    @classmethod
+    def artifact_problem(cls, options: dict[str, Any], artifact_type: str, artifact_precision: str) -> str | None:
+        problem = super().artifact_problem(options, artifact_type, artifact_precision)
+        if problem is None and artifact_type == "onnx" and options["precision"] == "fp32" and artifact_precision != "fp32":
+            return "an fp32 TensorRT engine needs an fp32 ONNX file"
+        return problem
 
     @classmethod
     def _available(cls, options: dict[str, Any]) -> tuple[bool, str]:
         max_batch, opt_batch = options["max_batch"], options["opt_batch"]
-        if not (isinstance(max_batch, int) and isinstance(opt_batch, int) and 1 <= opt_batch <= max_batch):
+        if opt_batch > max_batch:
             return False, f"need integers 1 <= opt_batch <= max_batch, got opt_batch={opt_batch!r}, max_batch={max_batch!r}"
         try:
             import tensorrt  # noqa: F401

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from breakout_core.runtimes.base import Runtime
+from breakout_core.runtimes.base import Option, Runtime
 
 CPU_FP16_REASON = (
     "torch fp16 on CPU is not offered: CPU half kernels are slow reference paths whose accumulation "
@@ -33,12 +33,14 @@ CPU_FP16_REASON = (
 
 class TorchRuntime(Runtime):
     name = "torch"
-    artifact_kind = "checkpoint"
+    artifact_types = ("checkpoint",)
     OPTIONS = {
-        "device": ("cpu", ("cpu", "cuda")),
-        "precision": ("fp32", ("fp32", "fp16")),
-        "device_index": (0, None),
-        "allow_tf32": (False, (False, True)),
+        "device": Option("cpu", ("cpu", "cuda")),
+        "precision": Option("fp32", ("fp32", "fp16")),
+        "device_index": Option(0, value_type=int, minimum=0),
+        "allow_tf32": Option(False, (False, True)),
+        "threads": Option(None, value_type=int, minimum=1, description="torch.set_num_threads while this runtime "
+                          "is loaded (process-wide, restored by close(); describe() records it); None: torch's default"),
     }
 
     @classmethod
@@ -78,6 +80,10 @@ class TorchRuntime(Runtime):
             network = network.half()
             network.torso.register_forward_pre_hook(lambda _module, args: (args[0].half(),))
         self._network = network.to(self._device).eval()
+        self._previous_threads = None
+        if self.requested["threads"] is not None:
+            self._previous_threads = torch.get_num_threads()
+            torch.set_num_threads(self.requested["threads"])
 
     def _infer(self, obs: np.ndarray) -> np.ndarray:
         torch = self._torch
@@ -117,5 +123,7 @@ class TorchRuntime(Runtime):
 
     def _close(self) -> None:
         self._network = None
+        if self._previous_threads is not None:
+            self._torch.set_num_threads(self._previous_threads)
         if self._device.type == "cuda":
             self._torch.cuda.empty_cache()

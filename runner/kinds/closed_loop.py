@@ -19,8 +19,9 @@ import numpy as np
 from pydantic import Field
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_specs import (RuntimeMeasurement, blank_nulls, greedy, open_runtime, resumed_unavailable,
-                                  runtime_sections, with_unavailable)
+from runner.runtime_lifecycle import greedy, open_runtime
+from runner.runtime_specs import RuntimeMeasurement
+from runner.runtime_status import found_unavailable, runtime_sections, with_unavailable
 from runner.spec_base import MAX_SEED, Name
 
 
@@ -98,18 +99,12 @@ def play(runtime, contract, seed: int, steps: int) -> dict[str, np.ndarray]:
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def _already_stored(ctx: RunContext, measurement: str, runtime: str) -> bool:
-    with ctx.store.reader() as con:
-        return con.execute("SELECT count(*) FROM closed_loop_steps WHERE run_id = ? AND measurement = ? AND runtime = ?",
-                           [ctx.run_id, measurement, runtime]).fetchone()[0] > 0
-
-
 def execute(m: ClosedLoopMeasurement, ctx: RunContext) -> None:
     import pyarrow as pa
 
     task = ctx.progress.add_task(f"{m.name} · {m.steps} steps from seed {m.seed}", total=len(m.runtimes), unit="runtimes")
     for name in m.ordered_runtimes():
-        if not (ctx.resume and (_already_stored(ctx, m.name, name) or resumed_unavailable(ctx, m.name, name))):
+        if not (ctx.already_stored("closed_loop_steps", m.name, runtime=name) or found_unavailable(ctx, m.name, name)):
             with open_runtime(ctx, m.name, name) as runtime:
                 if runtime is not None:
                     t = play(runtime, ctx.contract, m.seed, m.steps)
@@ -139,7 +134,7 @@ def metrics(con, run_id: str, m: ClosedLoopMeasurement, candidate: str, baseline
 
 
 def report(con, run_id: str, m: ClosedLoopMeasurement) -> list[Section]:
-    from runner.report_html import altair, table_html
+    from runner.report_html import altair, blank_nulls, table_html
 
     alt = altair()
     sections = runtime_sections(con, run_id, m.name)
@@ -176,4 +171,5 @@ KIND = Kind(
     metric_names=METRIC_NAMES,
     metrics=metrics,
     report=report,
+    references=ClosedLoopMeasurement.references,
 )

@@ -2,9 +2,9 @@
 
 The evaluator plays `batch_size` episodes side by side and asks the policy once per vector
 step for every deciding slot; here the policy is the runtime itself, so each vector step is
-one runtime.infer() of a (B, 4, 84, 84) batch. Rows land in the `episodes` table of the
-`evaluate` kind with policy = the runtime's name, so its views (`episode_summary`,
-`episode_pairs`), its paired bootstrap metrics and its report pieces serve unchanged.
+one runtime.infer() of a (B, 4, 84, 84) batch. Rows land in the shared `episodes` table
+(runner.episode_scores) with policy = the runtime's name, so its views (`episode_summary`,
+`episode_pairs`), its paired bootstrap metrics and its report serve unchanged.
 `episode_inference` records how many inference calls and states each runtime needed.
 
 A verdict here may also use parity and latency metrics (action_agreement,
@@ -15,15 +15,17 @@ decision takes the three together. Trajectory divergence is no rule: the scores 
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 from typing import Literal
 
 from pydantic import Field
 
-from runner.kinds import evaluate, latency, parity
+from runner import episode_scores
+from runner.episode_scores import BootstrapSpec, episode_row, score_metrics, score_report
+from runner.kinds import latency, parity
 from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_specs import (RuntimeMeasurement, RuntimePolicy, open_runtime, resumed_unavailable,
-                                  runtime_sections, with_unavailable)
+from runner.runtime_lifecycle import RuntimePolicy, open_runtime
+from runner.runtime_specs import RuntimeMeasurement
+from runner.runtime_status import found_unavailable, runtime_sections, with_unavailable
 from runner.spec_base import Name, Seeds, seed_list
 
 
@@ -32,7 +34,7 @@ class EpisodesMeasurement(RuntimeMeasurement):
     name: Name
     seeds: Seeds = Field(description="episode seeds: a list, or {start, count}")
     batch_size: int = Field(default=8, ge=1, le=256, description="episodes played side by side (one inference per step)")
-    bootstrap: evaluate.BootstrapSpec = evaluate.BootstrapSpec()
+    bootstrap: BootstrapSpec = BootstrapSpec()
     parity: Name | None = Field(default=None, description="a parity measurement of this spec, for parity metrics")
     latency: Name | None = Field(default=None, description="a latency measurement of this spec, for latency metrics")
 
@@ -51,10 +53,6 @@ class EpisodesMeasurement(RuntimeMeasurement):
             return f"{metric} is a latency metric: name the latency measurement with `latency:` in {self.name!r}"
         return None
 
-    def as_evaluate(self) -> SimpleNamespace:
-        """What the evaluate kind's metrics() and report() read, with the baseline first."""
-        return SimpleNamespace(name=self.name, policies=self.ordered_runtimes(), bootstrap=self.bootstrap, gif=None)
-
 
 MIGRATIONS = [
     (
@@ -70,7 +68,7 @@ MIGRATIONS = [
     )
 ]
 
-METRIC_NAMES = evaluate.METRIC_NAMES + parity.METRIC_NAMES + latency.METRIC_NAMES
+METRIC_NAMES = episode_scores.METRIC_NAMES + parity.METRIC_NAMES + latency.METRIC_NAMES
 
 
 def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
@@ -80,7 +78,7 @@ def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
     seeds = seed_list(m.seeds)
     driver = EpisodeDriver(ctx.contract, min(m.batch_size, len(seeds)))  # one driver serves every runtime
     for name in m.ordered_runtimes():
-        if ctx.resume and (evaluate._already_stored(ctx, m.name, name) or resumed_unavailable(ctx, m.name, name)):
+        if ctx.already_stored("episodes", m.name, policy=name) or found_unavailable(ctx, m.name, name):
             continue
         with open_runtime(ctx, m.name, name) as runtime:
             if runtime is None:
@@ -98,7 +96,7 @@ def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
             result = play(policy, seeds, ctx.contract, batch_size=m.batch_size, on_step=on_step,
                           on_episode=lambda _e: ctx.progress.advance(task), driver=driver)
             wall = time.perf_counter() - started
-            ctx.store.append_rows("episodes", [evaluate.episode_row(ctx, m.name, name, e) for e in result.episodes])
+            ctx.store.append_rows("episodes", [episode_row(ctx, m.name, name, e) for e in result.episodes])
             ctx.store.append_rows("episode_inference", [{
                 "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "episodes": len(seeds),
                 "batch_size": driver.num_slots, "inference_calls": policy.calls, "states_inferred": policy.states,
@@ -106,7 +104,7 @@ def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
 
 
 def metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: str) -> dict:
-    found = evaluate.metrics(con, run_id, m.as_evaluate(), candidate, baseline)
+    found = score_metrics(con, run_id, m.name, m.bootstrap, candidate, baseline)
     if m.parity is not None:
         found.update(parity.pair_metrics(con, run_id, m.parity, candidate, baseline))
     if m.latency is not None:
@@ -118,7 +116,7 @@ def report(con, run_id: str, m: EpisodesMeasurement) -> list[Section]:
     from runner.report_html import table_html
 
     sections = runtime_sections(con, run_id, m.name)
-    sections += evaluate.report(con, run_id, m.as_evaluate())
+    sections += score_report(con, run_id, m.name, m.bootstrap, baseline=m.baseline_runtime)
     inference = con.execute("SELECT runtime, episodes, batch_size, inference_calls, states_inferred, transitions, wall_s, "
                             "episodes_per_minute FROM episode_inference WHERE run_id = ? AND measurement = ? "
                             "ORDER BY runtime", [run_id, m.name]).df()
@@ -132,10 +130,12 @@ KIND = Kind(
     name="episodes",
     model=EpisodesMeasurement,
     migrations=MIGRATIONS,
-    views=[],  # episode_summary and episode_pairs come with the evaluate kind
+    views=[],  # episode_summary and episode_pairs come with the shared episodes table
     execute=execute,
     participants=lambda m: list(m.runtimes),
     metric_names=METRIC_NAMES,
     metrics=metrics,
     report=report,
+    references=EpisodesMeasurement.references,
+    metric_problem=EpisodesMeasurement.metric_problem,
 )

@@ -16,9 +16,6 @@ from typing import Literal
 from pydantic import Field
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_specs import MIGRATIONS as RUNTIME_MIGRATIONS
-from runner.runtime_specs import VIEWS as RUNTIME_VIEWS
-from runner.runtime_specs import blank_nulls
 from runner.spec_base import Name, Seeds, StrictModel, seed_list
 
 
@@ -55,7 +52,7 @@ class ExportMeasurement(StrictModel):
         return refs
 
 
-MIGRATIONS = RUNTIME_MIGRATIONS + [  # runtime_status (shared by the deployment kinds) is created with this kind
+MIGRATIONS = [
     (
         "0410_export",
         """
@@ -73,7 +70,7 @@ MIGRATIONS = RUNTIME_MIGRATIONS + [  # runtime_status (shared by the deployment 
     )
 ]
 
-VIEWS = RUNTIME_VIEWS + [
+VIEWS = [
     """
     CREATE OR REPLACE VIEW export_sizes AS
     SELECT f.run_id, f.measurement, f.artifact, f.format, f.precision, f.bytes, f.bytes / 1e6 AS megabytes,
@@ -87,18 +84,12 @@ VIEWS = RUNTIME_VIEWS + [
 METRIC_NAMES = ("size_bytes", "size_ratio", "verify_max_abs_dq", "verify_states", "n_states")
 
 
-def _already_stored(ctx: RunContext, measurement: str) -> bool:
-    with ctx.store.reader() as con:
-        return con.execute("SELECT count(*) FROM export_files WHERE run_id = ? AND measurement = ?",
-                           [ctx.run_id, measurement]).fetchone()[0] > 0
-
-
 def execute(m: ExportMeasurement, ctx: RunContext) -> None:
     from breakout_core.export import export_onnx
     from breakout_core.fixed_states import capture_from_checkpoint, save_fixed_states
     from breakout_core.hashing import file_sha256
 
-    if ctx.resume and _already_stored(ctx, m.name):
+    if ctx.already_stored("export_files", m.name):
         return
     artifacts = ctx.spec.artifacts
     checkpoint = artifacts[m.checkpoint].path
@@ -167,7 +158,7 @@ def metrics(con, run_id: str, m: ExportMeasurement, candidate: str, baseline: st
 
 
 def report(con, run_id: str, m: ExportMeasurement) -> list[Section]:
-    from runner.report_html import altair, table_html
+    from runner.report_html import altair, blank_nulls, table_html
 
     alt = altair()
     sizes = con.execute("SELECT artifact, format, precision, bytes, megabytes, size_vs_fp32, verify_states, "
@@ -203,4 +194,6 @@ KIND = Kind(
     report=report,
     needs_baseline=False,
     comparison_metrics=("size_ratio",),
+    references=ExportMeasurement.references,
+    outputs=ExportMeasurement.outputs,
 )

@@ -23,7 +23,9 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_specs import RuntimeMeasurement, load_states, open_runtime, runtime_sections, with_unavailable
+from runner.runtime_lifecycle import load_states, open_runtime
+from runner.runtime_specs import RuntimeMeasurement
+from runner.runtime_status import runtime_sections, with_unavailable
 from runner.spec_base import Name
 
 MIN_SAMPLES = 64  # breakout_core.latency.MIN_TIMED_CALLS; a tail percentile from fewer means nothing
@@ -119,16 +121,10 @@ def _inputs(m: LatencyMeasurement, ctx: RunContext) -> tuple[dict[int, np.ndarra
     return batches, f"{what}, first b states"
 
 
-def _already_stored(ctx: RunContext, measurement: str) -> bool:
-    with ctx.store.reader() as con:
-        return con.execute("SELECT count(*) FROM latency_series WHERE run_id = ? AND measurement = ?",
-                           [ctx.run_id, measurement]).fetchone()[0] > 0
-
-
 def execute(m: LatencyMeasurement, ctx: RunContext) -> None:
     import pyarrow as pa
 
-    if ctx.resume and _already_stored(ctx, m.name):
+    if ctx.already_stored("latency_series", m.name):
         return
     batches, input_text = _inputs(m, ctx)
     per_round = m.iterations // m.rounds
@@ -243,4 +239,5 @@ KIND = Kind(
     metric_names=METRIC_NAMES,
     metrics=metrics,
     report=report,
+    references=LatencyMeasurement.references,
 )

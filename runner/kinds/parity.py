@@ -21,8 +21,9 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_specs import (RuntimeMeasurement, greedy, infer_in_batches, load_states, open_runtime,
-                                  resumed_unavailable, runtime_precision, runtime_sections, with_unavailable)
+from runner.runtime_lifecycle import greedy, infer_in_batches, load_states, open_runtime
+from runner.runtime_specs import RuntimeMeasurement, runtime_precision
+from runner.runtime_status import found_unavailable, runtime_sections, with_unavailable
 from runner.spec_base import Name, StrictModel
 
 
@@ -144,12 +145,6 @@ def tolerance_for(m: ParityMeasurement, spec, runtime: str) -> tuple[float, floa
     return atol, rtol, precision, f"default for {precision} (Polygraphy)"
 
 
-def _already_stored(ctx: RunContext, measurement: str, runtime: str) -> bool:
-    with ctx.store.reader() as con:
-        return con.execute("SELECT count(*) FROM parity_settings WHERE run_id = ? AND measurement = ? AND runtime = ?",
-                           [ctx.run_id, measurement, runtime]).fetchone()[0] > 0
-
-
 def execute(m: ParityMeasurement, ctx: RunContext) -> None:
     import pyarrow as pa
 
@@ -159,7 +154,7 @@ def execute(m: ParityMeasurement, ctx: RunContext) -> None:
     task = ctx.progress.add_task(f"{m.name} · {n} states × {len(m.batch_sizes)} batch sizes", total=len(m.runtimes),
                                  unit="runtimes")
     for name in m.ordered_runtimes():
-        if ctx.resume and (_already_stored(ctx, m.name, name) or resumed_unavailable(ctx, m.name, name)):
+        if ctx.already_stored("parity_settings", m.name, runtime=name) or found_unavailable(ctx, m.name, name):
             ctx.progress.advance(task)
             continue
         with open_runtime(ctx, m.name, name) as runtime:
@@ -275,4 +270,5 @@ KIND = Kind(
     metric_names=METRIC_NAMES,
     metrics=metrics,
     report=report,
+    references=ParityMeasurement.references,
 )

@@ -1,0 +1,116 @@
+"""Checks across a spec's sections: its artifacts, runtimes and the names its measurements
+and verdicts use, each problem as (location, message).
+
+The file rule: an artifact must exist when the spec is validated, except one whose
+`made_by` names the spec itself (its own output, written by an `export` measurement of
+that spec). A missing file made by another spec is reported with that spec's name and
+file, so `runner validate` says what to run first. (`load_spec(..., will_exist=...)`
+accepts the outputs of specs that will run before, for checking a chain of specs.)
+
+A kind takes part through its hooks (runner.kinds.base.Kind): `references` (the runtimes,
+artifacts and measurements a measurement names), `outputs` (the artifacts it writes) and
+`metric_problem` (why a verdict may not use a metric there).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _names(values) -> str:
+    return ", ".join(sorted(values)) or "none"
+
+
+def deploy_problems(spec, context: dict | None = None) -> list[tuple[tuple, str]]:
+    """Artifacts, runtimes and the names measurements and verdicts use: (location, message) each."""
+    from runner.kinds import KINDS
+
+    context = context or {}
+    kinds = [KINDS[m.kind] for m in spec.measurements]
+    outputs = [kind.outputs(m) for kind, m in zip(kinds, spec.measurements)]
+    return (_artifact_problems(spec, context, {n for written in outputs for n in written})
+            + _runtime_problems(spec) + _reference_problems(spec, kinds, outputs) + _metric_problems(spec))
+
+
+def _artifact_problems(spec, context: dict, outputs: set[str]) -> list[tuple[tuple, str]]:
+    problems: list[tuple[tuple, str]] = []
+    check_files = context.get("check_files", True)
+    will_exist = {str(Path(p).resolve()) for p in context.get("will_exist", ())}
+    for name, artifact in spec.artifacts.items():
+        path = Path(artifact.path)
+        own = artifact.made_by == spec.name
+        if own and name not in outputs:
+            problems.append((("artifacts", name, "made_by"),
+                             f"made_by names this spec, but none of its export measurements writes {name!r}"))
+        if not check_files or own or path.is_file() or str(path.resolve()) in will_exist:
+            continue
+        if artifact.made_by is None:
+            problems.append((("artifacts", name, "path"), f"model file not found: {path}"))
+        else:
+            producer = Path(context.get("base_dir") or path.parent, f"{artifact.made_by}.yaml")
+            hint = f" ({producer}): run `runner run {producer}` first" if producer.is_file() else ": run that spec first"
+            problems.append((("artifacts", name, "path"),
+                             f"file not found: {path}; it is made by spec {artifact.made_by!r}{hint}"))
+    return problems
+
+
+def _runtime_problems(spec) -> list[tuple[tuple, str]]:
+    problems: list[tuple[tuple, str]] = []
+    for name, config in spec.runtimes.items():
+        artifact = spec.artifacts.get(config.artifact)
+        if artifact is None:
+            problems.append((("runtimes", name, "artifact"),
+                             f"unknown artifact {config.artifact!r}; defined: {_names(spec.artifacts)}"))
+            continue
+        problem = config.backend.artifact_problem(config.options(), artifact.type, artifact.precision)
+        if problem:
+            problems.append((("runtimes", name, "artifact"),
+                             f"{problem}; {config.artifact!r} is {artifact.type} ({artifact.path})"))
+    return problems
+
+
+def _reference_problems(spec, kinds, outputs) -> list[tuple[tuple, str]]:
+    problems: list[tuple[tuple, str]] = []
+    by_name = {m.name: m for m in spec.measurements}
+    for i, (kind, m) in enumerate(zip(kinds, spec.measurements)):
+        for loc, what, value in kind.references(m):
+            where = ("measurements", i, *loc)
+            if what == "runtime":
+                if value not in spec.runtimes:
+                    problems.append((where, f"unknown runtime {value!r}; defined: {_names(spec.runtimes)}"))
+            elif what.startswith("artifact"):
+                wanted = what.partition(":")[2]
+                artifact = spec.artifacts.get(value)
+                if artifact is None:
+                    problems.append((where, f"unknown artifact {value!r}; defined: {_names(spec.artifacts)}"))
+                elif wanted and artifact.type != wanted:
+                    problems.append((where, f"{value!r} is {artifact.type} ({artifact.path}); {wanted} is needed here"))
+                elif what.startswith("artifact_out") and artifact.made_by != spec.name:
+                    problems.append((where, f"{value!r} is written here, so artifacts.{value} needs made_by: {spec.name}"))
+                elif not what.startswith("artifact_out") and artifact.made_by == spec.name and not any(
+                        value in written for written in outputs[:i]):
+                    problems.append((where, f"{value!r} is written by this spec, but by no measurement before this one"))
+            elif what.startswith("measurement:"):
+                wanted = what.partition(":")[2]
+                other = by_name.get(value)
+                if other is None or other.kind != wanted:
+                    choices = [n for n, o in by_name.items() if o.kind == wanted]
+                    problems.append((where, f"{value!r} is not a {wanted} measurement of this spec; "
+                                            f"choose from {_names(choices)}"))
+    return problems
+
+
+def _metric_problems(spec) -> list[tuple[tuple, str]]:
+    from runner.kinds import KINDS
+
+    problems: list[tuple[tuple, str]] = []
+    by_name = {m.name: m for m in spec.measurements}
+    for i, v in enumerate(spec.verdicts):
+        m = by_name.get(v.measurement)
+        if m is None:
+            continue
+        for metric in v.deployment_worthy_when:
+            message = KINDS[m.kind].metric_problem(m, metric)
+            if message:
+                problems.append((("verdicts", i, "deployment_worthy_when", metric), message))
+    return problems

@@ -1,0 +1,94 @@
+"""A spec's runtime from configuration to closed: open it (or record why it cannot run
+here), feed it states, let it play; the deployment kinds share these steps."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from typing import Any, Iterator
+
+import numpy as np
+
+from runner import runtime_status
+from runner.lineage import check_lineage
+from runner.runtime_specs import runtime_precision
+
+
+@contextlib.contextmanager
+def open_runtime(ctx, measurement: str, name: str) -> Iterator[Any]:
+    """Yield the loaded runtime `name` of the spec, or None when it cannot run here.
+
+    Either way one runtime_status row records it: unavailable with the reason, or
+    available with describe() and the load time (never part of any measurement)."""
+    from breakout_core.runtimes import RuntimeUnavailable
+
+    config = ctx.spec.runtimes[name]
+    artifact = ctx.spec.artifacts[config.artifact]
+    check_lineage(ctx, [config.artifact])
+    row = {"run_id": ctx.run_id, "measurement": measurement, "runtime": name, "backend": config.runtime,
+           "artifact": artifact.path, "artifact_sha256": None, "precision": runtime_precision(ctx.spec, name),
+           "requested": json.dumps(config.model_dump(exclude={"runtime", "artifact"})), "load_s": None}
+    runtime = config.make_runtime()
+    ok, reason = runtime.available(**runtime.requested)
+    if ok:
+        started = time.perf_counter()
+        try:
+            runtime.load(artifact.path)
+        except RuntimeUnavailable as exc:
+            ok, reason = False, exc.reason
+        else:
+            row["load_s"] = time.perf_counter() - started
+            row["artifact_sha256"] = runtime.artifact_sha256
+    runtime_status.record(ctx, row, ok, reason, runtime.describe() if ok else None)
+    if not ok:
+        yield None
+        return
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+
+
+def load_states(ctx, artifact_name: str):
+    """The fixed states of an artifact, refused if captured under another contract."""
+    from breakout_core.fixed_states import file_sha256, load_fixed_states
+
+    check_lineage(ctx, [artifact_name])
+    path = ctx.spec.artifacts[artifact_name].path
+    states = load_fixed_states(path, expected_contract_hash=ctx.contract.hash)
+    return states, path, file_sha256(path)
+
+
+def chunks(n: int, batch: int) -> list[slice]:
+    return [slice(i, min(i + batch, n)) for i in range(0, n, batch)]
+
+
+def infer_in_batches(runtime, obs: np.ndarray, batch: int) -> np.ndarray:
+    """Q-values of every state, fed `batch` at a time (the last batch may be smaller)."""
+    return np.concatenate([runtime.infer(obs[s]) for s in chunks(len(obs), batch)])
+
+
+def greedy(q: np.ndarray) -> np.ndarray:
+    """Greedy actions, lowest index on ties; -1 for a row with a non-finite value (as parity.compare_q)."""
+    from breakout_core.parity import greedy_actions
+
+    finite = np.isfinite(q).all(axis=1)
+    return np.where(finite, greedy_actions(np.where(np.isfinite(q), q, -np.inf)), -1).astype(np.int64)
+
+
+class RuntimePolicy:
+    """A greedy (epsilon 0) policy whose Q-values come from a runtime: one infer() per act()."""
+
+    def __init__(self, runtime, name: str):
+        self.runtime = runtime
+        self.name = name
+        self.epsilon = 0.0
+        self.calls = 0
+        self.states = 0
+
+    def act(self, obs: np.ndarray, rngs) -> np.ndarray:
+        q = self.runtime.infer(obs)
+        self.calls += 1
+        self.states += len(obs)
+        return greedy(q)

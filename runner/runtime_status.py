@@ -1,0 +1,103 @@
+"""The `runtime_status` table, shared by every kind that runs runtimes: one row per runtime
+of a measurement, available with what actually ran (describe()) and its load time, or
+unavailable with the reason. Verdicts that need an unavailable runtime say `unavailable`
+with that reason; the report shows the table first."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from runner import schema
+
+MIGRATIONS = [
+    (
+        "0400_runtime_status",
+        """
+        CREATE TABLE runtime_status (
+            run_id VARCHAR NOT NULL,
+            measurement VARCHAR NOT NULL,
+            runtime VARCHAR NOT NULL,
+            backend VARCHAR NOT NULL,
+            artifact VARCHAR NOT NULL,
+            artifact_sha256 VARCHAR,
+            precision VARCHAR NOT NULL,
+            requested JSON NOT NULL,
+            available BOOLEAN NOT NULL,
+            reason VARCHAR,
+            runtime_describe JSON,
+            load_s DOUBLE,
+            recorded_at TIMESTAMPTZ NOT NULL
+        )
+        """,
+    )
+]
+
+VIEWS = [
+    """
+    CREATE OR REPLACE VIEW runtime_summary AS
+    SELECT run_id, measurement, runtime, backend, precision, available, reason,
+           runtime_describe->>'$.actual.device' AS device,
+           runtime_describe->>'$.actual.provider' AS provider,
+           runtime_describe->>'$.actual.precision' AS actual_precision,
+           runtime_describe->>'$.actual.nodes_by_provider' AS nodes_by_provider,
+           runtime_describe->>'$.actual.nodes_not_on_requested_provider' AS nodes_off_provider,
+           load_s, artifact, artifact_sha256
+    FROM runtime_status
+    """,
+]
+
+schema.declare("runtime_status", MIGRATIONS, VIEWS)
+
+
+def record(ctx, row: dict[str, Any], available: bool, reason: str | None, describe: dict | None = None) -> None:
+    """One runtime_status row: `row` names the runtime and its artifact; describe() when it loaded."""
+    from runner.store import utcnow
+
+    ctx.store.append_rows("runtime_status", [{
+        **row, "available": available, "reason": reason or None, "recorded_at": utcnow(),
+        "runtime_describe": None if describe is None else json.dumps(describe, default=str)}])
+
+
+def unavailable_reason(con, run_id: str, measurements, runtimes) -> str | None:
+    """Why any of `runtimes` could not run in any of `measurements` of a run (None: all ran)."""
+    measurements = [m for m in measurements if m]
+    runtimes = [r for r in runtimes if r]
+    if not measurements or not runtimes:
+        return None
+    rows = con.execute(
+        f"SELECT DISTINCT runtime, backend, reason FROM runtime_status WHERE run_id = ? AND NOT available "
+        f"AND measurement IN ({', '.join('?' * len(measurements))}) AND runtime IN ({', '.join('?' * len(runtimes))}) "
+        f"ORDER BY runtime", [run_id, *measurements, *runtimes]).fetchall()
+    if not rows:
+        return None
+    return "; ".join(f"runtime {name} ({backend}) unavailable here: {reason}" for name, backend, reason in rows)
+
+
+def with_unavailable(found: dict, con, run_id: str, measurements, runtimes) -> dict:
+    """`found` metrics, marked with why a runtime they need could not run (verdict: unavailable)."""
+    reason = unavailable_reason(con, run_id, measurements, runtimes)
+    if reason:
+        found["unavailable_reason"] = reason
+    return found
+
+
+def found_unavailable(ctx, measurement: str, runtime: str) -> bool:
+    """On --resume: this runtime was already found unavailable in this measurement (its row stands)."""
+    return ctx.already_stored("runtime_status", measurement, runtime=runtime, available=False)
+
+
+def runtime_sections(con, run_id: str, measurement: str) -> list:
+    """The report's runtime table (none when no runtime was recorded), to start a kind's sections:
+    each runtime's availability, reason, and what actually ran."""
+    from runner.kinds.base import Section
+    from runner.report_html import blank_nulls, table_html
+
+    frame = con.execute(
+        "SELECT runtime, backend, precision, available, reason, device, provider, actual_precision, "
+        "nodes_by_provider, nodes_off_provider, load_s FROM runtime_summary WHERE run_id = ? AND measurement = ? "
+        "ORDER BY runtime", [run_id, measurement]).df()
+    if frame.empty:
+        return []
+    return [Section(f"{measurement}: runtimes (requested, available here, what actually ran)",
+                    html=table_html(blank_nulls(frame)))]
