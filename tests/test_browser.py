@@ -34,6 +34,7 @@ def torch_q(artifacts):  # noqa: F811
         return rt.infer(artifacts.states.obs)
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize("provider", ["wasm", "webgpu"])
 def test_page_q_values_match_torch_on_real_states(artifacts, torch_q, provider):  # noqa: F811
     with make_runtime("browser", provider=provider) as rt:
@@ -58,6 +59,7 @@ def test_page_q_values_match_torch_on_real_states(artifacts, torch_q, provider):
         assert set(actual["nodes_by_provider"]) == {"CPUExecutionProvider"} and actual["adapter"] is None
 
 
+@pytest.mark.browser
 def test_in_page_latency_samples(artifacts):  # noqa: F811
     with make_runtime("browser", provider="wasm") as rt:
         rt.load(artifacts.export.onnx_path)
@@ -144,6 +146,8 @@ verdicts:
 """
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):  # noqa: F811
     db = tmp_path / "browser.duckdb"
     for name, text in (("browser.yaml", BROWSER_SPEC), ("episodes.yaml", EPISODES_SPEC)):
@@ -169,6 +173,8 @@ def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):  # noqa: F811
 
 # -- the play page ------------------------------------------------------------------------------
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_play_page_person_and_agent_play_to_the_end_and_the_row_is_stored(tmp_path):
     from breakout_core.browser import chromium
     from breakout_core.contract import Contract
@@ -237,6 +243,7 @@ def test_play_page_person_and_agent_play_to_the_end_and_the_row_is_stored(tmp_pa
     assert f"{row['human_score']:g}" in page_text and row["model_sha256"] == shown["model_sha256"]
 
 
+@pytest.mark.browser
 def test_runner_play_serves_the_page_and_refuses_a_missing_model(tmp_path):
     import time
     import urllib.request

@@ -160,6 +160,7 @@ measurements:
 """
 
 
+@pytest.mark.slow
 def test_a_replay_that_cannot_fit_in_memory(tmp_path, write_spec):
     result = runner("validate", str(write_spec(TRAIN.format(capacity=10**12))), cwd=tmp_path)
     assert_one_line_usage_error(result, "replay_capacity", "GB", "memory")
@@ -171,6 +172,7 @@ def test_a_replay_that_cannot_fit_in_memory(tmp_path, write_spec):
     ("[1, 2147483648]", "2147483647"),
     ("{start: 2147483640, count: 10}", "2147483647"),
 ], ids=["too-many", "too-large", "range-past-the-largest"])
+@pytest.mark.slow
 def test_seed_lists_are_capped_like_ranges(tmp_path, write_spec, seeds, mentions):
     spec = write_spec(EVALUATE.replace("seeds: [1]", f"seeds: {seeds}"))
     assert_one_line_usage_error(runner("validate", str(spec), cwd=tmp_path), "seeds", mentions)

@@ -116,6 +116,7 @@ def test_fail_on_regression_exits_nonzero_only_beyond_its_factor(store):
     assert cli.invoke(main, args).exit_code == 0
 
 
+@pytest.mark.slow
 def test_null_latency_trials_are_flagged_no_more_often_than_the_stated_rate(store):
     """400 series drawn from one distribution in both runs: at p < 0.002 about 0.8 are
     expected significant; more than 5 would happen by chance with probability < 0.001."""
@@ -252,6 +253,7 @@ def test_user_mistakes_are_one_line_and_exit_2(store):
         compare_runs(store, "A", "A")
 
 
+@pytest.mark.slow
 def test_spec_shorthand_and_html_report(store, tmp_path):
     rng = np.random.default_rng(10)
     for run_id in ("A", "B", "C"):

@@ -44,6 +44,7 @@ def runner(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedP
                           timeout=timeout)
 
 
+@pytest.mark.slow
 def test_run_sql_report_and_verdicts(tmp_path, checkpoint, write_spec):
     spec = write_spec(TINY)
     db = tmp_path / "results.duckdb"
@@ -139,6 +140,7 @@ def wait_for_rows(db: Path, count_sql: str, params: list | None = None, timeout:
     raise AssertionError(f"no rows for {count_sql} {params or ''} within {timeout} s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["sigint", "sigkill"])
 def test_interrupted_run_is_marked_and_keeps_what_was_stored(tmp_path, write_spec, how):
     spec = write_spec(LONG)
@@ -185,6 +187,7 @@ measurements:
 """
 
 
+@pytest.mark.slow
 def test_a_resumed_run_goes_on_in_the_game_it_began(tmp_path, write_spec):
     """A run stored under another contract than this runner's default builds from the same
     spec text (a spec that names none) is resumed under its own contract, and says so."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pytest
 
 from breakout_core.contract import Contract
 from breakout_core.evaluator import evaluate
@@ -20,6 +21,7 @@ REPO = Path(__file__).parents[1]
 SHIPPED = REPO / "models" / "reference"
 
 
+@pytest.mark.slow
 def test_shipped_checkpoint_has_the_contract_and_beats_random_on_three_seeds():
     import torch
 
@@ -87,6 +89,7 @@ verdicts:
 """
 
 
+@pytest.mark.slow
 def test_train_export_evaluate_with_history_and_model_card(tmp_path):
     (tmp_path / "train.yaml").write_text(TRAIN)
     _runner("run", "train.yaml", "--db", "train.duckdb", "--no-report", cwd=tmp_path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import pytest
 from datetime import timedelta
 
 import duckdb
@@ -62,6 +63,7 @@ def test_the_heartbeat_stamps_its_run_until_stopped(tmp_path):
     assert beat_at() == stopped
 
 
+@pytest.mark.slow
 def test_mark_interrupted_by_hand(tmp_path):
     path = tmp_path / "r.duckdb"
     store = Store(path)

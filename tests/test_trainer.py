@@ -11,6 +11,7 @@ TINY = dict(learning_starts=200, replay_capacity=2_000, diagnostics_every=100, t
             epsilon_decay_transitions=400, torch_threads=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_envs", [1, 3])
 def test_counts_are_transitions_whatever_n(tmp_path, num_envs):
     config = TrainConfig(total_transitions=601, num_envs=num_envs, checkpoint_at=(300,), **TINY)
@@ -41,6 +42,7 @@ def test_epsilon_schedule_is_linear_in_transitions():
     assert config.epsilon(1000) == config.epsilon(5000) == pytest.approx(0.1)
 
 
+@pytest.mark.slow
 def test_resume_goes_on_to_the_same_total(tmp_path):
     config = TrainConfig(total_transitions=500, num_envs=2, checkpoint_at=(250,), **TINY)
     first = Trainer(config, Contract(), tmp_path)
@@ -67,6 +69,7 @@ def test_state_is_saved_only_once_the_consumer_took_the_checkpoint(tmp_path):
     assert torch.load(trainer.state_path(), weights_only=True)["transitions"] == 250
 
 
+@pytest.mark.slow
 def test_results_summarise_every_attempt(tmp_path):
     """Killed after its final state was saved, a resumed trainer has nothing left to do; its
     results still describe the whole run, not an attempt that moved no weight."""

@@ -80,6 +80,7 @@ def test_import_refuses_a_folder_mixing_runs_and_never_duplicates(tmp_path):
     assert _rows(target) == once == {"runs": 2, "train_episodes": 100}
 
 
+@pytest.mark.slow
 def test_cli_refusals_are_usage_errors(tmp_path):
     from test_cli_inputs import assert_one_line_usage_error
     from test_end_to_end import runner
