@@ -22,7 +22,7 @@ from breakout_core.contract import Contract
 from breakout_core.driver import EpisodeDriver
 from breakout_core.envs import NUM_ACTIONS
 from breakout_core.qnetwork import QNetwork, save_checkpoint
-from breakout_core.replay import FrameReplay
+from breakout_core.replay import FrameReplay, ReplayBatch
 
 ALGORITHMS = ("dqn", "double", "dueling")  # dueling = dueling head + double targets
 STATE_FORMAT = "breakout-trainer-state/1"
@@ -50,6 +50,7 @@ class TrainConfig:
     torch_threads: int | None = None  # None leaves torch's default
     channels_last: bool = False
     fused_adam: bool = True  # where the torch build supports it
+    compile: bool = False  # torch.compile the TD loss (inductor); costs seconds to a minute at the first update
     diagnostics_every: int = 1_000  # transitions between diagnostics records
     measure_from: int = 0  # transitions of warm-up before the throughput clock starts
     checkpoint_at: tuple[int, ...] = ()  # transitions at which to save a checkpoint
@@ -132,6 +133,8 @@ class Trainer:
             self.online = self.online.to(memory_format=torch.channels_last)
             self.target = self.target.to(memory_format=torch.channels_last)
         self.optimizer = _adam(self.online.parameters(), config.learning_rate, config.fused_adam)
+        # compiled lazily, at the first update; the modules and their state_dict keys stay as they are
+        self._loss_fn = torch.compile(self._td_loss) if config.compile else self._td_loss
         self.initial = [p.detach().clone() for p in self.online.parameters()]  # weights_moved is measured from here
         self.measured = (0, 0.0)  # (transitions, seconds) measured by earlier attempts, up to their saved state
         self.wall_s = 0.0  # earlier attempts' wall time, up to their saved state
@@ -205,22 +208,31 @@ class Trainer:
         return actions
 
     # -- learning --------------------------------------------------------------------
-    def _update(self, replay: FrameReplay, want_diagnostics: bool) -> dict | None:
-        cfg = self.config
-        batch = replay.sample(cfg.batch_size, self.device)
-        obs, next_obs = batch.obs, batch.next_obs
-        if cfg.channels_last:
-            obs = obs.contiguous(memory_format=torch.channels_last)
-            next_obs = next_obs.contiguous(memory_format=torch.channels_last)
-        q = self.online(obs).gather(1, batch.actions[:, None]).squeeze(1)
+    def _td_loss(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
+                 terminal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(Huber loss, Q(s, a), TD target) of a batch: the forward part of a gradient step, the
+        part `compile` hands to torch.compile."""
+        q = self.online(obs).gather(1, actions[:, None]).squeeze(1)
         with torch.no_grad():
-            if cfg.algorithm == "dqn":
+            if self.config.algorithm == "dqn":
                 next_q = self.target(next_obs).max(dim=1).values
             else:
                 best = self.online(next_obs).argmax(dim=1, keepdim=True)
                 next_q = self.target(next_obs).gather(1, best).squeeze(1)
-            target = batch.rewards + cfg.gamma * (1.0 - batch.terminal) * next_q
-        loss = F.smooth_l1_loss(q, target)
+            target = rewards + self.config.gamma * (1.0 - terminal) * next_q
+        return F.smooth_l1_loss(q, target), q, target
+
+    def _batch_inputs(self, batch: ReplayBatch) -> tuple[torch.Tensor, ...]:
+        obs, next_obs = batch.obs, batch.next_obs
+        if self.config.channels_last:
+            obs = obs.contiguous(memory_format=torch.channels_last)
+            next_obs = next_obs.contiguous(memory_format=torch.channels_last)
+        return obs, next_obs, batch.actions, batch.rewards, batch.terminal
+
+    def _update(self, replay: FrameReplay, want_diagnostics: bool) -> dict | None:
+        cfg = self.config
+        batch = replay.sample(cfg.batch_size, self.device)
+        loss, q, target = self._loss_fn(*self._batch_inputs(batch))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.online.parameters(), cfg.max_grad_norm)
@@ -319,20 +331,24 @@ def slot_seed(seed: int, attempt: int, slot: int) -> int:
     return int(np.random.SeedSequence([seed, attempt, slot]).generate_state(1)[0] >> 1)
 
 
-def learner_rate(config: TrainConfig, contract: Contract, *, updates: int = 40, warmup: int = 5) -> float:
-    """Bare gradient steps per second: the update alone, on a replay of random frames, with the
-    config's network, batch size, memory format, optimizer and threads. 4 x this (one update
-    per 4 transitions) is the learner-bound limit of training throughput."""
-    trainer = Trainer(config, contract, "/nonexistent-unused")
+def random_replay(config: TrainConfig, contract: Contract) -> FrameReplay:
+    """A single-stream replay filled with random frames and actions: what the bare gradient step
+    is measured on (its cost does not depend on what the frames show)."""
     replay = FrameReplay(max(4_096, config.batch_size * 8), 1, frame_shape=(contract.screen_size,) * 2,
                          stack=contract.frame_stack, seed=config.seed)
     rng = np.random.default_rng(config.seed)
-    for start in range(0, replay.stream_capacity, 256):
-        n = min(256, replay.stream_capacity - start)
-        for k in range(n):
-            replay.add(np.array([0]), rng.integers(0, 255, (1, contract.screen_size, contract.screen_size), dtype=np.uint8),
-                       rng.integers(0, NUM_ACTIONS, 1), np.zeros(1, np.float32), np.zeros(1, bool),
-                       np.array([start + k == 0]))
+    for k in range(replay.stream_capacity):
+        replay.add(np.array([0]), rng.integers(0, 255, (1, contract.screen_size, contract.screen_size), dtype=np.uint8),
+                   rng.integers(0, NUM_ACTIONS, 1), np.zeros(1, np.float32), np.zeros(1, bool), np.array([k == 0]))
+    return replay
+
+
+def learner_rate(config: TrainConfig, contract: Contract, *, updates: int = 40, warmup: int = 5) -> float:
+    """Bare gradient steps per second: the update alone, on a replay of random frames, with the
+    config's network, batch size, memory format, optimizer, compilation and threads. 4 x this (one
+    update per 4 transitions) is the learner-bound limit of training throughput."""
+    trainer = Trainer(config, contract, "/nonexistent-unused")
+    replay = random_replay(config, contract)
     for _ in range(warmup):
         trainer._update(replay, want_diagnostics=False)
     started = time.perf_counter()

@@ -1,0 +1,207 @@
+"""Where a gradient step's milliseconds go, and what each way of making it faster buys.
+
+    python benchmarks/learner_step.py [--algorithm double] [--steps 30] [--rounds 3] [--threads 2]
+
+1. Profile: the trainer's own networks, optimizer and replay (random frames), one step cut
+   into its phases and each phase timed on its own: replay sampling (stacking single frames
+   into 4-frame observations), the online forward on obs, the Double-DQN online forward on
+   the next obs, the target forward, the loss, backward, gradient clipping, the optimizer and
+   the diagnostics. The whole `Trainer._update` is timed beside it, so the phases' sum can be
+   checked against it. FLOPs are counted by torch's FlopCounterMode on one step.
+2. Variants of the whole step (memory format, fused Adam, torch.compile, one online forward
+   over obs and next obs together, bf16 autocast), each against the plain step (NCHW, plain
+   Adam, eager), interleaved over rounds in this one process; ratios are plain / variant time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from breakout_core.contract import CONTRACTS
+from breakout_core.trainer import TrainConfig, Trainer, random_replay
+
+PHASES = ("sample", "online_fwd_obs", "online_fwd_next", "target_fwd_next", "loss", "backward", "clip",
+          "optimizer", "diagnostics")
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1e3
+
+
+def phase_times(trainer: Trainer, replay, steps: int) -> dict[str, list[float]]:
+    """Each phase of `steps` gradient steps timed on its own (torch on CPU runs each op to its end)."""
+    cfg = trainer.config
+    times: dict[str, list[float]] = {p: [] for p in PHASES}
+    for _ in range(steps):
+        t = time.perf_counter()
+        obs, next_obs, actions, rewards, terminal = trainer._batch_inputs(replay.sample(cfg.batch_size))
+        times["sample"].append(_ms(t))
+        t = time.perf_counter()
+        q = trainer.online(obs).gather(1, actions[:, None]).squeeze(1)
+        times["online_fwd_obs"].append(_ms(t))
+        with torch.no_grad():
+            t = time.perf_counter()
+            best = None if cfg.algorithm == "dqn" else trainer.online(next_obs).argmax(dim=1, keepdim=True)
+            times["online_fwd_next"].append(_ms(t))
+            t = time.perf_counter()
+            next_values = trainer.target(next_obs)
+            times["target_fwd_next"].append(_ms(t))
+        t = time.perf_counter()
+        with torch.no_grad():
+            next_q = next_values.max(dim=1).values if best is None else next_values.gather(1, best).squeeze(1)
+            target = rewards + cfg.gamma * (1.0 - terminal) * next_q
+        loss = F.smooth_l1_loss(q, target)
+        times["loss"].append(_ms(t))
+        t = time.perf_counter()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        times["backward"].append(_ms(t))
+        t = time.perf_counter()
+        grad_norm = torch.nn.utils.clip_grad_norm_(trainer.online.parameters(), cfg.max_grad_norm)
+        times["clip"].append(_ms(t))
+        t = time.perf_counter()
+        trainer.optimizer.step()
+        times["optimizer"].append(_ms(t))
+        t = time.perf_counter()
+        td = (target - q).detach().abs()
+        [float(v) for v in (loss.detach(), q.detach().mean(), target.mean(), td.mean(), td.max(), grad_norm)]
+        times["diagnostics"].append(_ms(t))
+    return times
+
+
+def step_ms(trainer: Trainer, replay, steps: int) -> float:
+    """Median milliseconds of the trainer's own `_update` over `steps` steps."""
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        trainer._update(replay, want_diagnostics=False)
+        times.append(_ms(t))
+    return statistics.median(times)
+
+
+def step_flops(trainer: Trainer, replay) -> int:
+    counter = FlopCounterMode(display=False)
+    with counter:
+        trainer._update(replay, want_diagnostics=False)
+    return counter.get_total_flops()
+
+
+class JointForwardTrainer(Trainer):
+    """Double DQN with one online forward over obs and next obs together (batch 2B), the
+    next half detached: one call instead of two, but backward then runs over 2B samples."""
+
+    def _td_loss(self, obs, next_obs, actions, rewards, terminal):
+        both = self.online(torch.cat([obs, next_obs]))
+        q = both[: len(obs)].gather(1, actions[:, None]).squeeze(1)
+        with torch.no_grad():
+            best = both[len(obs):].argmax(dim=1, keepdim=True)
+            next_q = self.target(next_obs).gather(1, best).squeeze(1)
+            target = rewards + self.config.gamma * (1.0 - terminal) * next_q
+        return F.smooth_l1_loss(q, target), q, target
+
+
+class Bf16Trainer(Trainer):
+    """The forward passes under CPU bf16 autocast (the loss itself in FP32)."""
+
+    def _td_loss(self, *inputs):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, q, target = super()._td_loss(*inputs)
+        return loss.float(), q.float(), target.float()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithm", default="double", choices=("dqn", "double", "dueling"))
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per variant per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--contract", default="breakout-v3", choices=sorted(CONTRACTS))
+    parser.add_argument("--no-variants", action="store_true", help="the profile only")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    contract = CONTRACTS[args.contract]
+    plain = TrainConfig(algorithm=args.algorithm, batch_size=args.batch, torch_threads=args.threads,
+                        channels_last=False, fused_adam=False)
+    replay = random_replay(plain, contract)
+    print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+          f"{torch.get_num_threads()} threads; {args.algorithm}, batch {args.batch}")
+
+    profiled = {"plain (NCHW, Adam)": plain, "channels_last + fused Adam": replace(plain, channels_last=True, fused_adam=True)}
+    flops = step_flops(Trainer(plain, contract, "/nonexistent-unused"), replay)
+    print(f"\n1. profile: {flops / 1e9:.2f} GFLOP per step (FlopCounterMode); phases in ms, median of "
+          f"{args.steps} steps x {args.rounds} rounds, whole _update timed beside them")
+    trainers = {name: Trainer(cfg, contract, "/nonexistent-unused") for name, cfg in profiled.items()}
+    phases = {name: {p: [] for p in PHASES} for name in profiled}
+    whole = {name: [] for name in profiled}
+    for name, trainer in trainers.items():
+        phase_times(trainer, replay, 3)  # warm-up
+    for _ in range(args.rounds):
+        for name, trainer in trainers.items():
+            for p, values in phase_times(trainer, replay, args.steps).items():
+                phases[name][p] += values
+            whole[name].append(step_ms(trainer, replay, args.steps))
+    names = list(profiled)
+    print(f"{'phase':18s}" + "".join(f"{n:>30s}" for n in names))
+    sums = {n: 0.0 for n in names}
+    for p in PHASES:
+        row = ""
+        for n in names:
+            ms = statistics.median(phases[n][p])
+            sums[n] += ms
+            row += f"{ms:24.2f} ms {ms / statistics.median(whole[n]) * 100:3.0f}%"
+        print(f"{p:18s}{row}")
+    print(f"{'sum of phases':18s}" + "".join(f"{sums[n]:24.2f} ms     " for n in names))
+    print(f"{'whole _update':18s}" + "".join(f"{statistics.median(whole[n]):24.2f} ms     " for n in names))
+    print(f"{'GFLOP/s':18s}" + "".join(f"{flops / statistics.median(whole[n]) / 1e6:27.1f}   " for n in names))
+    if args.no_variants:
+        return
+
+    variants = {
+        "channels_last": (Trainer, replace(plain, channels_last=True)),
+        "fused Adam": (Trainer, replace(plain, fused_adam=True)),
+        "channels_last + fused Adam": (Trainer, replace(plain, channels_last=True, fused_adam=True)),
+        "compile": (Trainer, replace(plain, compile=True)),
+        "compile + fused Adam": (Trainer, replace(plain, compile=True, fused_adam=True)),
+        "compile + channels_last + fused Adam": (Trainer, replace(plain, compile=True, channels_last=True, fused_adam=True)),
+        "bf16 autocast + fused Adam": (Bf16Trainer, replace(plain, fused_adam=True)),
+    }
+    if args.algorithm != "dqn":
+        variants["joint online forward + fused Adam"] = (JointForwardTrainer, replace(plain, fused_adam=True))
+    runners = {"plain": Trainer(plain, contract, "/nonexistent-unused")}
+    for name, (cls, cfg) in variants.items():
+        t = time.perf_counter()
+        runners[name] = cls(cfg, contract, "/nonexistent-unused")
+        for _ in range(3):
+            runners[name]._update(replay, want_diagnostics=False)
+        if cfg.compile:
+            print(f"{name}: compiled in {time.perf_counter() - t:.1f} s")
+    ratios = {name: [] for name in variants}
+    medians = {name: [] for name in runners}
+    for _ in range(args.rounds):
+        base = step_ms(runners["plain"], replay, args.steps)
+        medians["plain"].append(base)
+        for name in variants:
+            ms = step_ms(runners[name], replay, args.steps)
+            medians[name].append(ms)
+            ratios[name].append(base / ms)
+    print(f"\n2. variants: speed relative to the plain step (plain ms / variant ms), per round, "
+          f"{args.steps} steps each, interleaved")
+    print(f"{'plain':40s} {statistics.median(medians['plain']):6.2f} ms  "
+          f"{flops / statistics.median(medians['plain']) / 1e6:5.1f} GFLOP/s")
+    for name in variants:
+        ms = statistics.median(medians[name])
+        spread = f"{min(ratios[name]):.2f}-{max(ratios[name]):.2f}"
+        print(f"{name:40s} {ms:6.2f} ms  {flops / ms / 1e6:5.1f} GFLOP/s  x{statistics.median(ratios[name]):.2f} "
+              f"(rounds {spread})")
+
+
+if __name__ == "__main__":
+    main()
