@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from breakout_core.contract import CONTRACTS
-from breakout_core.trainer import TrainConfig, Trainer, random_replay
+from breakout_core.train_config import TrainConfig
+from breakout_core.trainer import Trainer, random_replay
 
 PHASES = ("sample", "online_fwd_obs", "online_fwd_next", "target_fwd_next", "loss", "backward", "clip",
           "optimizer", "diagnostics")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -21,48 +21,11 @@ import torch.nn.functional as F
 from breakout_core.contract import Contract
 from breakout_core.driver import EpisodeDriver
 from breakout_core.envs import NUM_ACTIONS
-from breakout_core.qnetwork import QNetwork, save_checkpoint
+from breakout_core.qnetwork import QNetwork, load_checkpoint, save_checkpoint
 from breakout_core.replay import FrameReplay, ReplayBatch
+from breakout_core.train_config import TrainConfig
 
-ALGORITHMS = ("dqn", "double", "dueling")  # dueling = dueling head + double targets
 STATE_FORMAT = "breakout-trainer-state/1"
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    algorithm: str = "dqn"
-    total_transitions: int = 100_000  # transitions (env steps summed over envs)
-    num_envs: int = 1
-    learning_rate: float = 1e-4
-    batch_size: int = 32
-    gamma: float = 0.99
-    replay_capacity: int = 100_000  # transitions, split evenly over the envs
-    replay_device: str = "numpy"  # "numpy", or a torch device ("cpu", "cuda")
-    learning_starts: int = 1_000  # transitions before the first update
-    train_every: int = 4  # transitions per gradient update
-    target_sync_every: int = 1_000  # transitions between target-network copies
-    epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
-    epsilon_decay_transitions: int = 10_000  # linear from start to end over this many transitions
-    max_grad_norm: float = 10.0
-    life_loss_terminal: bool = True  # a lost life ends bootstrapping (the game itself goes on)
-    seed: int = 42
-    torch_threads: int | None = None  # None leaves torch's default
-    channels_last: bool = False
-    fused_adam: bool = True  # where the torch build supports it
-    compile: bool = False  # torch.compile the TD loss (inductor); costs seconds to a minute at the first update
-    diagnostics_every: int = 1_000  # transitions between diagnostics records
-    measure_from: int = 0  # transitions of warm-up before the throughput clock starts
-    checkpoint_at: tuple[int, ...] = ()  # transitions at which to save a checkpoint
-    learner_device: str = "cpu"
-
-    def __post_init__(self):
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"unknown algorithm {self.algorithm!r}; known: {', '.join(ALGORITHMS)}")
-
-    def epsilon(self, transitions: int) -> float:
-        fraction = min(1.0, transitions / max(1, self.epsilon_decay_transitions))
-        return self.epsilon_start + fraction * (self.epsilon_end - self.epsilon_start)
 
 
 @dataclass(frozen=True)
@@ -178,6 +141,22 @@ class Trainer:
             self.measured, self.wall_s = (int(payload["measured"][0]), float(payload["measured"][1])), payload["wall_s"]
         self.rng = np.random.default_rng([self.config.seed, self.resumes])
 
+    def load_weights(self, checkpoint: str | Path) -> None:
+        """Begin from a checkpoint's weights (online and target), at its transition count, with
+        a fresh optimizer: what a checkpoint holds when the trainer's own state is lost."""
+        network, meta = load_checkpoint(checkpoint)
+        if meta.get("contract_hash") != self.contract.hash:
+            raise ValueError(f"{checkpoint}: trained under contract {meta.get('contract_hash')}, not "
+                             f"{self.contract.hash}")
+        if network.architecture != self.online.architecture:
+            raise ValueError(f"{checkpoint}: a {network.architecture} network, not the {self.online.architecture} "
+                             f"network algorithm {self.config.algorithm} trains")
+        self.online.load_state_dict(network.state_dict())
+        self.target.load_state_dict(network.state_dict())
+        self.transitions = int(meta["transitions"])
+        self.resumes += 1
+        self.rng = np.random.default_rng([self.config.seed, self.resumes])
+
     def checkpoint_path(self, transitions: int) -> Path:
         return self.out_dir / f"checkpoint_{transitions:09d}.pt"
 
@@ -255,11 +234,19 @@ class Trainer:
         return values
 
     # -- the loop --------------------------------------------------------------------
-    def run(self, *, resume: bool = False) -> Iterator[EpisodeEnd | Diagnostics | CheckpointSaved | TrainDone]:
+    def run(self, *, resume: bool = False, start_from: str | Path | None = None
+            ) -> Iterator[EpisodeEnd | Diagnostics | CheckpointSaved | TrainDone]:
+        """Train to `total_transitions`: from scratch, from the state an interrupted run saved in
+        out_dir (`resume`), or from a checkpoint's weights (`start_from`)."""
         cfg = self.config
+        if resume and start_from is not None:
+            raise ValueError("resume and start_from exclude each other")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         if resume:
             self.load_state()
+        elif start_from is not None:
+            self.load_weights(start_from)
+        resume = resume or start_from is not None
         n = cfg.num_envs
         replay = FrameReplay(cfg.replay_capacity, n, frame_shape=(self.contract.screen_size,) * 2,
                              stack=self.contract.frame_stack, device=cfg.replay_device, seed=cfg.seed + self.resumes)

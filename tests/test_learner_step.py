@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from breakout_core.contract import Contract
-from breakout_core.trainer import TrainConfig, Trainer, random_replay
+from breakout_core.train_config import TrainConfig
+from breakout_core.trainer import Trainer, random_replay
 
 PLAIN = TrainConfig(batch_size=16, torch_threads=1, channels_last=False, fused_adam=False, compile=False)
 FASTER = {

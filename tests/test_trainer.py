@@ -5,7 +5,8 @@ import torch
 
 from breakout_core.contract import Contract
 from breakout_core.qnetwork import load_checkpoint
-from breakout_core.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, TrainConfig, Trainer, TrainDone
+from breakout_core.train_config import TrainConfig
+from breakout_core.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, Trainer, TrainDone
 
 TINY = dict(learning_starts=200, replay_capacity=2_000, diagnostics_every=100, target_sync_every=150,
             epsilon_decay_transitions=400, torch_threads=1)
@@ -88,3 +89,25 @@ def test_results_summarise_every_attempt(tmp_path):
 def test_unknown_algorithm_is_refused():
     with pytest.raises(ValueError, match="unknown algorithm"):
         TrainConfig(algorithm="rainbow")
+
+
+def test_a_checkpoint_starts_training_at_its_transition_with_its_weights(tmp_path):
+    """When the trainer's state is lost, a checkpoint is enough to go on: its weights in both
+    networks, its transition count, a fresh optimizer, and an empty replay refilled first."""
+    config = TrainConfig(total_transitions=300, num_envs=2, checkpoint_at=(250,), **TINY)
+    first = list(Trainer(config, Contract(), tmp_path / "first").run())
+    checkpoint = next(r.path for r in first if isinstance(r, CheckpointSaved) and r.transition == 250)
+    weights = load_checkpoint(checkpoint)[0].state_dict()
+    later = Trainer(config, Contract(), tmp_path / "later")
+    records = later.run(start_from=checkpoint)
+    next(records)  # the first record: the weights are loaded by now
+    assert later.transitions >= 250 and all(torch.equal(later.target.state_dict()[k], v) for k, v in weights.items())
+    done = list(records)[-1]
+    assert done.transitions == 300 and later.resumes == 1
+    assert done.updates == 0  # 250 + 200 learning_starts lies past the total: the replay is only refilled
+
+    with pytest.raises(ValueError, match="trained under contract"):
+        next(Trainer(config, Contract().replace(repeat_action_probability=0.25), tmp_path / "v3").run(
+            start_from=checkpoint))
+    with pytest.raises(ValueError, match="a nature network, not the dueling network"):
+        next(Trainer(TrainConfig(algorithm="dueling", **TINY), Contract(), tmp_path / "d").run(start_from=checkpoint))

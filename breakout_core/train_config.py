@@ -1,0 +1,64 @@
+"""The training settings, declared once: each field's default, meaning and bounds.
+
+The trainer reads a `TrainConfig`; the runner derives its spec model (`runner schema`
+shows these descriptions) from the same fields, so a setting is added here and nowhere
+else. Counts are transitions (one env step of one env), whatever the number of envs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+Algorithm = Literal["dqn", "double", "dueling"]  # dueling = dueling head + double targets
+ALGORITHMS = get_args(Algorithm)
+MAX_TRAINING_SEED = 2**32 - 1  # numpy and torch take 32-bit seeds
+
+
+def setting(default: Any, description: str, **bounds: Any) -> Any:
+    """A dataclass field with what a spec model needs: its description and pydantic bounds
+    (ge, gt, le, lt, pattern)."""
+    return field(default=default, metadata={"description": description, **bounds})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    algorithm: Algorithm = setting(
+        "dqn", "dqn (Nature DQN targets), double (Double DQN targets) or dueling (dueling head, double targets)")
+    total_transitions: int = setting(100_000, "transitions to train, summed over the envs", gt=0)
+    num_envs: int = setting(1, "envs stepped together, one action batch per step", ge=1, le=64)
+    learning_rate: float = setting(1e-4, "Adam's learning rate", gt=0, lt=1)
+    batch_size: int = setting(32, "transitions per gradient step", ge=1, le=4096)
+    gamma: float = setting(0.99, "discount per agent step", gt=0, le=1)
+    replay_capacity: int = setting(100_000, "transitions the replay holds, split evenly over the envs", ge=1_000)
+    replay_device: str = setting("numpy", "where the replay lives: numpy (host memory) or a torch device",
+                                 pattern=r"^(numpy|cpu|cuda(:\d+)?)$")
+    learning_starts: int = setting(1_000, "transitions collected before the first gradient step", ge=0)
+    train_every: int = setting(4, "transitions per gradient step", ge=1)
+    target_sync_every: int = setting(1_000, "transitions between copies of the online network to the target", ge=1)
+    epsilon_start: float = setting(1.0, "exploration rate at transition 0", ge=0, le=1)
+    epsilon_end: float = setting(0.05, "exploration rate after the decay", ge=0, le=1)
+    epsilon_decay_transitions: int = setting(10_000, "transitions of linear decay from start to end", ge=1)
+    max_grad_norm: float = setting(10.0, "gradients are clipped to this global L2 norm", gt=0)
+    life_loss_terminal: bool = setting(True, "a lost life ends bootstrapping (the game itself goes on)")
+    seed: int = setting(42, "a 32-bit training seed: the envs' first games, exploration, initial weights",
+                        ge=0, le=MAX_TRAINING_SEED)
+    torch_threads: int | None = setting(None, "torch's intra-op threads; unset leaves torch's default", ge=1, le=256)
+    channels_last: bool = setting(False, "the networks and batches in channels_last memory format")
+    fused_adam: bool = setting(True, "Adam's fused kernel, where the torch build has it")
+    compile: bool = setting(False, "torch.compile the TD loss (inductor); costs seconds to a minute at the first "
+                                   "gradient step")
+    diagnostics_every: int = setting(1_000, "transitions between diagnostics records (loss, Q, TD error, norms)",
+                                     ge=1)
+    measure_from: int = setting(0, "warm-up transitions before the throughput clock starts", ge=0)
+    checkpoint_at: tuple[int, ...] = setting((), "transitions at which to save a checkpoint")
+    learner_device: str = setting("cpu", "where the networks learn: cpu or a CUDA device",
+                                  pattern=r"^(cpu|cuda(:\d+)?)$")
+
+    def __post_init__(self):
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {self.algorithm!r}; known: {', '.join(ALGORITHMS)}")
+
+    def epsilon(self, transitions: int) -> float:
+        fraction = min(1.0, transitions / max(1, self.epsilon_decay_transitions))
+        return self.epsilon_start + fraction * (self.epsilon_end - self.epsilon_start)
