@@ -150,3 +150,83 @@ def unpaired_bootstrap_ci(a: np.ndarray, b: np.ndarray, *, confidence: float = 0
                              method=BOOTSTRAP_METHOD, rng=np.random.default_rng(seed), paired=False, vectorized=True)
     return Interval(float(result.confidence_interval.low), float(result.confidence_interval.high), confidence,
                     BOOTSTRAP_METHOD, n_resamples, seed)
+
+
+# -- aggregates over training seeds (the rliable way) -----------------------------------------
+# Each statistic takes `axis` so scipy.stats.bootstrap can evaluate all resamples at once.
+
+def iqm(values: np.ndarray, axis: int = -1) -> np.ndarray | float:
+    """Interquartile mean: the mean of the middle 50% (scipy.stats.trim_mean, 25% cut each side),
+    rliable's aggregate_iqm for one task."""
+    from scipy import stats
+
+    return stats.trim_mean(np.asarray(values, dtype=np.float64), proportiontocut=0.25, axis=axis)
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray | float:
+    """P(X > Y) + P(X = Y) / 2 for one draw of each: the Mann-Whitney U of x over y divided by
+    len(x) * len(y), rliable's probability_of_improvement for one task."""
+    x = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)[..., :, None]
+    y = np.moveaxis(np.asarray(y, dtype=np.float64), axis, -1)[..., None, :]
+    wins = (x > y).astype(np.float64) + 0.5 * (x == y)
+    return wins.mean(axis=(-2, -1))
+
+
+def mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray | float:
+    return np.mean(x, axis=axis) - np.mean(y, axis=axis)
+
+
+def iqm_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray | float:
+    return iqm(x, axis=axis) - iqm(y, axis=axis)
+
+
+def ratio_of_means(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray | float:
+    """mean(x) / mean(y): a speed-up when x and y are rates."""
+    return np.mean(x, axis=axis) / np.mean(y, axis=axis)
+
+
+def independent_bootstrap_ci(samples: tuple[np.ndarray, ...], statistic, *, confidence: float = 0.95,
+                             n_resamples: int = 5_000, seed: int = 0) -> Interval:
+    """Percentile bootstrap CI of statistic(*samples), each sample resampled on its own
+    (rliable's stratified bootstrap, one task), by scipy.stats.bootstrap with a fixed seed."""
+    from scipy import stats
+
+    samples = tuple(np.asarray(s, dtype=np.float64) for s in samples)
+    if min(s.size for s in samples) < MIN_SEEDS_FOR_INTERVAL:
+        raise ValueError(f"a bootstrap interval needs at least {MIN_SEEDS_FOR_INTERVAL} values per sample, "
+                         f"got {', '.join(str(s.size) for s in samples)}")
+    result = stats.bootstrap(samples, statistic, confidence_level=confidence, n_resamples=n_resamples,
+                             method=BOOTSTRAP_METHOD, rng=np.random.default_rng(seed), paired=False,
+                             vectorized=True)
+    return Interval(float(result.confidence_interval.low), float(result.confidence_interval.high), confidence,
+                    BOOTSTRAP_METHOD, n_resamples, seed)
+
+
+# A percentile bootstrap over one value is that value, and over two it takes only three values:
+# far too narrow to cover. Three is the least that gives an interval worth reading.
+MIN_SEEDS_FOR_INTERVAL = 3
+
+SINGLE_ARM_STATISTICS = {"mean": np.mean, "iqm": iqm}
+TWO_ARM_STATISTICS = {"mean_diff": mean_difference, "iqm_diff": iqm_difference,
+                      "probability_of_improvement": probability_of_improvement, "speedup": ratio_of_means}
+
+
+def seed_statistics(candidate: np.ndarray, baseline: np.ndarray | None = None, *,
+                    comparisons: tuple[str, ...] = tuple(TWO_ARM_STATISTICS), seed: int = 0) -> dict[str, float]:
+    """Point estimates and 95% percentile bootstrap CIs over seeds, as flat names: `mean`,
+    `mean_ci_low`, `mean_ci_high`, `iqm`, ... for the candidate alone, and with a baseline each
+    of `comparisons` (keys of TWO_ARM_STATISTICS) with its `_ci_low` / `_ci_high`. An interval
+    needs MIN_SEEDS_FOR_INTERVAL values in each sample; with fewer only point estimates appear."""
+    x = np.asarray(candidate, dtype=np.float64)
+    pairs = [(name, (x,), f) for name, f in SINGLE_ARM_STATISTICS.items()]
+    if baseline is not None:
+        y = np.asarray(baseline, dtype=np.float64)
+        pairs += [(name, (x, y), TWO_ARM_STATISTICS[name]) for name in comparisons
+                  if not (name == "speedup" and y.mean() == 0)]
+    found: dict[str, float] = {}
+    for name, samples, statistic in pairs:
+        found[name] = float(statistic(*samples))
+        if min(s.size for s in samples) >= MIN_SEEDS_FOR_INTERVAL:
+            ci = independent_bootstrap_ci(samples, statistic, seed=seed)
+            found[f"{name}_ci_low"], found[f"{name}_ci_high"] = ci.low, ci.high
+    return found

@@ -87,20 +87,31 @@ def schema() -> None:
 @click.option("--resume", is_flag=True, help="go on with this spec's last interrupted or failed run")
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
               help="where checkpoints and other run files go")
-def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resume: bool, runs_dir: Path) -> None:
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="where training (trial, seed) pairs run: in this process, or as Ray tasks")
+@click.option("--ray-address", metavar="ADDRESS",
+              help="join this Ray cluster (e.g. 10.0.0.5:6379 or 'auto'); default: start Ray on this machine")
+@click.option("--ray-retries", type=click.IntRange(min=0, max=10), default=1, show_default=True,
+              help="times a Ray task whose worker died is run again before its pair is marked failed")
+def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resume: bool, runs_dir: Path,
+        executor: str, ray_address: str | None, ray_retries: int) -> None:
     """Validate SPEC, execute its measurements, store every row, decide its verdicts."""
     from rich.console import Console
 
     from runner.execute import NothingToResume, run_spec
+    from runner.pair_executors import Executor
     from runner.store import Store, StoreError
 
+    if ray_address and executor != "ray":
+        _fail("--ray-address joins a Ray cluster: it needs --executor ray", EXIT_USAGE)
     loaded = _load(spec_path)
     console = Console(stderr=True)
     if not console.is_terminal:  # a log file: one line per message, not wrapped at 80 columns
         console = Console(stderr=True, width=240, log_path=False)
     store = Store(db, busy_timeout_s=None, on_wait=console.log)  # a slow reader delays a run, never fails it
     try:
-        run_id, verdicts = run_spec(loaded, store, reports_dir, console, resume=resume, runs_dir=runs_dir)
+        run_id, verdicts = run_spec(loaded, store, reports_dir, console, resume=resume, runs_dir=runs_dir,
+                                    executor=Executor(executor, ray_address, ray_retries))
     except NothingToResume as exc:
         _fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:

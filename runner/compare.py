@@ -48,8 +48,9 @@ NOT_SETTINGS: dict[str, set[str]] = {
     "latency": {"runtimes", "baseline", "batch_sizes", "verdict_batch_size"},
     "parity": {"runtimes", "baseline", "batch_sizes"},
     "closed_loop": {"runtimes", "baseline"},
-    "throughput": {"grid", "modes"},
-    "train": {"sweep", "evaluate_checkpoints", "gif", "diagnostics_every", "checkpoint_at", "checkpoint_every"},
+    "throughput": {"sweep", "grid", "modes", "repeats"},  # grid: the spelling of specs stored before
+    "train": {"sweep", "seeds", "score_seeds", "score_batch", "evaluate_checkpoints", "gif", "diagnostics_every",
+              "checkpoint_at", "checkpoint_every"},
     "export": set(),
     "training_history": set(),
 }
@@ -508,16 +509,19 @@ LAST_EPISODES = 20  # as the train_trial_summary view's last20_mean
 
 def _train(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
     name = m_a["name"]
+    # a study over training seeds names each (trial, seed) as a sweep over seed would: the seeds are the repeats
+    pair = "trial || CASE WHEN ? THEN ',seed=' || training_seed ELSE '' END"
+    by_seed = m_a.get("seeds") is not None
     rates, returns = {}, {}
     for label, side in (("A", a), ("B", b)):
         rates[label] = dict(con.execute(
-            "SELECT trial, arg_max(transitions_per_s, attempt) FROM train_results WHERE run_id = ? AND measurement = ? "
-            "GROUP BY trial", [side.run_id, name]).fetchall())
+            f"SELECT {pair}, arg_max(transitions_per_s, attempt) FROM train_results WHERE run_id = ? "
+            "AND measurement = ? GROUP BY ALL", [by_seed, side.run_id, name]).fetchall())
         returns[label] = {t: np.asarray(v, dtype=np.float64) for t, v in con.execute(
-            "SELECT trial, list(episode_return) FROM (SELECT trial, episode_return, row_number() OVER "
-            "(PARTITION BY trial ORDER BY transition DESC, env_index DESC) AS back FROM train_episodes_valid "
-            "WHERE run_id = ? AND measurement = ?) WHERE back <= ? GROUP BY trial",
-            [side.run_id, name, LAST_EPISODES]).fetchall()}
+            f"SELECT trial, list(episode_return) FROM (SELECT {pair} AS trial, episode_return, row_number() OVER "
+            "(PARTITION BY trial, training_seed ORDER BY transition DESC, env_index DESC) AS back "
+            "FROM train_episodes_valid WHERE run_id = ? AND measurement = ?) WHERE back <= ? GROUP BY trial",
+            [by_seed, side.run_id, name, LAST_EPISODES]).fetchall()}
     rows = []
     for trial in sorted(set(rates["A"]) | set(rates["B"]) | set(returns["A"]) | set(returns["B"])):
         rows.append(_samples_row(name, f"trial {trial}", f"last{LAST_EPISODES}_return",

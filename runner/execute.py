@@ -15,8 +15,13 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from breakout_core.contract import Contract
 from runner.spec import LoadedSpec
+
+if TYPE_CHECKING:
+    from runner.pair_executors import Executor
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -44,7 +49,7 @@ class NothingToResume(ValueError):
 
 
 def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: bool = False,
-             runs_dir: Path = Path("runs")) -> tuple[str, list[dict]]:
+             runs_dir: Path = Path("runs"), executor: "Executor | None" = None) -> tuple[str, list[dict]]:
     """Execute every measurement of `loaded`; returns the run id and its verdict rows.
 
     With `resume`, the latest interrupted or failed run of the same spec text goes on under
@@ -84,7 +89,7 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
     progress.add_task = _with_defaults(progress.add_task)
     ctx = RunContext(run_id=run_id, spec=spec, contract=contract, store=store,
                      reports_dir=Path(reports_dir), progress=progress,
-                     artifacts_dir=Path(runs_dir) / run_id, resume=resume)
+                     artifacts_dir=Path(runs_dir) / run_id, resume=resume, executor=executor)
     try:
         with Heartbeat(store, run_id):  # stopped before the run's status is set below
             with _sigterm_interrupts(), progress:

@@ -76,11 +76,14 @@ def reference_problems(spec: Spec, context: dict | None = None) -> list[tuple[tu
 
 def spec_files(spec: Spec) -> list[tuple[tuple, Path, str, str | None]]:
     """The files a spec reads that exist now: (location in the spec, path, type, made_by) for
-    each checkpoint policy and each artifact that this spec does not write itself."""
+    each checkpoint policy, each artifact that this spec does not write itself, and each
+    checkpoint a training starts from."""
     files = [(("policies", name, "path"), Path(policy.path), "checkpoint", None)
              for name, policy in spec.policies.items() if getattr(policy, "type", None) == "checkpoint"]
     files += [(("artifacts", name, "path"), Path(artifact.path), artifact.type, artifact.made_by)
               for name, artifact in spec.artifacts.items() if artifact.made_by != spec.name]
+    files += [(("measurements", i, "start_from"), Path(m.start_from), "checkpoint", None)
+              for i, m in enumerate(spec.measurements) if getattr(m, "start_from", None)]
     return [file for file in files if file[1].is_file()]
 
 

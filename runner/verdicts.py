@@ -3,7 +3,10 @@
 A rule compares one metric with a number. A rule on an interval bound (`*_ci_low`,
 `*_ci_high`) that fails while the other bound would pass means the interval straddles
 the threshold: the data cannot decide, and the verdict is inconclusive rather than
-rejected. Any failed rule whose whole interval is on the wrong side rejects.
+rejected. Any failed rule whose whole interval is on the wrong side rejects. A kind whose
+data cannot give a metric an interval at all (one training seed per arm, one timing per
+setting) says why in `inconclusive_reason`: a rule on such a metric is inconclusive with
+that reason, never decided on a raw difference.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ def decide(verdict: VerdictSpec, found: dict, unavailable_reason: str | None = N
         value = found.get(metric)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             evidence["rules"].append({"metric": metric, "rule": rule, "value": None, "passed": None})
+            if found.get("inconclusive_reason"):
+                return "inconclusive", f"{found['inconclusive_reason']}: no {metric}", evidence
             return "unavailable", f"{metric} could not be computed from the stored rows", evidence
         passed = bool(OPERATORS[op](value, threshold))
         evidence["rules"].append({"metric": metric, "rule": rule, "value": value, "passed": passed})

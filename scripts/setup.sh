@@ -14,4 +14,7 @@ fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate
 pip install -q -e '.[test]'
+# rliable's metrics module checks the statistics over training seeds in the tests; its bootstrap
+# module needs arch, which does not import beside pandas 3, so only the package itself is installed
+pip install -q --no-deps rliable==1.2.0
 npm ci --prefix web --no-audit --no-fund --loglevel=error

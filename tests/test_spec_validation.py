@@ -343,7 +343,7 @@ verdicts:
     measurement: lr
     candidate: learning_rate=0.0002
     deployment_worthy_when:
-      transitions_per_s_speedup: ">= 1.2"
+      transitions_per_s_speedup_ci_low: ">= 1.2"
 """
 
 
@@ -352,8 +352,9 @@ def test_a_comparison_metric_needs_a_baseline(write_spec):
     check), but not with a metric that compares it with another: that verdict could only ever
     read unavailable."""
     path = write_spec(TRAIN_SWEEP)
-    assert _problems(path) == [f"{path}:12: verdicts[0].deployment_worthy_when.transitions_per_s_speedup: "
-                               "transitions_per_s_speedup compares the candidate with a baseline; this verdict names none"]
+    assert _problems(path) == [f"{path}:12: verdicts[0].deployment_worthy_when.transitions_per_s_speedup_ci_low: "
+                               "transitions_per_s_speedup_ci_low compares the candidate with a baseline; this verdict "
+                               "names none"]
     fixed = write_spec(TRAIN_SWEEP.replace("    deployment_worthy_when:", "    baseline: learning_rate=0.0001\n"
                                                                         "    deployment_worthy_when:"))
     assert load_spec(fixed).spec.verdicts[0].baseline == "learning_rate=0.0001"
@@ -362,3 +363,17 @@ def test_a_comparison_metric_needs_a_baseline(write_spec):
     assert [p for p in _problems(no_baseline) if "size_ratio" in p] == [
         f"{no_baseline}:43: verdicts[1].deployment_worthy_when.size_ratio: "
         "size_ratio compares the candidate with a baseline; this verdict names none"]
+
+
+def test_a_training_starting_from_a_checkpoint_of_another_contract_is_refused(checkpoint, write_spec):
+    """`start_from` is a file the spec reads: checked like a checkpoint policy, by type and contract."""
+    path = write_spec(TRAIN_SWEEP.replace("    total_transitions: 1000\n", "    total_transitions: 1000\n"
+                                          f"    start_from: {checkpoint}\n"
+                                          ).replace("name: two_rates\n", "name: two_rates\ncontract: {name: breakout-v2}\n"))
+    assert [p for p in _problems(path) if "start_from" in p] == [
+        f"{path}:7: measurements[0].start_from: {checkpoint} was made under contract breakout-v3 "
+        f"({CONTRACTS['breakout-v3'].hash}), this spec plays breakout-v2 ({CONTRACTS['breakout-v2'].hash}); "
+        "set contract.other_contracts: deliberate if that is the question"]
+    missing = write_spec(TRAIN_SWEEP.replace("    total_transitions: 1000\n",
+                                             "    total_transitions: 1000\n    start_from: nowhere.pt\n"))
+    assert any("start_from: no checkpoint file" in p and "nowhere.pt" in p for p in _problems(missing))

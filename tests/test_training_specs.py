@@ -22,14 +22,13 @@ SPECS = Path(__file__).resolve().parent.parent / "specs"
 SMALL_TRAIN = dict(total_transitions=400, learning_starts=100, replay_capacity=2_000, diagnostics_every=100,
                    target_sync_every=150, epsilon_decay_transitions=300, checkpoint_at=[200, 400])
 SMALL_THROUGHPUT = dict(total_transitions=200, warmup_transitions=50, learning_starts=50, replay_capacity=2_000,
-                        learner_updates=10, env_steps=100)
-OUTCOMES = {"deployment-worthy", "rejected", "inconclusive"}
+                        learner_updates=10, env_steps=100, repeats=1)
 
 
 def shrink(name: str, tmp_path: Path) -> Path:
-    """The repository spec `name` with every count cut down; its method (measurements, sweeps,
-    grids, modes, verdicts) unchanged. Episodes are capped at 1,000 frames so an evaluated
-    checkpoint that never serves ends quickly."""
+    """The repository spec `name` with every count cut down (one training seed, one timing); its
+    method (measurements, sweeps, modes, verdicts) unchanged. Episodes are capped at 1,000
+    frames so an evaluated checkpoint that never serves ends quickly."""
     spec = yaml.safe_load((SPECS / f"{name}.yaml").read_text())
     spec.setdefault("contract", {})["max_episode_frames"] = 1_000
     for m in spec["measurements"]:
@@ -39,6 +38,10 @@ def shrink(name: str, tmp_path: Path) -> Path:
                 m["gif"]["at"] = [200, 400]
             if "evaluate_checkpoints" in m:
                 m["evaluate_checkpoints"]["seeds"] = {"start": 1000, "count": 2}
+            if "seeds" in m:
+                m["seeds"] = 1
+            if "score_seeds" in m:
+                m["score_seeds"] = {"start": 5000, "count": 2}
         elif m["kind"] == "throughput":
             m.update(SMALL_THROUGHPUT)
     path = tmp_path / f"{name}.yaml"
@@ -79,7 +82,12 @@ def test_day14_learning_rates_curves_gifs_and_verdict(tmp_path):
     assert {tuple(c[1]) for c in checkpoints} == {(200, 400)}
     gifs = con.execute("SELECT path FROM artifacts WHERE run_id = ?", [run_id]).fetchall()
     assert len(gifs) == 6 and all((tmp_path / path).stat().st_size > 1000 for (path,) in gifs)
-    assert verdict_outcomes(con, run_id)["lr_2e-4_ahead_of_1e-4"] in OUTCOMES
+    # one training seed per rate: the scores are stored, and the verdict says it cannot decide
+    scores = con.execute("SELECT trial, training_seed, episodes FROM train_seed_scores WHERE run_id = ? ORDER BY trial",
+                         [run_id]).fetchall()
+    assert scores == [(t[0], 42, 2) for t in trials]
+    outcome, reason = con.execute("SELECT outcome, reason FROM verdicts WHERE run_id = ?", [run_id]).fetchone()
+    assert outcome == "inconclusive" and reason.startswith("one training seed per arm")
     page = next((tmp_path / "reports").glob(f"*{run_id}.html")).read_text()
     assert "learning curves" in page and "diagnostics over time" in page and page.count("data:image/gif;base64,") == 6
 
@@ -93,7 +101,7 @@ def test_day16_vector_envs_screen_train_and_checkpoint_scores(tmp_path):
     evaluated = con.execute("SELECT policy, count(*), list(seed ORDER BY seed) FROM episodes WHERE run_id = ? "
                             "GROUP BY policy ORDER BY policy", [run_id]).fetchall()
     assert [(p, n, s) for p, n, s in evaluated] == [
-        (f"num_envs={n}@{t}", 2, [1000, 1001]) for n in (1, 2, 4) for t in (200, 400)]
+        (f"num_envs={n},seed=42@{t}", 2, [1000, 1001]) for n in (1, 2, 4) for t in (200, 400)]
     # a log file names each evaluated checkpoint on one line, as it finishes
     assert sorted(re.findall(r"· evaluated (\S+) on 2 seeds: mean score", log)) == [p for p, _, _ in evaluated]
     finished = con.execute("SELECT trial, transitions FROM train_results WHERE run_id = ? ORDER BY trial",
@@ -107,7 +115,8 @@ def test_day16_vector_envs_screen_train_and_checkpoint_scores(tmp_path):
                            [run_id]).fetchone()[0]
     speedup = json.loads(evidence)["metrics"]["transitions_per_s_speedup"]
     assert speedup == pytest.approx(rates["num_envs=4"] / rates["num_envs=1"])
-    assert outcomes["n4_speedup_over_n1_at_100k"] == ("deployment-worthy" if speedup >= 1.2 else "rejected")
+    # one training seed and one timing per setting: no speed-up verdict decides on a single ratio
+    assert set(outcomes.values()) == {"inconclusive"}
 
 
 def test_day14_pipeline_runs_every_setting(tmp_path):

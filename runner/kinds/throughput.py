@@ -1,6 +1,8 @@
-"""`throughput`: transitions per second of the training pipeline for a grid of settings.
+"""`throughput`: transitions per second of the training pipeline for a sweep of settings.
 
-Each grid point runs in each listed mode, from a fresh random initialisation:
+Each sweep point runs in each listed mode, from a fresh random initialisation, `repeats`
+times, interleaved (every point and mode once, then again), so a drift of the machine
+falls on all of them alike:
   full     acting, stepping, replay insertion and learning (the trainer as it trains)
   collect  the same with no learning (learning_starts beyond the end)
   explore  collect with epsilon held at 1: stepping, replay insertion and bookkeeping with no
@@ -9,7 +11,9 @@ Each grid point runs in each listed mode, from a fresh random initialisation:
            limit train_every x updates/s
   env      the vector env alone, random actions
 The first `warmup_transitions` of full/collect/explore trials are excluded from the clock.
-View `throughput_ratios` sets full against its learner bound, collect and explore against env.
+View `throughput_ratios` sets full against its learner bound, collect and explore against env
+(means over repeats). A speed-up verdict judges the percentile bootstrap interval of the ratio
+of mean rates over the repeats; with fewer than three repeats it is inconclusive.
 """
 
 from __future__ import annotations
@@ -33,27 +37,41 @@ class ThroughputMeasurement(TrainSettings):
     kind: Literal["throughput"]
     name: Name
     modes: list[Mode] = Field(default_factory=lambda: ["full"], min_length=1)
-    grid: dict[str, list[Any]] = Field(default_factory=dict, description="field -> values; one trial per combination")
+    sweep: dict[str, list[Any]] = Field(default_factory=dict, description="field -> values; one trial per combination")
+    repeats: int = Field(default=1, ge=1, le=20, description="timings of each setting and mode, interleaved; "
+                                                             "a speed-up interval needs at least 3")
     warmup_transitions: int = Field(default=1_000, ge=0)
     learner_updates: int = Field(default=60, ge=10)
     env_steps: int = Field(default=2_000, ge=100, description="vector steps for the env mode")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spelling(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "grid" in data:
+            raise ValueError("`grid:` is now spelled `sweep:`, as in every kind")
+        return data
+
     @model_validator(mode="after")
-    def _grid_valid(self) -> "ThroughputMeasurement":
-        for key, values in self.grid.items():
+    def _sweep_valid(self) -> "ThroughputMeasurement":
+        for key, values in self.sweep.items():
             if key not in TrainSettings.model_fields:
-                raise ValueError(f"grid key {key!r} is not a training field; fields: {', '.join(TrainSettings.model_fields)}")
+                raise ValueError(f"sweep key {key!r} is not a training field; fields: {', '.join(TrainSettings.model_fields)}")
             if not values:
-                raise ValueError(f"grid {key!r} lists no values")
+                raise ValueError(f"sweep {key!r} lists no values")
         if self.warmup_transitions >= self.total_transitions:
             raise ValueError("warmup_transitions must be below total_transitions")
-        for trial in expand_sweep(self.grid):
+        for trial in expand_sweep(self.sweep):
             self.settings_for(trial.overrides)
         return self
 
     def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:
         base = self.model_dump(include=set(TrainSettings.model_fields))
         return TrainSettings.model_validate({**base, **overrides})
+
+    def metric_problem(self, metric: str) -> str | None:
+        if metric in RAW_SPEEDUPS:
+            return f"{metric} is one ratio of single timings: judge its interval over repeats, {metric}_ci_low"
+        return None
 
 
 MIGRATIONS = [
@@ -66,12 +84,23 @@ MIGRATIONS = [
             measured_s DOUBLE, updates BIGINT, transitions_per_s DOUBLE NOT NULL
         )
         """,
-    )
+    ),
+    (
+        "0301_throughput_repeats",  # rows stored before were each setting's one timing
+        """
+        ALTER TABLE throughput_trials ADD COLUMN "repeat" INTEGER;
+        UPDATE throughput_trials SET "repeat" = 0;
+        """,
+    ),
 ]
 
+_MEAN_RATES = """(SELECT run_id, measurement, trial, mode, avg(transitions_per_s) AS transitions_per_s
+                   FROM throughput_trials GROUP BY run_id, measurement, trial, mode)"""
+
 VIEWS = [
-    """
+    f"""
     CREATE OR REPLACE VIEW throughput_ratios AS
+    WITH r AS {_MEAN_RATES}
     SELECT t.run_id, t.measurement, t.trial,
            f.transitions_per_s AS full_tps, l.transitions_per_s AS learner_bound_tps,
            f.transitions_per_s / l.transitions_per_s AS full_over_learner_bound,
@@ -79,19 +108,11 @@ VIEWS = [
            c.transitions_per_s / e.transitions_per_s AS collect_over_env,
            x.transitions_per_s AS explore_tps, x.transitions_per_s / e.transitions_per_s AS explore_over_env
     FROM (SELECT DISTINCT run_id, measurement, trial FROM throughput_trials) t
-    LEFT JOIN throughput_trials f ON f.run_id = t.run_id AND f.measurement = t.measurement AND f.trial = t.trial AND f.mode = 'full'
-    LEFT JOIN throughput_trials l ON l.run_id = t.run_id AND l.measurement = t.measurement AND l.trial = t.trial AND l.mode = 'learner'
-    LEFT JOIN throughput_trials c ON c.run_id = t.run_id AND c.measurement = t.measurement AND c.trial = t.trial AND c.mode = 'collect'
-    LEFT JOIN throughput_trials e ON e.run_id = t.run_id AND e.measurement = t.measurement AND e.trial = t.trial AND e.mode = 'env'
-    LEFT JOIN throughput_trials x ON x.run_id = t.run_id AND x.measurement = t.measurement AND x.trial = t.trial AND x.mode = 'explore'
-    """,
+    """ + "".join(f"""
+    LEFT JOIN r {alias} ON {alias}.run_id = t.run_id AND {alias}.measurement = t.measurement AND {alias}.trial = t.trial
+                        AND {alias}.mode = '{mode}'""" for alias, mode in (("f", "full"), ("l", "learner"), ("c", "collect"),
+                                                                          ("e", "env"), ("x", "explore"))),
 ]
-
-
-def _already_stored(ctx: RunContext, measurement: str, trial: str, mode: str) -> bool:
-    with ctx.store.reader() as con:
-        return con.execute("SELECT count(*) FROM throughput_trials WHERE run_id = ? AND measurement = ? AND trial = ? "
-                           "AND mode = ?", [ctx.run_id, measurement, trial, mode]).fetchone()[0] > 0
 
 
 def _run_trainer(config, ctx: RunContext, task) -> dict:
@@ -107,54 +128,71 @@ def _run_trainer(config, ctx: RunContext, task) -> dict:
 
 
 def execute(m: ThroughputMeasurement, ctx: RunContext) -> None:
+    for repeat in range(m.repeats):
+        for trial in expand_sweep(m.sweep):
+            for mode in m.modes:
+                if not ctx.already_stored("throughput_trials", m.name, trial=trial.name, mode=mode, repeat=repeat):
+                    _time_one(m, ctx, trial, mode, repeat)
+
+
+def _time_one(m: ThroughputMeasurement, ctx: RunContext, trial, mode: str, repeat: int) -> None:
     from breakout_core.driver import bare_stepping_rate
     from breakout_core.trainer import learner_rate
 
-    for trial in expand_sweep(m.grid):
-        settings = m.settings_for(trial.overrides)
-        for mode in m.modes:
-            if ctx.resume and _already_stored(ctx, m.name, trial.name, mode):
-                continue
-            task = ctx.progress.add_task(f"{m.name} · {mode} · {trial.name}", total=settings.total_transitions,
-                                         unit="transitions")
-            config = settings.to_config()
-            row = {"measured_transitions": None, "measured_s": None, "updates": None}
-            if mode in ("full", "collect", "explore"):
-                changes = {"measure_from": m.warmup_transitions, "checkpoint_at": ()}
-                if mode in ("collect", "explore"):
-                    changes["learning_starts"] = settings.total_transitions + 1
-                if mode == "explore":
-                    changes.update(epsilon_start=1.0, epsilon_end=1.0)
-                row.update(_run_trainer(config.__class__(**{**asdict(config), **changes}), ctx, task))
-            elif mode == "learner":
-                row["transitions_per_s"] = settings.train_every * learner_rate(config, ctx.contract, updates=m.learner_updates)
-                row["updates"] = m.learner_updates
-            else:
-                row["transitions_per_s"] = bare_stepping_rate(ctx.contract, settings.num_envs, m.env_steps)
-                row["measured_transitions"] = m.env_steps * settings.num_envs
-            ctx.progress.update(task, completed=settings.total_transitions)
-            ctx.store.append_rows("throughput_trials", [{
-                "run_id": ctx.run_id, "measurement": m.name, "trial": trial.name, "mode": mode,
-                "settings": json.dumps(settings.model_dump()), "warmup_transitions": m.warmup_transitions, **row}])
+    settings = m.settings_for(trial.overrides)
+    suffix = f" · repeat {repeat + 1}/{m.repeats}" if m.repeats > 1 else ""
+    task = ctx.progress.add_task(f"{m.name} · {mode} · {trial.name}{suffix}", total=settings.total_transitions,
+                                 unit="transitions")
+    config = settings.to_config()
+    row = {"measured_transitions": None, "measured_s": None, "updates": None}
+    if mode in ("full", "collect", "explore"):
+        changes = {"measure_from": m.warmup_transitions, "checkpoint_at": ()}
+        if mode in ("collect", "explore"):
+            changes["learning_starts"] = settings.total_transitions + 1
+        if mode == "explore":
+            changes.update(epsilon_start=1.0, epsilon_end=1.0)
+        row.update(_run_trainer(config.__class__(**{**asdict(config), **changes}), ctx, task))
+    elif mode == "learner":
+        row["transitions_per_s"] = settings.train_every * learner_rate(config, ctx.contract, updates=m.learner_updates)
+        row["updates"] = m.learner_updates
+    else:
+        row["transitions_per_s"] = bare_stepping_rate(ctx.contract, settings.num_envs, m.env_steps)
+        row["measured_transitions"] = m.env_steps * settings.num_envs
+    ctx.progress.update(task, completed=settings.total_transitions)
+    ctx.store.append_rows("throughput_trials", [{
+        "run_id": ctx.run_id, "measurement": m.name, "trial": trial.name, "mode": mode, "repeat": repeat,
+        "settings": json.dumps(settings.model_dump()), "warmup_transitions": m.warmup_transitions, **row}])
 
 
-METRIC_NAMES = ("full_speedup", "collect_speedup")
+SPEEDUP_MODES = ("full", "collect")
+RAW_SPEEDUPS = tuple(f"{mode}_speedup" for mode in SPEEDUP_MODES)
+METRIC_NAMES = RAW_SPEEDUPS + tuple(f"{name}{bound}" for name in RAW_SPEEDUPS for bound in ("_ci_low", "_ci_high"))
 
 
 def participants(m: ThroughputMeasurement) -> list[str]:
-    return [t.name for t in expand_sweep(m.grid)]
+    return [t.name for t in expand_sweep(m.sweep)]
 
 
 def metrics(con, run_id: str, m: ThroughputMeasurement, candidate: str, baseline: str) -> dict[str, float]:
-    """Speed-ups of the candidate grid point over the baseline one (e.g. N=2 over N=1)."""
-    rows = dict(con.execute(
-        "SELECT trial || '/' || mode, transitions_per_s FROM throughput_trials WHERE run_id = ? AND measurement = ? "
-        "AND trial IN (?, ?)", [run_id, m.name, candidate, baseline]).fetchall())
-    found = {}
-    for mode in ("full", "collect"):
-        c, b = rows.get(f"{candidate}/{mode}"), rows.get(f"{baseline}/{mode}")
-        if c is not None and b:
-            found[f"{mode}_speedup"] = c / b
+    """Speed-ups of the candidate sweep point over the baseline one (e.g. N=2 over N=1): the ratio
+    of mean rates over the repeats, with its percentile bootstrap interval over them."""
+    from breakout_core.stats import MIN_SEEDS_FOR_INTERVAL, seed_statistics
+
+    rates: dict[tuple[str, str], list[float]] = {}
+    for trial, mode, rate in con.execute(
+            "SELECT trial, mode, transitions_per_s FROM throughput_trials WHERE run_id = ? AND measurement = ? "
+            "AND trial IN (?, ?) ORDER BY \"repeat\"", [run_id, m.name, candidate, baseline]).fetchall():
+        rates.setdefault((trial, mode), []).append(rate)
+    found: dict = {}
+    for mode in SPEEDUP_MODES:
+        c, b = rates.get((candidate, mode)), [r for r in rates.get((baseline, mode), []) if r]
+        if c and b:
+            speedup = seed_statistics(c, b, comparisons=("speedup",))
+            found.update({f"{mode}_{k}": v for k, v in speedup.items() if k.startswith("speedup")})
+    if m.repeats < MIN_SEEDS_FOR_INTERVAL:
+        found["inconclusive_reason"] = ("one timing per setting: no interval over repeated measurements" if m.repeats == 1
+                                        else f"{m.repeats} timings per setting: an interval needs at least "
+                                             f"{MIN_SEEDS_FOR_INTERVAL} (`repeats:`)")
     return found
 
 
@@ -163,8 +201,9 @@ def report(con, run_id: str, m: ThroughputMeasurement) -> list[Section]:
 
     alt = altair()
     trials = con.execute(
-        "SELECT trial, mode, transitions_per_s, measured_transitions, measured_s, updates FROM throughput_trials "
-        "WHERE run_id = ? AND measurement = ? ORDER BY trial, mode", [run_id, m.name]).df()
+        "SELECT trial, mode, \"repeat\", transitions_per_s, measured_transitions, measured_s, updates "
+        "FROM throughput_trials WHERE run_id = ? AND measurement = ? ORDER BY trial, mode, \"repeat\"",
+        [run_id, m.name]).df()
     ratios = con.execute(
         "SELECT trial, full_tps, learner_bound_tps, full_over_learner_bound, collect_tps, explore_tps, env_tps, "
         "collect_over_env, explore_over_env "
@@ -193,4 +232,5 @@ KIND = Kind(
     metric_names=METRIC_NAMES,
     metrics=metrics,
     report=report,
+    metric_problem=ThroughputMeasurement.metric_problem,
 )

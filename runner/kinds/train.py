@@ -1,56 +1,55 @@
 """`train`: DQN-family training trials; every episode, diagnostics row and checkpoint stored.
 
-A sweep lists values for any training field; each combination is a trial with its own
-rows. `runner run SPEC --resume` continues the spec's last unfinished run: each trial
-goes on from its last checkpoint (its replay refilled first), and rows the killed
-attempt wrote past that checkpoint are superseded in the *_valid views.
+A sweep lists values for any training field; each combination is a trial. `seeds:` trains
+each trial once per training seed: a (trial, training seed) pair is the unit of work, and
+every row carries its training seed. With `score_seeds:` each pair's final checkpoint plays
+those episode seeds greedily; a pair's score is its mean, and comparisons between trials
+judge the scores over training seeds (mean, IQM, probability of improvement, each with a
+percentile bootstrap CI over seeds). With one training seed per arm a comparison is
+inconclusive: one training run says nothing about the spread between runs.
+
+`runner run SPEC --resume` continues the spec's last unfinished run: each unfinished pair
+goes on from its last checkpoint (its replay refilled first), and rows the killed attempt
+wrote past that checkpoint are superseded in the *_valid views.
 """
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from breakout_core.train_config import MAX_TRAINING_SEED, TrainConfig
 from runner.kinds.base import Kind, RunContext, Section
-from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, seed_list
+from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, checks_files, seed_list, spec_relative
 from runner.sweeps import expand_sweep
+from runner.train_pairs import Pair, PairJob
 
-FLUSH_EVERY_S = 5.0  # seconds between appends while training: readers get the file in between
 
 
-class TrainSettings(StrictModel):
-    """Training fields; units are transitions (one env step of one env) unless named."""
+def _declared_settings() -> type[StrictModel]:
+    """A spec model with one field per TrainConfig field: its type, default, description and bounds."""
+    import typing
+    from dataclasses import fields
 
-    algorithm: Literal["dqn", "double", "dueling"] = "dqn"
-    total_transitions: int = Field(default=100_000, gt=0)
-    num_envs: int = Field(default=1, ge=1, le=64)
-    learning_rate: float = Field(default=1e-4, gt=0, lt=1)
-    batch_size: int = Field(default=32, ge=1, le=4096)
-    gamma: float = Field(default=0.99, gt=0, le=1)
-    replay_capacity: int = Field(default=100_000, ge=1_000)
-    replay_device: str = Field(default="numpy", pattern=r"^(numpy|cpu|cuda(:\d+)?)$")
-    learning_starts: int = Field(default=1_000, ge=0)
-    train_every: int = Field(default=4, ge=1)
-    target_sync_every: int = Field(default=1_000, ge=1)
-    epsilon_start: float = Field(default=1.0, ge=0, le=1)
-    epsilon_end: float = Field(default=0.05, ge=0, le=1)
-    epsilon_decay_transitions: int = Field(default=10_000, ge=1)
-    max_grad_norm: float = Field(default=10.0, gt=0)
-    life_loss_terminal: bool = True
-    seed: int = Field(default=42, ge=0, le=2**32 - 1, description="a 32-bit seed: envs, exploration, weights")
-    torch_threads: int | None = Field(default=None, ge=1, le=256)
-    channels_last: bool = False
-    fused_adam: bool = True
-    diagnostics_every: int = Field(default=1_000, ge=1)
-    measure_from: int = Field(default=0, ge=0, description="warm-up transitions before the throughput clock starts")
-    checkpoint_at: list[int] = Field(default_factory=list)
+    from pydantic import create_model
+
+    hints = typing.get_type_hints(TrainConfig)
+    declared = {}
+    for f in fields(TrainConfig):
+        meta = dict(f.metadata)
+        if isinstance(f.default, tuple):  # a spec lists it; the trainer keeps it immutable
+            declared[f.name] = (list[int], Field(default_factory=lambda d=f.default: list(d), **meta))
+        else:
+            declared[f.name] = (hints[f.name], Field(default=f.default, **meta))
+    return create_model("DeclaredTrainSettings", __base__=StrictModel, **declared)
+
+
+class TrainSettings(_declared_settings()):
+    """Training fields (breakout_core.train_config); units are transitions (one env step of one env)."""
+
     checkpoint_every: int | None = Field(default=None, gt=0, description="also checkpoint at every multiple")
-    learner_device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
 
     @field_validator("checkpoint_at")
     @classmethod
@@ -76,9 +75,7 @@ class TrainSettings(StrictModel):
             raise ValueError(f"checkpoint_at {too_late} beyond total_transitions {self.total_transitions}")
         return self
 
-    def to_config(self):
-        from breakout_core.trainer import TrainConfig
-
+    def to_config(self) -> TrainConfig:
         values = self.model_dump()
         every = values.pop("checkpoint_every")
         marks = set(values["checkpoint_at"])
@@ -110,8 +107,43 @@ class TrainMeasurement(TrainSettings):
     kind: Literal["train"]
     name: Name
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description="field -> values; one trial per combination")
+    seeds: int | list[int] | None = Field(
+        default=None, description="training seeds: a count N (seed, seed+1, ..., seed+N-1) or a list; each trial "
+                                  "trains once per seed. Unset: one training seed, `seed`")
+    score_seeds: Seeds | None = Field(
+        default=None, description="episode seeds on which each (trial, seed)'s final checkpoint plays greedily; "
+                                  "its mean is the pair's score, what comparisons between trials judge")
+    score_batch: int = Field(default=8, ge=1, le=256, description="episodes played at once while scoring")
+    start_from: str | None = Field(
+        default=None, description="a checkpoint (relative to the spec) that a pair with no trainer state goes on "
+                                  "from: its weights, at its transition count, with a fresh optimizer and an empty "
+                                  "replay that the current policy refills before learning resumes")
     evaluate_checkpoints: CheckpointEvaluation | None = None
     gif: GifStrip | None = None
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds_valid(cls, seeds: int | list[int] | None) -> int | list[int] | None:
+        if isinstance(seeds, int) and not 1 <= seeds <= 64:
+            raise ValueError(f"seeds: a count from 1 to 64, got {seeds}")
+        if isinstance(seeds, list):
+            if not 1 <= len(seeds) <= 64:
+                raise ValueError(f"seeds: a list of 1 to 64 training seeds, got {len(seeds)}")
+            if any(not 0 <= s <= MAX_TRAINING_SEED for s in seeds):
+                raise ValueError(f"seeds: training seeds are from 0 to {MAX_TRAINING_SEED}")
+            if len(set(seeds)) != len(seeds):
+                raise ValueError("seeds: training seeds must be distinct")
+        return seeds
+
+    @field_validator("start_from")
+    @classmethod
+    def _checkpoint_file(cls, start_from: str | None, info: ValidationInfo) -> str | None:
+        if start_from is None:
+            return None
+        path = spec_relative(start_from, info)
+        if checks_files(info) and not path.is_file():
+            raise ValueError(f"start_from: no checkpoint file {path}")
+        return str(path)
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "TrainMeasurement":
@@ -120,15 +152,42 @@ class TrainMeasurement(TrainSettings):
                 raise ValueError(f"sweep key {key!r} is not a training field; fields: {', '.join(SWEEPABLE)}")
             if not values:
                 raise ValueError(f"sweep {key!r} lists no values")
+        if "seed" in self.sweep and self.seeds is not None:
+            raise ValueError("both `seeds` and a sweep over `seed`: list the training seeds once, in `seeds`")
+        if isinstance(self.seeds, int) and self.seed + self.seeds - 1 > MAX_TRAINING_SEED:
+            raise ValueError(f"seeds: {self.seeds} seeds from seed {self.seed} go past {MAX_TRAINING_SEED}")
         for trial in expand_sweep(self.sweep):
             self.settings_for(trial.overrides)
         return self
+
+    def training_seeds(self) -> list[int]:
+        if self.seeds is None:
+            return [self.seed]
+        if isinstance(self.seeds, int):
+            return [self.seed + i for i in range(self.seeds)]
+        return list(self.seeds)
+
+    def pairs(self) -> list[Pair]:
+        """Every (trial, training seed) pair, trial by trial."""
+        return [Pair(trial.name, trial.overrides, seed, trial.name if self.seeds is None else f"{trial.name},seed={seed}")
+                for trial in expand_sweep(self.sweep) for seed in self.training_seeds()]
 
     def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:
         base = self.model_dump(include=set(TrainSettings.model_fields))
         if self.gif is not None:  # every GIF needs its checkpoint
             base["checkpoint_at"] = sorted(set(base["checkpoint_at"]) | set(self.gif.at))
         return TrainSettings.model_validate({**base, **overrides})
+
+    def pair_config(self, pair: Pair):
+        return self.settings_for({**pair.overrides, "seed": pair.training_seed}).to_config()
+
+    def metric_problem(self, metric: str) -> str | None:
+        if metric in RAW_COMPARISONS:
+            return (f"{metric} is one difference between single draws: judge its interval over training seeds, "
+                    f"{INTERVAL_OF.get(metric, metric)}_ci_low or _ci_high")
+        if metric in SCORE_METRICS and self.score_seeds is None:
+            return f"{metric} judges scores over training seeds: give measurement {self.name!r} `score_seeds`"
+        return None
 
 
 MIGRATIONS = [
@@ -169,12 +228,37 @@ MIGRATIONS = [
         ALTER TABLE train_results ADD COLUMN weights_moved DOUBLE;
         """,
     ),
+    (
+        "0202_train_seeds",  # every row carries its training seed; rows stored before take their config's
+        """
+        ALTER TABLE train_attempts ADD COLUMN training_seed BIGINT;
+        UPDATE train_attempts SET training_seed = CAST(json_extract_string(config, '$.seed') AS BIGINT);
+        """ + "".join(f"""
+        ALTER TABLE {table} ADD COLUMN training_seed BIGINT;
+        UPDATE {table} t SET training_seed = a.training_seed FROM train_attempts a
+        WHERE a.run_id = t.run_id AND a.measurement = t.measurement AND a.trial = t.trial AND a.attempt = t.attempt;
+        """ for table in ("train_episodes", "train_diagnostics", "train_checkpoints", "train_results")) + """
+        CREATE TABLE train_scores (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, trial VARCHAR NOT NULL,
+            training_seed BIGINT NOT NULL, transition BIGINT NOT NULL, checkpoint VARCHAR NOT NULL,
+            eval_seed BIGINT NOT NULL, score DOUBLE NOT NULL, steps INTEGER NOT NULL, ended_by VARCHAR NOT NULL
+        );
+        """,
+    ),
+    (
+        "0203_train_resume_modes",  # how each attempt began; attempts stored before began fresh or from their state
+        """
+        ALTER TABLE train_attempts ADD COLUMN resume_mode VARCHAR;
+        ALTER TABLE train_attempts ADD COLUMN resumed_from VARCHAR;
+        UPDATE train_attempts SET resume_mode = CASE WHEN from_transition = 0 THEN 'fresh' ELSE 'trainer_state' END;
+        """,
+    ),
 ]
 
 _SUPERSEDED = """
     NOT EXISTS (SELECT 1 FROM train_attempts a
                 WHERE a.run_id = t.run_id AND a.measurement = t.measurement AND a.trial = t.trial
-                  AND a.attempt > t.attempt AND t.transition > a.from_transition)
+                  AND a.training_seed = t.training_seed AND a.attempt > t.attempt AND t.transition > a.from_transition)
 """
 
 VIEWS = [
@@ -182,96 +266,97 @@ VIEWS = [
     f"CREATE OR REPLACE VIEW train_diagnostics_valid AS SELECT t.* FROM train_diagnostics t WHERE {_SUPERSEDED}",
     # a resumed attempt writes again the checkpoint file it resumed from when that was the last one (final.pt)
     f"""CREATE OR REPLACE VIEW train_checkpoints_valid AS SELECT t.* FROM train_checkpoints t WHERE {_SUPERSEDED}
-        QUALIFY row_number() OVER (PARTITION BY run_id, measurement, trial, transition, path ORDER BY attempt DESC) = 1""",
+        QUALIFY row_number() OVER (PARTITION BY run_id, measurement, trial, training_seed, transition, path
+                                   ORDER BY attempt DESC) = 1""",
     """
     CREATE OR REPLACE VIEW train_curve AS
     SELECT *, avg(episode_return) OVER (
-               PARTITION BY run_id, measurement, trial ORDER BY transition, env_index
+               PARTITION BY run_id, measurement, trial, training_seed ORDER BY transition, env_index
                ROWS BETWEEN 19 PRECEDING AND CURRENT ROW) AS moving_avg_20
     FROM train_episodes_valid
     """,
     """
     CREATE OR REPLACE VIEW train_trial_summary AS
     WITH ranked AS (
-        SELECT *, row_number() OVER (PARTITION BY run_id, measurement, trial
+        SELECT *, row_number() OVER (PARTITION BY run_id, measurement, trial, training_seed
                                      ORDER BY transition DESC, env_index DESC) AS back
         FROM train_episodes_valid)
-    SELECT run_id, measurement, trial, count(*) AS episodes, max(transition) AS last_episode_transition,
+    SELECT run_id, measurement, trial, training_seed, count(*) AS episodes, max(transition) AS last_episode_transition,
            avg(episode_return) FILTER (WHERE back <= 20) AS last20_mean,
            median(episode_return) FILTER (WHERE back <= 20) AS last20_median,
            avg(episode_return) FILTER (WHERE back <= 10) - avg(episode_return) FILTER (WHERE back BETWEEN 11 AND 20)
                AS last20_trend,
            max(episode_return) AS best_return
-    FROM ranked GROUP BY run_id, measurement, trial
+    FROM ranked GROUP BY run_id, measurement, trial, training_seed
+    """,
+    """
+    CREATE OR REPLACE VIEW train_seed_scores AS
+    SELECT run_id, measurement, trial, training_seed, any_value(transition) AS transition, count(*) AS episodes,
+           avg(score) AS score, count(DISTINCT score) AS distinct_scores, count(DISTINCT steps) AS distinct_lengths,
+           count(*) FILTER (WHERE ended_by = 'time_limit') AS time_limit_episodes
+    FROM train_scores GROUP BY run_id, measurement, trial, training_seed
     """,
 ]
 
 
-def _previous_attempts(ctx: RunContext, measurement: str, trial: str) -> tuple[int, bool]:
-    """(attempts so far, whether one of them finished) for this trial of this run."""
+def _stored(ctx: RunContext, measurement: str, pair: Pair) -> tuple[int, bool, str | None, str | None]:
+    """(attempts so far, whether one finished, the folder they trained in, the final checkpoint
+    when its score is still missing) for one pair of this run."""
+    where = "run_id = ? AND measurement = ? AND trial = ? AND training_seed = ?"
+    args = [ctx.run_id, measurement, pair.trial, pair.training_seed]
     with ctx.store.reader() as con:
-        attempts = con.execute(
-            "SELECT count(*) FROM train_attempts WHERE run_id = ? AND measurement = ? AND trial = ?",
-            [ctx.run_id, measurement, trial]).fetchone()[0]
-        finished = con.execute(
-            "SELECT count(*) FROM train_results WHERE run_id = ? AND measurement = ? AND trial = ?",
-            [ctx.run_id, measurement, trial]).fetchone()[0]
-    return attempts, finished > 0
+        attempts, out_dir = con.execute(f"SELECT count(*), arg_max(out_dir, attempt) FROM train_attempts WHERE {where}",
+                                        args).fetchone()
+        final = con.execute(f"SELECT arg_max(path, transition) FROM train_checkpoints_valid WHERE {where}",
+                            args).fetchone()[0]
+    stored = {"trial": pair.trial, "training_seed": pair.training_seed}
+    finished = ctx.already_stored("train_results", measurement, **stored)
+    scored = ctx.already_stored("train_scores", measurement, **stored)
+    return attempts, finished, out_dir, None if scored else final
 
 
 def execute(m: TrainMeasurement, ctx: RunContext) -> None:
-    from breakout_core.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, Trainer, TrainDone
+    from runner.pair_executors import Executor, run_pairs, score_here
 
-    from runner.row_buffer import RowBuffer
-    from runner.store import utcnow
-
-    for trial in expand_sweep(m.sweep):
-        settings = m.settings_for(trial.overrides)
-        config = settings.to_config()
-        out_dir = ctx.artifacts_dir / m.name / trial.name
-        attempt, finished = _previous_attempts(ctx, m.name, trial.name)
-        if finished:  # resumed: a run killed while evaluating its checkpoints does what is left
-            _after_training(m, ctx, trial.name)
-            continue
-        trainer = Trainer(config, ctx.contract, out_dir)
-        resume = attempt > 0 and trainer.state_path().exists()
-        from_transition = _state_transitions(trainer) if resume else 0
-        ctx.store.append_rows("train_attempts", [{
-            "run_id": ctx.run_id, "measurement": m.name, "trial": trial.name, "attempt": attempt,
-            "from_transition": from_transition, "config": json.dumps(asdict(config)), "out_dir": str(out_dir),
-            "started_at": utcnow()}])
-        key = {"run_id": ctx.run_id, "measurement": m.name, "trial": trial.name, "attempt": attempt}
-        rows = RowBuffer(ctx.store, ctx.run_id, ctx.progress.console.log)
-        task = ctx.progress.add_task(f"{m.name} · {trial.name}", total=config.total_transitions,
-                                     completed=from_transition, unit="transitions")
-        last_flush = time.monotonic()
-        try:
-            for record in trainer.run(resume=resume):
-                if isinstance(record, EpisodeEnd):
-                    rows.add("train_episodes", {**key, **asdict(record)})
-                    ctx.progress.update(task, completed=record.transition, transitions=record.transition)
-                elif isinstance(record, Diagnostics):
-                    rows.add("train_diagnostics", {**key, **asdict(record)})
-                elif isinstance(record, CheckpointSaved):
-                    rows.add("train_checkpoints", {**key, **asdict(record)})
-                    # the trainer saves its state when it gets control back: what that state
-                    # covers is stored (or spooled) first, so a resume never starts past lost rows
-                    rows.flush(durable=True)
-                    last_flush = time.monotonic()
-                    _log_checkpoint(ctx, m.name, trial.name, record)
-                elif isinstance(record, TrainDone):
-                    rows.add("train_results", {**key, **asdict(record)})
-                    ctx.progress.update(task, completed=record.transitions, transitions=record.transitions)
-                if time.monotonic() - last_flush >= FLUSH_EVERY_S:
-                    rows.flush()
-                    last_flush = time.monotonic()
-        finally:
-            rows.close()
-        _after_training(m, ctx, trial.name)
+    executor = ctx.executor or Executor()
+    jobs = []
+    for pair in m.pairs():
+        attempts, finished, stored_dir, unscored = _stored(ctx, m.name, pair)
+        folder = ctx.artifacts_dir / m.name / pair.trial
+        # a pair's folder: where its earlier attempts trained, so a resume finds its trainer state
+        out_dir = Path(stored_dir) if stored_dir else folder if m.seeds is None else folder / f"seed={pair.training_seed}"
+        config = m.pair_config(pair)
+        state = out_dir / "trainer_state.pt"
+        # a Ray task trains its pair whole in its worker's own folder: it cannot go on from a state here
+        if attempts > 0 and state.exists() and executor.name != "ray":
+            mode, source, from_transition = "trainer_state", str(state), _saved_transitions(state)
+        elif m.start_from is not None:
+            mode, source, from_transition = "checkpoint", m.start_from, _saved_transitions(Path(m.start_from))
+        else:
+            mode, source, from_transition = "fresh", None, 0
+        job = PairJob(run_id=ctx.run_id, measurement=m.name, pair=pair, config=config, contract=ctx.contract,
+                      out_dir=str(out_dir), attempt=attempts, resume_mode=mode, resumed_from=source,
+                      from_transition=from_transition,
+                      score_seeds=tuple(seed_list(m.score_seeds)) if m.score_seeds is not None else (),
+                      score_batch=m.score_batch)
+        if not finished:
+            jobs.append(job)
+        elif job.score_seeds and unscored:  # a run killed while scoring its pair does what is left
+            score_here(job, ctx, unscored, _checkpoint_transition(ctx, m.name, pair, unscored))
+    run_pairs(jobs, ctx, executor)
+    for pair in m.pairs():
+        _after_training(m, ctx, pair)
 
 
-def _after_training(m: TrainMeasurement, ctx: RunContext, trial: str) -> None:
-    """Evaluate the trial's checkpoints and record its GIF strip, from the checkpoints stored.
+def _checkpoint_transition(ctx: RunContext, measurement: str, pair: Pair, path: str) -> int:
+    with ctx.store.reader() as con:
+        return con.execute("SELECT max(transition) FROM train_checkpoints_valid WHERE run_id = ? AND measurement = ? "
+                           "AND trial = ? AND training_seed = ? AND path = ?",
+                           [ctx.run_id, measurement, pair.trial, pair.training_seed, path]).fetchone()[0]
+
+
+def _after_training(m: TrainMeasurement, ctx: RunContext, pair: Pair) -> None:
+    """Evaluate the pair's checkpoints and record its GIF strip, from the checkpoints stored.
     What a killed run already stored (a checkpoint's episodes, a GIF) is not done again."""
     from breakout_core.evaluator import evaluate, write_gif
     from breakout_core.policies import QNetworkPolicy
@@ -281,7 +366,8 @@ def _after_training(m: TrainMeasurement, ctx: RunContext, trial: str) -> None:
     with ctx.store.reader() as con:
         checkpoints = con.execute(  # one per transition count: a last mark and final.pt hold the same weights
             "SELECT transition, min(path) FROM train_checkpoints_valid WHERE run_id = ? AND measurement = ? AND trial = ? "
-            "GROUP BY transition ORDER BY transition", [ctx.run_id, m.name, trial]).fetchall()
+            "AND training_seed = ? GROUP BY transition ORDER BY transition",
+            [ctx.run_id, m.name, pair.trial, pair.training_seed]).fetchall()
         evaluated = {row[0] for row in con.execute(
             "SELECT DISTINCT policy FROM episodes WHERE run_id = ? AND measurement = ?", [ctx.run_id, m.name]).fetchall()}
         recorded = {row[0] for row in con.execute(
@@ -290,7 +376,7 @@ def _after_training(m: TrainMeasurement, ctx: RunContext, trial: str) -> None:
         spec = m.evaluate_checkpoints
         seeds = seed_list(spec.seeds)
         for transition, path in checkpoints:
-            policy = f"{trial}@{transition}"
+            policy = f"{pair.label}@{transition}"
             if policy in evaluated:
                 continue
             task = ctx.progress.add_task(f"{m.name} · evaluate {policy}", total=len(seeds), unit="episodes")
@@ -301,25 +387,14 @@ def _after_training(m: TrainMeasurement, ctx: RunContext, trial: str) -> None:
     if m.gif is not None:
         for transition, path in checkpoints:
             # zero-padded so the report, which lists GIFs by path, shows them in transition order
-            gif_path = ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{trial}-{transition:09d}.gif"
+            gif_path = ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{pair.label}-{transition:09d}.gif"
             if transition not in m.gif.at or str(gif_path) in recorded:
                 continue
             result = evaluate(QNetworkPolicy.from_checkpoint(path), [m.gif.seed], ctx.contract, batch_size=1,
                               record_seed=m.gif.seed)
             gif = write_gif(result.frames, gif_path)
-            ctx.store.append_rows("artifacts", [gif_row(ctx, m.name, gif, f"{trial} @ {transition} transitions",
+            ctx.store.append_rows("artifacts", [gif_row(ctx, m.name, gif, f"{pair.label} @ {transition} transitions",
                                                         result.episodes[0], len(result.frames))])
-
-
-def _log_checkpoint(ctx: RunContext, measurement: str, trial: str, record) -> None:
-    """One plain line per checkpoint, readable in a log file where no progress bar draws."""
-    with ctx.store.reader() as con:
-        row = con.execute(
-            "SELECT last20_mean, episodes FROM train_trial_summary WHERE run_id = ? AND measurement = ? AND trial = ?",
-            [ctx.run_id, measurement, trial]).fetchone()
-    mean = f"{row[0]:.2f} over the last 20 of {row[1]} episodes" if row and row[0] is not None else "no episode yet"
-    ctx.progress.console.log(f"{measurement} · {trial}: checkpoint at {record.transition} transitions "
-                             f"({record.path}); training return {mean}")
 
 
 def _log_evaluation(ctx: RunContext, measurement: str, policy: str, episodes) -> None:
@@ -334,38 +409,51 @@ def _log_evaluation(ctx: RunContext, measurement: str, policy: str, episodes) ->
                              f"{stalled} ended by the time limit")
 
 
-def _state_transitions(trainer) -> int:
+def _saved_transitions(path: Path) -> int:
+    """The transition count a trainer state or a checkpoint was saved at."""
     import torch
 
-    return int(torch.load(trainer.state_path(), map_location="cpu", weights_only=True)["transitions"])
+    return int(torch.load(path, map_location="cpu", weights_only=True)["transitions"])
 
 
 HEALTH_METRICS = ("finished", "weights_moved", "replay_fill_fraction", "epsilon_schedule_error",
                   "non_finite_diagnostics")
-LEARNING_METRICS = ("last20_mean", "last20_median", "last20_trend", "transitions_per_s")
-COMPARISON_METRICS = tuple(f"{name}_diff" for name in LEARNING_METRICS) + ("transitions_per_s_speedup",)
-METRIC_NAMES = HEALTH_METRICS + LEARNING_METRICS + COMPARISON_METRICS
+# a health figure over several training seeds is its worst seed's
+WORST_OVER_SEEDS = {"finished": min, "weights_moved": min, "replay_fill_fraction": min,
+                    "epsilon_schedule_error": max, "non_finite_diagnostics": max}
+LEARNING_METRICS = ("last20_mean", "last20_median", "last20_trend", "transitions_per_s")  # means over seeds
+INTERVALS = ("_ci_low", "_ci_high")
+SCORE_METRICS = tuple(f"score_{name}{bound}" for name in ("mean", "iqm") for bound in ("",) + INTERVALS)
+# comparisons over training seeds, judged by their intervals; the raw values are evidence only
+INTERVAL_OF = {f"{name}_diff": f"score_{name}_diff" for name in LEARNING_METRICS[:3]}
+COMPARED = ("score_mean_diff", "score_iqm_diff", "probability_of_improvement", "transitions_per_s_speedup")
+COMPARISON_METRICS = tuple(name + bound for name in COMPARED for bound in INTERVALS)
+SCORE_METRICS += tuple(name for name in COMPARISON_METRICS if not name.startswith("transitions_per_s"))
+RAW_COMPARISONS = COMPARED + tuple(INTERVAL_OF)
+METRIC_NAMES = HEALTH_METRICS + LEARNING_METRICS + SCORE_METRICS[:6] + COMPARISON_METRICS + RAW_COMPARISONS
+ONE_SEED = "one training seed per arm"
 
 
 def participants(m: TrainMeasurement) -> list[str]:
     return [t.name for t in expand_sweep(m.sweep)]
 
 
-def _trial_metrics(con, run_id: str, m: TrainMeasurement, trial: str) -> dict[str, float]:
-    """Day 13's health checks and Day 14's learning figures for one trial."""
+def _pair_metrics(con, run_id: str, m: TrainMeasurement, pair: Pair) -> dict[str, float]:
+    """Day 13's health checks and Day 14's learning figures for one (trial, training seed)."""
     found: dict[str, float] = {}
-    result = con.execute(
-        "SELECT transitions, transitions_per_s, weights_moved FROM train_results WHERE run_id = ? AND measurement = ? "
-        "AND trial = ? ORDER BY attempt DESC LIMIT 1", [run_id, m.name, trial]).fetchone()
+    where, args = "run_id = ? AND measurement = ? AND trial = ? AND training_seed = ?", [run_id, m.name, pair.trial,
+                                                                                         pair.training_seed]
+    result = con.execute(f"SELECT transitions, transitions_per_s, weights_moved FROM train_results WHERE {where} "
+                         "ORDER BY attempt DESC LIMIT 1", args).fetchone()
     found["finished"] = 1.0 if result else 0.0
     if result:
         found["transitions_per_s"], found["weights_moved"] = result[1], result[2]
-    config = {t.name: m.settings_for(t.overrides) for t in expand_sweep(m.sweep)}[trial].to_config()
+    config = m.pair_config(pair)
     diagnostics = con.execute(  # from_transition: where the row's attempt began, with an empty replay
         "SELECT d.transition, d.epsilon, d.replay_frames, d.loss, d.q_mean, d.target_mean, d.td_abs_mean, d.td_abs_max, "
         "d.grad_norm, a.from_transition FROM train_diagnostics_valid d JOIN train_attempts a "
-        "USING (run_id, measurement, trial, attempt) WHERE run_id = ? AND measurement = ? AND trial = ? "
-        "ORDER BY d.transition", [run_id, m.name, trial]).fetchall()
+        f"USING (run_id, measurement, trial, training_seed, attempt) WHERE {where} ORDER BY d.transition",
+        args).fetchall()
     if diagnostics:
         import math
 
@@ -377,74 +465,144 @@ def _trial_metrics(con, run_id: str, m: TrainMeasurement, trial: str) -> dict[st
         found["replay_fill_fraction"] = last[2] / min(config.replay_capacity, last[0] - last[9])
         found["non_finite_diagnostics"] = float(sum(
             1 for row in diagnostics for v in row[3:9] if v is None or not math.isfinite(v)))
-    summary = con.execute(
-        "SELECT last20_mean, last20_median, last20_trend FROM train_trial_summary WHERE run_id = ? AND measurement = ? "
-        "AND trial = ?", [run_id, m.name, trial]).fetchone()
+    summary = con.execute(f"SELECT last20_mean, last20_median, last20_trend FROM train_trial_summary WHERE {where}",
+                          args).fetchone()
     if summary:
         found.update({k: v for k, v in zip(("last20_mean", "last20_median", "last20_trend"), summary) if v is not None})
+    score = con.execute(f"SELECT score FROM train_seed_scores WHERE {where}", args).fetchone()
+    if score:
+        found["score"] = score[0]
     return found
 
 
+def _trial_metrics(con, run_id: str, m: TrainMeasurement, trial: str) -> tuple[dict[str, float], dict[str, list]]:
+    """(the trial's figures over its training seeds, each per-seed figure by name)."""
+    per_seed: dict[str, list] = {}
+    for pair in m.pairs():
+        if pair.trial == trial:
+            for name, value in _pair_metrics(con, run_id, m, pair).items():
+                per_seed.setdefault(name, []).append(value)
+    seeds = len(m.training_seeds())
+    found = {name: WORST_OVER_SEEDS[name](values) for name, values in per_seed.items()
+             if name in WORST_OVER_SEEDS and len(values) == seeds}
+    found.update({name: sum(values) / len(values) for name, values in per_seed.items() if name in LEARNING_METRICS})
+    return found, per_seed
+
+
 def metrics(con, run_id: str, m: TrainMeasurement, candidate: str, baseline: str | None) -> dict[str, float]:
-    found = _trial_metrics(con, run_id, m, candidate)
+    """A trial's health (its worst seed), its learning figures (means over seeds), its score over
+    seeds with intervals, and against a baseline the differences of scores and the speed-up with
+    their intervals over seeds. Fewer than two seeds per arm: `inconclusive_reason`."""
+    from breakout_core.stats import MIN_SEEDS_FOR_INTERVAL, seed_statistics
+
+    found, mine = _trial_metrics(con, run_id, m, candidate)
+    theirs = _trial_metrics(con, run_id, m, baseline)[1] if baseline is not None else {}
+    scores, rates = mine.get("score", []), [r for r in mine.get("transitions_per_s", []) if r]
+    if scores:
+        found.update({f"score_{k}": v for k, v in seed_statistics(scores).items()})
     if baseline is not None:
-        other = _trial_metrics(con, run_id, m, baseline)
-        for name in LEARNING_METRICS:
-            if name in found and name in other:
-                found[f"{name}_diff"] = found[name] - other[name]
-        # a rate of 0 is the trainer's "nothing measured": no speed-up then, so the verdict is unavailable
-        if found.get("transitions_per_s") and other.get("transitions_per_s"):
-            found["transitions_per_s_speedup"] = found["transitions_per_s"] / other["transitions_per_s"]
+        base_stats = _trial_metrics(con, run_id, m, baseline)[0]
+        for name in LEARNING_METRICS[:3]:
+            if name in found and name in base_stats:
+                found[f"{name}_diff"] = found[name] - base_stats[name]
+        if scores and theirs.get("score"):
+            both = seed_statistics(scores, theirs["score"], comparisons=("mean_diff", "iqm_diff",
+                                                                           "probability_of_improvement"))
+            found.update({(k if k.startswith("probability") else f"score_{k}"): v for k, v in both.items()
+                          if k.startswith(("mean_diff", "iqm_diff", "probability"))})
+        # a rate of 0 is the trainer's "nothing measured": no speed-up then
+        base_rates = [r for r in theirs.get("transitions_per_s", []) if r]
+        if rates and base_rates:
+            both = seed_statistics(rates, base_rates, comparisons=("speedup",))
+            found.update({f"transitions_per_s_{k}": v for k, v in both.items() if k.startswith("speedup")})
+    seeds = len(m.training_seeds())
+    if seeds < MIN_SEEDS_FOR_INTERVAL:
+        found["inconclusive_reason"] = (
+            (ONE_SEED if baseline is not None else "one training seed") if seeds == 1 else
+            f"{seeds} training seeds per arm: an interval over seeds needs at least {MIN_SEEDS_FOR_INTERVAL}")
     return found
 
 
 def report(con, run_id: str, m: TrainMeasurement) -> list[Section]:
+    return training_sections(con, run_id, m.name)
+
+
+def training_sections(con, run_id: str, measurement: str) -> list[Section]:
+    """The report of one training measurement of a run, by name: also how another kind shows
+    a stored training (the shipped agent's history)."""
     from runner.report_html import MAX_CHART_POINTS, altair, gif_figure, table_html
 
     alt = altair()
 
     summary = con.execute(
-        "SELECT s.trial, s.episodes, s.last_episode_transition, s.last20_mean, s.last20_median, s.last20_trend, "
-        "s.best_return, r.transitions, r.updates, r.wall_s, r.transitions_per_s FROM train_trial_summary s "
-        "LEFT JOIN train_results r USING (run_id, measurement, trial) WHERE s.run_id = ? AND s.measurement = ? "
-        "ORDER BY s.trial", [run_id, m.name]).df()
-    sections = [Section(f"{m.name}: trials (last 20 episodes; trend = mean of last 10 − mean of the 10 before)",
-                        html=table_html(summary))]
+        "SELECT s.trial, s.training_seed, s.episodes, s.last_episode_transition, s.last20_mean, s.last20_median, "
+        "s.last20_trend, s.best_return, r.transitions, r.updates, r.wall_s, r.transitions_per_s "
+        "FROM train_trial_summary s LEFT JOIN (SELECT * FROM train_results QUALIFY row_number() OVER (PARTITION BY "
+        "run_id, measurement, trial, training_seed ORDER BY attempt DESC) = 1) r "
+        "USING (run_id, measurement, trial, training_seed) WHERE s.run_id = ? AND s.measurement = ? "
+        "ORDER BY s.trial, s.training_seed", [run_id, measurement]).df()
+    sections = [Section(f"{measurement}: trials by training seed (training returns of the last 20 episodes; "
+                        "trend = mean of last 10 − mean of the 10 before)", html=table_html(summary))]
+    sections += _score_sections(con, run_id, measurement)
     curve = con.execute(
-        "SELECT trial, transition, episode_return, moving_avg_20 FROM train_curve WHERE run_id = ? AND measurement = ? "
-        "ORDER BY trial, transition", [run_id, m.name]).df()
+        "SELECT trial || ' · seed ' || training_seed AS run, trial, transition, episode_return, moving_avg_20 "
+        "FROM train_curve WHERE run_id = ? AND measurement = ? ORDER BY trial, training_seed, transition",
+        [run_id, measurement]).df()
     if not curve.empty:
         if len(curve) > MAX_CHART_POINTS:
             curve = curve.iloc[:: len(curve) // MAX_CHART_POINTS + 1]
-        base = alt.Chart(curve).encode(x=alt.X("transition:Q", title="transitions"), color="trial:N")
+        base = alt.Chart(curve).encode(x=alt.X("transition:Q", title="transitions"), color="run:N")
         chart = base.mark_circle(size=12, opacity=0.25).encode(y=alt.Y("episode_return:Q", title="raw episode return")) + \
             base.mark_line(strokeWidth=2).encode(y="moving_avg_20:Q")
-        sections.append(Section(f"{m.name}: learning curves (points: episodes; lines: 20-episode moving average)",
+        sections.append(Section(f"{measurement}: learning curves (points: episodes; lines: 20-episode moving average)",
                                 charts=[chart.properties(width=720, height=320).to_dict()]))
     diagnostics = con.execute(
-        "SELECT trial, transition, loss, q_mean, target_mean, td_abs_mean, td_abs_max, grad_norm, epsilon "
-        "FROM train_diagnostics_valid WHERE run_id = ? AND measurement = ? ORDER BY trial, transition",
-        [run_id, m.name]).df()
+        "SELECT trial || ' · seed ' || training_seed AS run, transition, loss, q_mean, target_mean, td_abs_mean, "
+        "td_abs_max, grad_norm, epsilon FROM train_diagnostics_valid WHERE run_id = ? AND measurement = ? "
+        "ORDER BY trial, training_seed, transition", [run_id, measurement]).df()
     if not diagnostics.empty:
-        long = diagnostics.melt(id_vars=["trial", "transition"], var_name="quantity", value_name="value")
+        long = diagnostics.melt(id_vars=["run", "transition"], var_name="quantity", value_name="value")
         chart = alt.Chart(long).mark_line().encode(
-            x=alt.X("transition:Q", title="transitions"), y=alt.Y("value:Q", title=None), color="trial:N"
+            x=alt.X("transition:Q", title="transitions"), y=alt.Y("value:Q", title=None), color="run:N"
         ).properties(width=330, height=140).facet(facet="quantity:N", columns=2).resolve_scale(y="independent")
-        sections.append(Section(f"{m.name}: diagnostics over time", charts=[chart.to_dict()]))
+        sections.append(Section(f"{measurement}: diagnostics over time", charts=[chart.to_dict()]))
     evaluated = con.execute(
         "SELECT policy AS checkpoint, episodes, distinct_scores, distinct_lengths, mean, median, std, p10, p90, min, max, "
         "time_limit_episodes FROM episode_summary WHERE run_id = ? AND measurement = ? "
         "ORDER BY split_part(policy, '@', 1), TRY_CAST(split_part(policy, '@', 2) AS BIGINT)",  # 25K before 100K
-        [run_id, m.name]).df()
+        [run_id, measurement]).df()
     if not evaluated.empty:
-        sections.append(Section(f"{m.name}: checkpoints evaluated on fixed seeds (raw score, full games)",
+        sections.append(Section(f"{measurement}: checkpoints evaluated on fixed seeds (raw score, full games)",
                                 html=table_html(evaluated)))
     gifs = con.execute("SELECT label, path FROM artifacts WHERE run_id = ? AND measurement = ? ORDER BY path",
-                       [run_id, m.name]).fetchall()
+                       [run_id, measurement]).fetchall()
     if gifs:
-        sections.append(Section(f"{m.name}: checkpoints playing one fixed seed at epsilon 0 (what the agent sees)",
+        sections.append(Section(f"{measurement}: checkpoints playing one fixed seed at epsilon 0 (what the agent sees)",
                                 html="".join(gif_figure(label, path) for label, path in gifs)))
     return sections
+
+
+def _score_sections(con, run_id: str, measurement: str) -> list[Section]:
+    """Each pair's greedy score, and each trial's mean and IQM over training seeds with 95% CIs."""
+    from breakout_core.stats import seed_statistics
+    from runner.report_html import table_html
+
+    per_seed = con.execute(
+        "SELECT trial, training_seed, transition, episodes, score, distinct_scores, distinct_lengths, time_limit_episodes "
+        "FROM train_seed_scores WHERE run_id = ? AND measurement = ? ORDER BY trial, training_seed",
+        [run_id, measurement]).df()
+    if per_seed.empty:
+        return []
+    rows = []
+    for trial, group in per_seed.groupby("trial", sort=False):
+        stats = seed_statistics(group["score"].to_numpy())
+        rows.append({"trial": trial, "training_seeds": len(group), **{k: round(v, 3) for k, v in stats.items()}})
+    import pandas as pd
+
+    return [Section(f"{measurement}: score of each training seed (its final checkpoint, greedy, mean raw score "
+                    "over the score seeds)", html=table_html(per_seed)),
+            Section(f"{measurement}: scores over training seeds (mean and IQM with 95% percentile bootstrap CIs "
+                    "over seeds; no interval from one seed)", html=table_html(pd.DataFrame(rows)))]
 
 
 KIND = Kind(
@@ -458,5 +616,6 @@ KIND = Kind(
     metrics=metrics,
     report=report,
     needs_baseline=False,
-    comparison_metrics=COMPARISON_METRICS,
+    comparison_metrics=COMPARISON_METRICS + RAW_COMPARISONS,
+    metric_problem=TrainMeasurement.metric_problem,
 )

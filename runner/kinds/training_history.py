@@ -11,7 +11,6 @@ learned from the shipped rows alone.
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
@@ -77,7 +76,7 @@ def report(con, run_id: str, m: TrainingHistoryMeasurement) -> list[Section]:
     intro = Section(f"{m.name}: how the shipped agent was trained",
                     html=f"<p>Training run <code>{source}</code>, measurement <code>{measurement}</code>, "
                          f"from the shipped rows in <code>{path}</code>.</p>")
-    return [intro] + train.report(con, source, SimpleNamespace(name=measurement))
+    return [intro] + train.training_sections(con, source, measurement)
 
 
 KIND = Kind(
