@@ -82,6 +82,7 @@ def trajectories(contract, seeds, slots, max_steps=None):
             for s in seeds}
 
 
+@pytest.mark.slow
 def test_v3_episodes_are_the_same_alone_batched_reversed_and_in_another_process():
     short = V3.replace(max_episode_frames=4_000)
     batched = trajectories(short, SEEDS, 8)
@@ -163,6 +164,7 @@ def unserved_starts(contract, seeds) -> int:
     return unserved
 
 
+@pytest.mark.slow
 def test_under_v3_the_reset_fire_is_sticky_too():
     """The one-frame FIRE that starts a game is replaced by NOOP a quarter of the time, so a
     breakout-v3 agent must learn to serve (docs/contract_v3.md)."""

@@ -29,6 +29,7 @@ def test_random_policy_is_deterministic_run_to_run():
     assert sum(e.steps for e in first.episodes) == first.transitions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [2, 5, 8])
 def test_batched_and_single_episodes_agree_per_seed_random(batch_size):
     alone = [evaluate(RandomPolicy(), [s], Contract(), batch_size=1).episodes[0] for s in SEEDS]
@@ -36,6 +37,7 @@ def test_batched_and_single_episodes_agree_per_seed_random(batch_size):
     assert [(e.score, e.steps, e.frames) for e in alone] == [(e.score, e.steps, e.frames) for e in batched]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("epsilon", [0.0, 0.1])
 def test_batched_and_single_episodes_agree_per_seed_qnetwork(checkpoint, epsilon):
     policy = QNetworkPolicy.from_checkpoint(checkpoint, epsilon=epsilon)
