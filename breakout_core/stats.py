@@ -137,22 +137,14 @@ def sample_shift(a: np.ndarray, b: np.ndarray, *, alpha: float = RANK_TEST_ALPHA
 def unpaired_bootstrap_ci(a: np.ndarray, b: np.ndarray, *, confidence: float = 0.95, n_resamples: int = 10_000,
                           seed: int = 0) -> Interval:
     """Bootstrap CI of mean(b) - mean(a) for two independent samples, each resampled on its own."""
-    from scipy import stats
-
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if a.size < 2 or b.size < 2:
-        raise ValueError("an unpaired bootstrap interval needs at least 2 values in each sample")
-
-    def mean_diff(x, y, axis=-1):
-        return np.mean(y, axis=axis) - np.mean(x, axis=axis)
-
-    result = stats.bootstrap((a, b), mean_diff, confidence_level=confidence, n_resamples=n_resamples,
-                             method=BOOTSTRAP_METHOD, rng=np.random.default_rng(seed), paired=False, vectorized=True)
-    return Interval(float(result.confidence_interval.low), float(result.confidence_interval.high), confidence,
-                    BOOTSTRAP_METHOD, n_resamples, seed)
+    return independent_bootstrap_ci((a, b), lambda x, y, axis=-1: mean_difference(y, x, axis), confidence=confidence,
+                                    n_resamples=n_resamples, seed=seed, min_size=2)
 
 
 # -- aggregates over training seeds (the rliable way) -----------------------------------------
+# A percentile bootstrap over one value is that value, and over two it takes only three values:
+# far too narrow to cover. Three is the least that gives an interval worth reading.
+MIN_SEEDS_FOR_INTERVAL = 3
 # Each statistic takes `axis` so scipy.stats.bootstrap can evaluate all resamples at once.
 
 def iqm(values: np.ndarray, axis: int = -1) -> np.ndarray | float:
@@ -186,14 +178,15 @@ def ratio_of_means(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray |
 
 
 def independent_bootstrap_ci(samples: tuple[np.ndarray, ...], statistic, *, confidence: float = 0.95,
-                             n_resamples: int = 5_000, seed: int = 0) -> Interval:
+                             n_resamples: int = 5_000, seed: int = 0,
+                             min_size: int = MIN_SEEDS_FOR_INTERVAL) -> Interval:
     """Percentile bootstrap CI of statistic(*samples), each sample resampled on its own
     (rliable's stratified bootstrap, one task), by scipy.stats.bootstrap with a fixed seed."""
     from scipy import stats
 
     samples = tuple(np.asarray(s, dtype=np.float64) for s in samples)
-    if min(s.size for s in samples) < MIN_SEEDS_FOR_INTERVAL:
-        raise ValueError(f"a bootstrap interval needs at least {MIN_SEEDS_FOR_INTERVAL} values per sample, "
+    if min(s.size for s in samples) < min_size:
+        raise ValueError(f"a bootstrap interval needs at least {min_size} values per sample, "
                          f"got {', '.join(str(s.size) for s in samples)}")
     result = stats.bootstrap(samples, statistic, confidence_level=confidence, n_resamples=n_resamples,
                              method=BOOTSTRAP_METHOD, rng=np.random.default_rng(seed), paired=False,
@@ -201,10 +194,6 @@ def independent_bootstrap_ci(samples: tuple[np.ndarray, ...], statistic, *, conf
     return Interval(float(result.confidence_interval.low), float(result.confidence_interval.high), confidence,
                     BOOTSTRAP_METHOD, n_resamples, seed)
 
-
-# A percentile bootstrap over one value is that value, and over two it takes only three values:
-# far too narrow to cover. Three is the least that gives an interval worth reading.
-MIN_SEEDS_FOR_INTERVAL = 3
 
 SINGLE_ARM_STATISTICS = {"mean": np.mean, "iqm": iqm}
 TWO_ARM_STATISTICS = {"mean_diff": mean_difference, "iqm_diff": iqm_difference,

@@ -122,7 +122,10 @@ def compare(got: dict, whole: dict) -> int:
 
 
 @pytest.mark.slow
-def test_kill_at_every_file_event_then_resume(tmp_path):
+@pytest.mark.parametrize("share", [0, 1], ids=["even-points", "odd-points"])
+def test_kill_at_every_file_event_then_resume(tmp_path, share):
+    """Every other kill point per test, so that a suite run with two workers (pytest -n 2)
+    kills at all of them in half the time."""
     events_file = tmp_path / "events.txt"
     whole_run = run_at(tmp_path / "whole", kill=("--log", str(events_file)))
     assert whole_run.returncode == 0, whole_run.stderr[-3000:]
@@ -130,6 +133,7 @@ def test_kill_at_every_file_event_then_resume(tmp_path):
     assert whole["last_attempt"] == 0
     points = kill_points(events_file.read_text().split())
     assert len(points) >= 15
+    points = points[share::2]
     report = []
     for event, nth in points:
         folder = tmp_path / f"{event}-{nth}"

@@ -25,7 +25,7 @@ TINY = {
     "name": "tiny_seeds",
     "contract": {"name": "breakout-v3", "max_episode_frames": 2000},  # a checkpoint that never serves ends soon
     "measurements": [{
-        "kind": "train", "name": "seeds_lr", "algorithm": "dqn", "total_transitions": 600, "num_envs": 1,
+        "kind": "train", "name": "seeds_lr", "algorithm": "dqn", "total_transitions": 400, "num_envs": 1,
         "learning_starts": 200, "train_every": 4, "target_sync_every": 200, "epsilon_decay_transitions": 400,
         "replay_capacity": 2000, "diagnostics_every": 100, "torch_threads": 1, "seed": 3, "seeds": 2,
         "score_seeds": [11, 12], "score_batch": 2, "sweep": {"learning_rate": [0.0001, 0.0002]},
@@ -41,7 +41,8 @@ DETERMINISTIC = {
     "train_episodes": "trial, training_seed, attempt, env_index, transition, episode_return, length, ended_by",
     "train_diagnostics": 'trial, training_seed, attempt, transition, "update", loss, q_mean, target_mean, td_abs_mean, '
                          "td_abs_max, grad_norm, epsilon, replay_frames",
-    "train_checkpoints": "trial, training_seed, attempt, transition, regexp_replace(path, '^.*/seeds_lr/', '')",
+    # a checkpoint's path below its measurement's folder: TRIAL/seed=N/FILE
+    "train_checkpoints": "trial, training_seed, attempt, transition, regexp_replace(path, '^.*/([^/]+/[^/]+/[^/]+)$', '\\1')",
     "train_results": "trial, training_seed, attempt, transitions, updates, target_syncs, weights_moved",
     "train_scores": "trial, training_seed, transition, checkpoint, eval_seed, score, steps, ended_by",
 }
@@ -77,10 +78,10 @@ def test_bootstrap_intervals_match_an_independent_resampling():
     rng = np.random.default_rng(8)
     x, y = rng.normal(20, 5, 10), rng.normal(17, 5, 8)
     np.random.seed(0)
-    draws = [(np.random.choice(x, x.size), np.random.choice(y, y.size)) for _ in range(20_000)]
+    draws_x, draws_y = np.random.choice(x, (20_000, x.size)), np.random.choice(y, (20_000, y.size))
     for name in ("mean_diff", "iqm_diff", "probability_of_improvement"):
         statistic = stats.TWO_ARM_STATISTICS[name]
-        values = [statistic(a, b) for a, b in draws]
+        values = statistic(draws_x, draws_y, axis=-1)  # one value per resample
         low, high = np.percentile(values, [2.5, 97.5])
         ci = stats.independent_bootstrap_ci((x, y), statistic, n_resamples=20_000)
         width = high - low
@@ -116,14 +117,17 @@ def test_ray_executor_stores_the_same_rows_as_the_local_one(tmp_path):
     assert len(list((tmp_path / "ray_runs").glob("*/seeds_lr/*/seed=*/final.pt"))) == 4
 
 
-def _pair_workers() -> list[int]:
-    found = subprocess.run(["pgrep", "-f", "ray::train seeds_lr"], capture_output=True, text=True).stdout.split()
+def _pair_workers(measurement: str) -> list[int]:
+    found = subprocess.run(["pgrep", "-f", f"ray::train {measurement} "], capture_output=True,
+                           text=True).stdout.split()
     return [int(pid) for pid in found]
 
 
 @pytest.mark.slow
 def test_a_killed_ray_worker_leaves_a_consistent_database_and_resume_runs_only_what_is_missing(tmp_path):
-    spec = dict(TINY, measurements=[dict(TINY["measurements"][0], total_transitions=1200, seeds=3)])
+    # a measurement name of its own: its workers are the ones this test may kill
+    spec = dict(TINY, measurements=[dict(TINY["measurements"][0], name="killed_lr", total_transitions=800, seeds=3)],
+                verdicts=[dict(TINY["verdicts"][0], measurement="killed_lr")])
     path = write(tmp_path, spec)
     db = tmp_path / "results.duckdb"
     child = subprocess.Popen([sys.executable, "-m", "runner", "run", str(path), "--db", str(db), "--no-report",
@@ -132,7 +136,7 @@ def test_a_killed_ray_worker_leaves_a_consistent_database_and_resume_runs_only_w
     try:
         wait_for_rows(db, "SELECT count(*) FROM train_results", timeout=400)
         deadline = time.monotonic() + 60
-        while not (workers := _pair_workers()) and time.monotonic() < deadline:
+        while not (workers := _pair_workers("killed_lr")) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert workers, "no Ray worker was training a pair"
         os.kill(workers[0], signal.SIGKILL)
