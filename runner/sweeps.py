@@ -1,4 +1,4 @@
-"""Expanding a sweep into trials: a pure function, tested on its own."""
+"""Expanding a sweep into trials, and checking what it lists: pure functions."""
 
 from __future__ import annotations
 
@@ -15,6 +15,15 @@ class Trial:
 
 def _text(value: Any) -> str:
     return format(value, "g") if isinstance(value, float) else str(value)
+
+
+def check_sweep(sweep: dict[str, list[Any]], fields: list[str] | tuple[str, ...]) -> None:
+    """Raise ValueError unless every key of `sweep` is one of `fields` and lists a value."""
+    for key, values in sweep.items():
+        if key not in fields:
+            raise ValueError(f"sweep key {key!r} is not a training field; fields: {', '.join(fields)}")
+        if not values:
+            raise ValueError(f"sweep {key!r} lists no values")
 
 
 def expand_sweep(sweep: dict[str, list[Any]]) -> list[Trial]:

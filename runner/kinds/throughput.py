@@ -26,9 +26,9 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.kinds.train import TrainSettings
+from runner.kinds.train import SWEEPABLE, TrainSettings
 from runner.spec_base import Name
-from runner.sweeps import expand_sweep
+from runner.sweeps import check_sweep, expand_sweep
 
 Mode = Literal["full", "collect", "explore", "learner", "env"]
 
@@ -53,11 +53,7 @@ class ThroughputMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "ThroughputMeasurement":
-        for key, values in self.sweep.items():
-            if key not in TrainSettings.model_fields:
-                raise ValueError(f"sweep key {key!r} is not a training field; fields: {', '.join(TrainSettings.model_fields)}")
-            if not values:
-                raise ValueError(f"sweep {key!r} lists no values")
+        check_sweep(self.sweep, SWEEPABLE)
         if self.warmup_transitions >= self.total_transitions:
             raise ValueError("warmup_transitions must be below total_transitions")
         for trial in expand_sweep(self.sweep):
