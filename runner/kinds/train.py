@@ -23,9 +23,8 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from breakout_core.train_config import MAX_TRAINING_SEED, TrainConfig
 from runner.kinds.base import Kind, RunContext, Section
 from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, checks_files, seed_list, spec_relative
-from runner.sweeps import expand_sweep
+from runner.sweeps import check_sweep, expand_sweep
 from runner.train_pairs import Pair, PairJob
-
 
 
 def _declared_settings() -> type[StrictModel]:
@@ -147,11 +146,7 @@ class TrainMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "TrainMeasurement":
-        for key, values in self.sweep.items():
-            if key not in SWEEPABLE:
-                raise ValueError(f"sweep key {key!r} is not a training field; fields: {', '.join(SWEEPABLE)}")
-            if not values:
-                raise ValueError(f"sweep {key!r} lists no values")
+        check_sweep(self.sweep, SWEEPABLE)
         if "seed" in self.sweep and self.seeds is not None:
             raise ValueError("both `seeds` and a sweep over `seed`: list the training seeds once, in `seeds`")
         if isinstance(self.seeds, int) and self.seed + self.seeds - 1 > MAX_TRAINING_SEED:
@@ -299,20 +294,21 @@ VIEWS = [
 ]
 
 
-def _stored(ctx: RunContext, measurement: str, pair: Pair) -> tuple[int, bool, str | None, str | None]:
+def _stored(ctx: RunContext, measurement: str, pair: Pair
+            ) -> tuple[int, bool, str | None, tuple[str, int] | None]:
     """(attempts so far, whether one finished, the folder they trained in, the final checkpoint
-    when its score is still missing) for one pair of this run."""
+    and its transition when its score is still missing) for one pair of this run."""
     where = "run_id = ? AND measurement = ? AND trial = ? AND training_seed = ?"
     args = [ctx.run_id, measurement, pair.trial, pair.training_seed]
     with ctx.store.reader() as con:
         attempts, out_dir = con.execute(f"SELECT count(*), arg_max(out_dir, attempt) FROM train_attempts WHERE {where}",
                                         args).fetchone()
-        final = con.execute(f"SELECT arg_max(path, transition) FROM train_checkpoints_valid WHERE {where}",
-                            args).fetchone()[0]
+        final = con.execute(f"SELECT arg_max(path, transition), max(transition) FROM train_checkpoints_valid "
+                            f"WHERE {where}", args).fetchone()
     stored = {"trial": pair.trial, "training_seed": pair.training_seed}
     finished = ctx.already_stored("train_results", measurement, **stored)
     scored = ctx.already_stored("train_scores", measurement, **stored)
-    return attempts, finished, out_dir, None if scored else final
+    return attempts, finished, out_dir, None if scored or final[0] is None else final
 
 
 def execute(m: TrainMeasurement, ctx: RunContext) -> None:
@@ -342,17 +338,10 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
         if not finished:
             jobs.append(job)
         elif job.score_seeds and unscored:  # a run killed while scoring its pair does what is left
-            score_here(job, ctx, unscored, _checkpoint_transition(ctx, m.name, pair, unscored))
+            score_here(job, ctx, *unscored)
     run_pairs(jobs, ctx, executor)
     for pair in m.pairs():
         _after_training(m, ctx, pair)
-
-
-def _checkpoint_transition(ctx: RunContext, measurement: str, pair: Pair, path: str) -> int:
-    with ctx.store.reader() as con:
-        return con.execute("SELECT max(transition) FROM train_checkpoints_valid WHERE run_id = ? AND measurement = ? "
-                           "AND trial = ? AND training_seed = ? AND path = ?",
-                           [ctx.run_id, measurement, pair.trial, pair.training_seed, path]).fetchone()[0]
 
 
 def _after_training(m: TrainMeasurement, ctx: RunContext, pair: Pair) -> None:
@@ -492,19 +481,18 @@ def _trial_metrics(con, run_id: str, m: TrainMeasurement, trial: str) -> tuple[d
 def metrics(con, run_id: str, m: TrainMeasurement, candidate: str, baseline: str | None) -> dict[str, float]:
     """A trial's health (its worst seed), its learning figures (means over seeds), its score over
     seeds with intervals, and against a baseline the differences of scores and the speed-up with
-    their intervals over seeds. Fewer than two seeds per arm: `inconclusive_reason`."""
+    their intervals over seeds. Fewer than MIN_SEEDS_FOR_INTERVAL seeds per arm: `inconclusive_reason`."""
     from breakout_core.stats import MIN_SEEDS_FOR_INTERVAL, seed_statistics
 
     found, mine = _trial_metrics(con, run_id, m, candidate)
-    theirs = _trial_metrics(con, run_id, m, baseline)[1] if baseline is not None else {}
+    base_found, theirs = _trial_metrics(con, run_id, m, baseline) if baseline is not None else ({}, {})
     scores, rates = mine.get("score", []), [r for r in mine.get("transitions_per_s", []) if r]
     if scores:
         found.update({f"score_{k}": v for k, v in seed_statistics(scores).items()})
     if baseline is not None:
-        base_stats = _trial_metrics(con, run_id, m, baseline)[0]
         for name in LEARNING_METRICS[:3]:
-            if name in found and name in base_stats:
-                found[f"{name}_diff"] = found[name] - base_stats[name]
+            if name in found and name in base_found:
+                found[f"{name}_diff"] = found[name] - base_found[name]
         if scores and theirs.get("score"):
             both = seed_statistics(scores, theirs["score"], comparisons=("mean_diff", "iqm_diff",
                                                                            "probability_of_improvement"))
@@ -584,7 +572,7 @@ def training_sections(con, run_id: str, measurement: str) -> list[Section]:
 
 def _score_sections(con, run_id: str, measurement: str) -> list[Section]:
     """Each pair's greedy score, and each trial's mean and IQM over training seeds with 95% CIs."""
-    from breakout_core.stats import seed_statistics
+    from breakout_core.stats import MIN_SEEDS_FOR_INTERVAL, seed_statistics
     from runner.report_html import table_html
 
     per_seed = con.execute(
@@ -602,7 +590,7 @@ def _score_sections(con, run_id: str, measurement: str) -> list[Section]:
     return [Section(f"{measurement}: score of each training seed (its final checkpoint, greedy, mean raw score "
                     "over the score seeds)", html=table_html(per_seed)),
             Section(f"{measurement}: scores over training seeds (mean and IQM with 95% percentile bootstrap CIs "
-                    "over seeds; no interval from one seed)", html=table_html(pd.DataFrame(rows)))]
+                    f"over seeds; no interval from fewer than {MIN_SEEDS_FOR_INTERVAL} seeds)", html=table_html(pd.DataFrame(rows)))]
 
 
 KIND = Kind(
