@@ -141,11 +141,12 @@ class Trainer:
             self.measured, self.wall_s = (int(payload["measured"][0]), float(payload["measured"][1])), payload["wall_s"]
         self.rng = np.random.default_rng([self.config.seed, self.resumes])
 
-    def load_weights(self, checkpoint: str | Path) -> None:
+    def load_weights(self, checkpoint: str | Path, *, other_contract: bool = False) -> None:
         """Begin from a checkpoint's weights (online and target), at its transition count, with
-        a fresh optimizer: what a checkpoint holds when the trainer's own state is lost."""
+        a fresh optimizer: what a checkpoint holds when the trainer's own state is lost. A
+        checkpoint trained under another contract is refused unless `other_contract`."""
         network, meta = load_checkpoint(checkpoint)
-        if meta.get("contract_hash") != self.contract.hash:
+        if not other_contract and meta.get("contract_hash") != self.contract.hash:
             raise ValueError(f"{checkpoint}: trained under contract {meta.get('contract_hash')}, not "
                              f"{self.contract.hash}")
         if network.architecture != self.online.architecture:
@@ -234,10 +235,12 @@ class Trainer:
         return values
 
     # -- the loop --------------------------------------------------------------------
-    def run(self, *, resume: bool = False, start_from: str | Path | None = None
+    def run(self, *, resume: bool = False, start_from: str | Path | None = None, other_contract: bool = False
             ) -> Iterator[EpisodeEnd | Diagnostics | CheckpointSaved | TrainDone]:
         """Train to `total_transitions`: from scratch, from the state an interrupted run saved in
-        out_dir (`resume`), or from a checkpoint's weights (`start_from`)."""
+        out_dir (`resume`), or from a checkpoint's weights (`start_from`; trained under another
+        contract only when `other_contract` says that is deliberate, e.g. fine-tuning a
+        breakout-v2 agent under breakout-v3)."""
         cfg = self.config
         if resume and start_from is not None:
             raise ValueError("resume and start_from exclude each other")
@@ -245,7 +248,7 @@ class Trainer:
         if resume:
             self.load_state()
         elif start_from is not None:
-            self.load_weights(start_from)
+            self.load_weights(start_from, other_contract=other_contract)
         resume = resume or start_from is not None
         n = cfg.num_envs
         replay = FrameReplay(cfg.replay_capacity, n, frame_shape=(self.contract.screen_size,) * 2,

@@ -43,6 +43,7 @@ class PairJob:
     # in both of the latter and is refilled by the current policy before learning resumes
     resume_mode: Literal["fresh", "trainer_state", "checkpoint"]
     resumed_from: str | None
+    other_contract: bool  # the spec says a checkpoint from another contract is deliberate
     from_transition: int
     score_seeds: tuple[int, ...]  # empty: the measurement scores nothing
     score_batch: int
@@ -73,7 +74,8 @@ def train_pair(job: PairJob, on_transition: Callable[[int], None] | None = None)
               TrainDone: "train_results"}
     trainer = Trainer(job.config, job.contract, job.out_dir)
     records = trainer.run(resume=job.resume_mode == "trainer_state",
-                          start_from=job.resumed_from if job.resume_mode == "checkpoint" else None)
+                          start_from=job.resumed_from if job.resume_mode == "checkpoint" else None,
+                          other_contract=job.other_contract)
     for record in records:
         yield tables[type(record)], {**key, **asdict(record)}
         if on_transition is not None and isinstance(record, EpisodeEnd):

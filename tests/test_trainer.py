@@ -106,8 +106,11 @@ def test_a_checkpoint_starts_training_at_its_transition_with_its_weights(tmp_pat
     assert done.transitions == 300 and later.resumes == 1
     assert done.updates == 0  # 250 + 200 learning_starts lies past the total: the replay is only refilled
 
+    other = Contract().replace(repeat_action_probability=0.1)
     with pytest.raises(ValueError, match="trained under contract"):
-        next(Trainer(config, Contract().replace(repeat_action_probability=0.25), tmp_path / "v3").run(
-            start_from=checkpoint))
+        next(Trainer(config, other, tmp_path / "other").run(start_from=checkpoint))
+    fine_tuned = Trainer(config, other, tmp_path / "deliberate")  # a spec that says the mismatch is deliberate
+    next(fine_tuned.run(start_from=checkpoint, other_contract=True))
+    assert fine_tuned.transitions >= 250
     with pytest.raises(ValueError, match="a nature network, not the dueling network"):
         next(Trainer(TrainConfig(algorithm="dueling", **TINY), Contract(), tmp_path / "d").run(start_from=checkpoint))

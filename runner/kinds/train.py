@@ -59,7 +59,7 @@ class TrainSettings(_declared_settings()):
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainSettings":
-        from breakout_core.replay import replay_bytes
+        from breakout_core.replay_layout import replay_bytes
 
         from runner.provenance import memory_bytes
 
@@ -332,6 +332,7 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
             mode, source, from_transition = "fresh", None, 0
         job = PairJob(run_id=ctx.run_id, measurement=m.name, pair=pair, config=config, contract=ctx.contract,
                       out_dir=str(out_dir), attempt=attempts, resume_mode=mode, resumed_from=source,
+                      other_contract=ctx.spec.contract.other_contracts == "deliberate",
                       from_transition=from_transition,
                       score_seeds=tuple(seed_list(m.score_seeds)) if m.score_seeds is not None else (),
                       score_batch=m.score_batch)
