@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from breakout_core.replay_layout import ENTRY_FIELDS
+
 
 @dataclass
 class ReplayBatch:
@@ -26,16 +28,6 @@ class ReplayBatch:
     rewards: torch.Tensor  # float32 (B,), as learned from (clipped if the contract says so)
     terminal: torch.Tensor  # float32 (B,), 1 where the target must not bootstrap
     next_obs: torch.Tensor  # uint8 (B, 4, 84, 84)
-
-
-ENTRY_FIELDS = {"actions": np.int64, "rewards": np.float32, "terminal": bool, "has_next": bool, "starts": bool}
-
-
-def replay_bytes(capacity: int, frame_shape: tuple[int, int] = (84, 84)) -> int:
-    """Memory a replay of `capacity` entries takes: one uint8 frame and the entry fields each.
-    numpy commits it page by page as the replay fills, so a replay too large for the machine
-    fails, or swaps, only well into a training."""
-    return capacity * (int(np.prod(frame_shape)) + sum(np.dtype(t).itemsize for t in ENTRY_FIELDS.values()))
 
 
 class FrameReplay:

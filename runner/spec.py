@@ -106,21 +106,23 @@ def contract_problems(spec: Spec, context: dict | None = None, unreadable: set =
     (checkpoints, ONNX files) trained under another one unless the spec says that is
     deliberate (`contract.other_contracts: deliberate`, e.g. a breakout-v2 agent played under
     breakout-v3). Files at `unreadable` locations are left out."""
-    from breakout_core.export import onnx_contract
-    from breakout_core.fixed_states import states_contract
-    from breakout_core.qnetwork import checkpoint_contract
+    import importlib
 
     if not (context or {}).get("check_files", True):
         return []
     contract = spec.contract.build()
     models_too = spec.contract.other_contracts != "deliberate"
-    readers = {"checkpoint": checkpoint_contract, "onnx": onnx_contract, "fixed_states": states_contract}
+    # imported only for a spec that names such a file: reading a checkpoint needs torch
+    readers = {"checkpoint": ("breakout_core.qnetwork", "checkpoint_contract"),
+               "onnx": ("breakout_core.export", "onnx_contract"),
+               "fixed_states": ("breakout_core.fixed_states", "states_contract")}
     problems = []
     for where, path, kind, made_by in spec_files(spec):
         if kind not in readers or where in unreadable or (kind != "fixed_states" and not models_too):
             continue
+        module, reader = readers[kind]
         try:
-            name, made_under = readers[kind](path)
+            name, made_under = getattr(importlib.import_module(module), reader)(path)
         except ValueError as exc:
             problems.append((where, str(exc)))
             continue
