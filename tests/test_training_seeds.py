@@ -126,7 +126,7 @@ def _pair_workers(measurement: str) -> list[int]:
 @pytest.mark.slow
 def test_a_killed_ray_worker_leaves_a_consistent_database_and_resume_runs_only_what_is_missing(tmp_path):
     # a measurement name of its own: its workers are the ones this test may kill
-    spec = dict(TINY, measurements=[dict(TINY["measurements"][0], name="killed_lr", total_transitions=800, seeds=3)],
+    spec = dict(TINY, measurements=[dict(TINY["measurements"][0], name="killed_lr", total_transitions=800, seeds=2)],
                 verdicts=[dict(TINY["verdicts"][0], measurement="killed_lr")])
     path = write(tmp_path, spec)
     db = tmp_path / "results.duckdb"
@@ -149,7 +149,7 @@ def test_a_killed_ray_worker_leaves_a_consistent_database_and_resume_runs_only_w
     assert "Traceback" not in err
     db_rows = {table: rows(db, table) for table in DETERMINISTIC}
     stored = {r[:2] for r in db_rows["train_results"]}
-    assert 1 <= len(stored) < 6
+    assert 1 <= len(stored) < 4
     # a pair is stored whole or not at all
     for table, found in db_rows.items():
         assert {r[:2] for r in found} == stored, table
@@ -159,7 +159,7 @@ def test_a_killed_ray_worker_leaves_a_consistent_database_and_resume_runs_only_w
     assert done.returncode == 0, done.stderr[-3000:]
     after = {table: rows(db, table) for table in DETERMINISTIC}
     assert {r[:2] for r in after["train_results"]} == {
-        (t, s) for t in ("learning_rate=0.0001", "learning_rate=0.0002") for s in (3, 4, 5)}
+        (t, s) for t in ("learning_rate=0.0001", "learning_rate=0.0002") for s in (3, 4)}
     for table in DETERMINISTIC:  # what was stored is kept, once: the resume trained only the missing pairs
         assert set(db_rows[table]) <= set(after[table]), table
         assert len(after[table]) == len(set(after[table])), table
