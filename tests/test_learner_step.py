@@ -29,7 +29,9 @@ def _step(trainer: Trainer, batch) -> tuple[torch.Tensor, ...]:
 
 
 @pytest.mark.parametrize("algorithm", ["dqn", "double"])
-@pytest.mark.parametrize("variant", list(FASTER))
+# torch.compile pays inductor's first compile (5-40 s), so those variants run with the slow tests
+@pytest.mark.parametrize(
+    "variant", [pytest.param(name, marks=pytest.mark.slow) if FASTER[name].get("compile") else name for name in FASTER])
 def test_faster_step_computes_the_plain_steps_loss_and_gradients(tmp_path, algorithm, variant):
     contract = Contract()
     plain_config = replace(PLAIN, algorithm=algorithm)

@@ -98,6 +98,7 @@ def test_no_interval_from_fewer_than_three_seeds():
 
 # -- the train kind's pairs, in process and on Ray ----------------------------------------------
 
+@pytest.mark.slow
 def test_ray_executor_stores_the_same_rows_as_the_local_one(tmp_path):
     spec = write(tmp_path, TINY)
     done = runner("run", str(spec), "--db", "local.duckdb", "--no-report", cwd=tmp_path, timeout=600)
@@ -168,6 +169,7 @@ def test_a_killed_ray_worker_leaves_a_consistent_database_and_resume_runs_only_w
 
 # -- verdict rules -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_one_training_seed_per_arm_reads_inconclusive(tmp_path):
     spec = dict(TINY, measurements=[dict(TINY["measurements"][0], total_transitions=300, learning_starts=100,
                                          seeds=None)])

@@ -61,6 +61,7 @@ def verdict_outcomes(con, run_id: str) -> dict[str, str]:
     return dict(con.execute("SELECT verdict, outcome FROM verdicts WHERE run_id = ?", [run_id]).fetchall())
 
 
+@pytest.mark.slow
 def test_day13_health_check_is_healthy(tmp_path):
     run_id, con, _ = run_spec(shrink("day13_health_check", tmp_path), tmp_path)
     assert verdict_outcomes(con, run_id) == {"trainer_healthy": "deployment-worthy"}
@@ -71,6 +72,7 @@ def test_day13_health_check_is_healthy(tmp_path):
     assert epsilons[-1][2] >= 400  # every transition's frame is stored, and each ended episode's final frame
 
 
+@pytest.mark.slow
 def test_day14_learning_rates_curves_gifs_and_verdict(tmp_path):
     run_id, con, _ = run_spec(shrink("day14_learning_rate", tmp_path), tmp_path)
     trials = con.execute("SELECT trial, episodes, last20_mean FROM train_trial_summary WHERE run_id = ? ORDER BY trial",
@@ -92,6 +94,7 @@ def test_day14_learning_rates_curves_gifs_and_verdict(tmp_path):
     assert "learning curves" in page and "diagnostics over time" in page and page.count("data:image/gif;base64,") == 6
 
 
+@pytest.mark.slow
 def test_day16_vector_envs_screen_train_and_checkpoint_scores(tmp_path):
     run_id, con, log = run_spec(shrink("day16_vector_envs", tmp_path), tmp_path)
     ratios = con.execute("SELECT trial, full_over_learner_bound, collect_over_env FROM throughput_ratios "
@@ -119,6 +122,7 @@ def test_day16_vector_envs_screen_train_and_checkpoint_scores(tmp_path):
     assert set(outcomes.values()) == {"inconclusive"}
 
 
+@pytest.mark.slow
 def test_day14_pipeline_runs_every_setting(tmp_path):
     run_id, con, _ = run_spec(shrink("day14_pipeline", tmp_path), tmp_path)
     counts = dict(con.execute("SELECT measurement, count(*) FROM throughput_trials WHERE run_id = ? AND "
@@ -126,6 +130,7 @@ def test_day14_pipeline_runs_every_setting(tmp_path):
     assert counts == {"replay_device": 2, "diagnostics_cadence": 2, "batch_size": 6, "threads": 6}
 
 
+@pytest.mark.slow
 def test_benchmark_splits_collect_into_acting_and_loop(tmp_path):
     run_id, con, _ = run_spec(shrink("bench_training_throughput", tmp_path), tmp_path)
     rows = con.execute("SELECT trial, full_over_learner_bound, collect_over_env, explore_over_env FROM "
@@ -156,6 +161,7 @@ measurements:
 """
 
 
+@pytest.mark.slow
 def test_killed_training_resumes_to_the_same_total(tmp_path, write_spec):
     spec = write_spec(KILLABLE)
     db = tmp_path / "results.duckdb"
