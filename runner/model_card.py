@@ -94,6 +94,9 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         evaluations = [line for run in eval_runs for line in _evaluation_section(con, run)]
         episodes = con.execute("SELECT count(*), max(transition) FROM train_episodes_valid WHERE run_id = ? "
                                "AND measurement = ? AND transition <= ?", [train_run, measurement, transitions]).fetchone()
+        started_from = con.execute("SELECT from_transition, resumed_from FROM train_attempts WHERE run_id = ? "
+                                   "AND measurement = ? AND attempt = 0 AND resume_mode = 'checkpoint'",
+                                   [train_run, measurement]).fetchone()
     versions = json.loads(packages) if packages else {}
     lines = [
         f"# Model card: {checkpoint.name}",
@@ -107,6 +110,9 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         f"- Trained for **{transitions:,} transitions** (agent steps over all envs; x{meta['contract']['frame_skip']} "
         f"emulator frames), {episodes[0]:,} training episodes",
         f"- Training run `{train_run}` of spec `{spec_name}`, git commit `{commit}`",
+        *([f"- Started from the checkpoint `{started_from[1]}` at {started_from[0]:,} transitions (its weights, a "
+           "fresh optimizer, a replay refilled by its policy): the training episodes and wall time here are "
+           f"this run's, from {started_from[0]:,} transitions on"] if started_from else []),
         f"- Machine: {host}, {cpu}; torch {versions.get('torch', '?')}, ale-py {versions.get('ale-py', '?')}",
         (f"- Wall time to this checkpoint: **{wall_s / 3600:.2f} h** over the attempts that led to it (work "
          "lost to a stop after an attempt's last checkpoint not counted), on the machine above, often beside "

@@ -12,7 +12,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from breakout_core.contract import Contract
+from breakout_core.contract import CONTRACTS
 from breakout_core.evaluator import evaluate
 from breakout_core.policies import QNetworkPolicy, RandomPolicy
 from breakout_core.qnetwork import load_checkpoint
@@ -26,13 +26,13 @@ def test_shipped_checkpoint_has_the_contract_and_beats_random_on_three_seeds():
     import torch
 
     network, meta = load_checkpoint(SHIPPED / "dqn_breakout.pt")
-    assert meta["contract_hash"] == Contract().hash and meta["transitions"] > 0
+    assert meta["contract_hash"] == CONTRACTS["breakout-v3"].hash and meta["transitions"] > 0
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        # the serving contract (breakout-v2 plus a forced FIRE after a lost life): a greedy agent
-        # that stalls under breakout-v2 plays until the time limit there (minutes per game)
-        serving, seeds = Contract().replace(serve_after_life_loss=True), [0, 1, 2]
+        # the serving contract (breakout-v3 plus a forced FIRE after a lost life): a greedy agent
+        # that stalls without serving plays until the time limit otherwise (minutes per game)
+        serving, seeds = CONTRACTS["breakout-v3"].replace(serve_after_life_loss=True), [0, 1, 2]
         agent = evaluate(QNetworkPolicy(network, epsilon=0.0), seeds, serving, batch_size=3)
         random = evaluate(RandomPolicy(), seeds, serving, batch_size=3)
     finally:
@@ -123,6 +123,7 @@ def test_train_export_evaluate_with_history_and_model_card(tmp_path):
             cwd=tmp_path)
     card = (tmp_path / "CARD.md").read_text()
     assert "Trained for **1,200 transitions**" in card and train_run in card and eval_run in card
+    assert "Started from the checkpoint" not in card  # a fresh training: its counts are its own
     assert "| scores | dqn | 2 |" in card and "| scores | random | 2 |" in card
     assert "dqn_beats_random" in card and "name: tiny_reference" in card
     assert "verdict dqn_beats_random" in out.stdout
