@@ -111,7 +111,6 @@ measurements:
 """
 PARITY = """\
 name: bad_artifact
-contract: {{other_contracts: deliberate}}  # the shipped ONNX file holds a breakout-v2 agent
 artifacts:
   states: {{path: {states}}}
   model: {{path: {model}}}

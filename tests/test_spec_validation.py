@@ -243,13 +243,14 @@ def test_onnx_files_of_another_contract_are_refused_too(write_spec):
     """An ONNX file records the contract its weights were trained under: a spec that plays
     one under another contract says so, as for a checkpoint."""
     day24 = (REPO / "specs" / "day24_ort_latency.yaml").read_text().replace("../models/", f"{REPO}/models/")
-    assert load_spec(write_spec(day24)).spec.contract.other_contracts == "deliberate"
-    silent = write_spec(day24.replace("  other_contracts: deliberate", "  other_contracts: refused"))
+    assert load_spec(write_spec(day24)).spec.contract.name == "breakout-v3"  # the shipped files' own contract
+    under_v2 = write_spec(day24.replace("  name: breakout-v3\n", "  name: breakout-v2\n"))
     with pytest.raises(SpecError) as refused:
-        load_spec(silent)
-    v2 = CONTRACTS["breakout-v2"].hash
-    assert [p.split(": ", 2)[1] for p in refused.value.problems] == ["artifacts.checkpoint.path", "artifacts.onnx_fp32.path"]
-    assert f"dqn_breakout.onnx was made under contract {v2}, this spec plays breakout-v3" in refused.value.problems[1]
+        load_spec(under_v2)
+    v3 = CONTRACTS["breakout-v3"].hash
+    fields = [p.split(": ", 2)[1] for p in refused.value.problems]
+    assert fields[:2] == ["artifacts.checkpoint.path", "artifacts.onnx_fp32.path"], refused.value.problems
+    assert f"dqn_breakout.onnx was made under contract {v3}, this spec plays breakout-v2" in refused.value.problems[1]
 
 
 def test_a_checkpoint_without_its_contract_hash_is_one_line(tmp_path, write_spec):
@@ -360,8 +361,9 @@ def test_a_comparison_metric_needs_a_baseline(write_spec):
     assert load_spec(fixed).spec.verdicts[0].baseline == "learning_rate=0.0001"
     export = (REPO / "specs" / "day22_export.yaml").read_text().replace("../models/", f"{REPO}/models/")
     no_baseline = write_spec(export.replace("    baseline: onnx_fp32\n", ""))
+    line = next(n for n, text in enumerate(no_baseline.read_text().splitlines(), 1) if "size_ratio" in text)
     assert [p for p in _problems(no_baseline) if "size_ratio" in p] == [
-        f"{no_baseline}:43: verdicts[1].deployment_worthy_when.size_ratio: "
+        f"{no_baseline}:{line}: verdicts[1].deployment_worthy_when.size_ratio: "
         "size_ratio compares the candidate with a baseline; this verdict names none"]
 
 
