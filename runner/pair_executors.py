@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from runner.train_pairs import PairJob, Record, final_checkpoint, score_pair, train_pair
+from runner.train_pairs import Pair, PairJob, Record, final_checkpoint, score_pair, train_pair
 
 if TYPE_CHECKING:
     from runner.kinds.base import RunContext
@@ -40,14 +41,21 @@ class PairsFailed(RuntimeError):
     """Some pairs could not be trained; every other pair is stored."""
 
 
-def run_pairs(jobs: list[PairJob], ctx: "RunContext", executor: Executor) -> None:
+OnCheckpoint = Callable[[Pair, int, str], list[Record]]  # (pair, transition, path) -> rows to store
+
+
+def run_pairs(jobs: list[PairJob], ctx: "RunContext", executor: Executor, on_checkpoint: OnCheckpoint | None = None
+              ) -> None:
+    """Train the pairs. In this process, `on_checkpoint` runs on each checkpoint once it is
+    stored, while the trainer waits, and its rows are stored before the trainer goes on; Ray
+    pairs send theirs back whole, so it is not called."""
     if not jobs:
         return
     if executor.name == "ray":
         _run_on_ray(jobs, ctx, executor)
     else:
         for job in jobs:
-            _run_here(job, ctx)
+            _run_here(job, ctx, on_checkpoint)
 
 
 def score_here(job: PairJob, ctx: "RunContext", checkpoint: str, transition: int) -> None:
@@ -58,13 +66,14 @@ def score_here(job: PairJob, ctx: "RunContext", checkpoint: str, transition: int
     _store_whole(ctx, rows)
 
 
-def _run_here(job: PairJob, ctx: "RunContext") -> None:
+def _run_here(job: PairJob, ctx: "RunContext", on_checkpoint: OnCheckpoint | None) -> None:
     from runner.row_buffer import RowBuffer
 
     rows = RowBuffer(ctx.store, ctx.run_id, ctx.progress.console.log)
     task = ctx.progress.add_task(f"{job.measurement} · {job.pair.label}", total=job.config.total_transitions,
                                  completed=job.from_transition, unit="transitions")
     checkpoint: tuple[str, int] | None = None
+    called: set[int] = set()  # transitions on_checkpoint ran for
     last_flush = time.monotonic()
     try:
         for table, row in train_pair(job, lambda t: ctx.progress.update(task, completed=t, transitions=t)):
@@ -75,6 +84,11 @@ def _run_here(job: PairJob, ctx: "RunContext") -> None:
             if table == "train_checkpoints":
                 checkpoint = (row["path"], row["transition"])
                 _log_checkpoint(ctx, job, row)
+                if on_checkpoint is not None and row["transition"] not in called:  # final.pt repeats the last mark
+                    called.add(row["transition"])
+                    for record in on_checkpoint(job.pair, row["transition"], row["path"]):
+                        rows.add(*record)
+                    rows.flush(durable=True)  # kept on disk if a reader holds the database
             elif table == "train_results":
                 ctx.progress.update(task, completed=row["transitions"], transitions=row["transitions"])
             elif time.monotonic() - last_flush >= FLUSH_EVERY_S:

@@ -178,6 +178,10 @@ def test_killed_training_resumes_to_the_same_total(tmp_path, write_spec):
     finally:
         if proc.poll() is None:
             proc.kill()
+    # a checkpoint is scored as it lands, before the trainer goes on: the killed run scored its first
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert "base@500" in {row[0] for row in con.execute("SELECT policy FROM episodes").fetchall()}
+        assert con.execute("SELECT count(*) FROM train_results").fetchone()[0] == 0
     run_id, con, _ = run_spec(spec, tmp_path, "--resume")
     attempts = con.execute("SELECT attempt, from_transition FROM train_attempts WHERE run_id = ? ORDER BY attempt",
                            [run_id]).fetchall()
@@ -186,6 +190,7 @@ def test_killed_training_resumes_to_the_same_total(tmp_path, write_spec):
     assert con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == "done"
     assert con.execute("SELECT list(DISTINCT policy ORDER BY policy) FROM episodes WHERE run_id = ?",
                        [run_id]).fetchone()[0] == ["base@1000", "base@1500", "base@500"]
+    assert con.execute("SELECT count(*) FROM episodes WHERE run_id = ?", [run_id]).fetchone()[0] == 3  # each once
     # no episode is counted twice: the killed attempt's rows past its checkpoint are superseded
     valid = con.execute("SELECT count(*), count(DISTINCT (env_index, transition)) FROM train_episodes_valid "
                         "WHERE run_id = ?", [run_id]).fetchone()

@@ -88,7 +88,8 @@ SWEEPABLE = tuple(TrainSettings.model_fields)
 
 
 class CheckpointEvaluation(StrictModel):
-    """Evaluate every checkpoint of each trial on fixed seeds (rows in `episodes`, policy 'trial@transition')."""
+    """Evaluate every checkpoint of each trial on fixed seeds (rows in `episodes`, policy 'trial@transition'),
+    in process as each checkpoint is written, before training goes on."""
 
     seeds: Seeds
     epsilon: float = Field(default=0.0, ge=0.0, le=1.0)
@@ -340,40 +341,59 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
             jobs.append(job)
         elif job.score_seeds and unscored:  # a run killed while scoring its pair does what is left
             score_here(job, ctx, *unscored)
-    run_pairs(jobs, ctx, executor)
+    # in this process each checkpoint is scored as it lands, so a training stopped before its end
+    # has scored what it reached; Ray pairs are scored here once they are stored
+    on_checkpoint = None if m.evaluate_checkpoints is None else (
+        lambda pair, transition, path: [("episodes", row) for row in _checkpoint_episodes(m, ctx, pair, transition, path)])
+    run_pairs(jobs, ctx, executor, on_checkpoint)
     for pair in m.pairs():
         _after_training(m, ctx, pair)
 
 
+def _checkpoint_episodes(m: TrainMeasurement, ctx: RunContext, pair: Pair, transition: int, path: str) -> list[dict]:
+    """The `episodes` rows of one checkpoint playing greedily on `evaluate_checkpoints`' seeds
+    (policy 'trial@transition'); none when the database already holds them. The caller
+    stores them: while training, through the run's row buffer, which keeps them when a
+    reader holds the database."""
+    from breakout_core.evaluator import evaluate
+    from breakout_core.policies import QNetworkPolicy
+
+    from runner.kinds.evaluate import episode_row
+
+    policy = f"{pair.label}@{transition}"
+    with ctx.store.reader() as con:  # a killed run scored some
+        if con.execute("SELECT count(*) > 0 FROM episodes WHERE run_id = ? AND measurement = ? AND policy = ?",
+                       [ctx.run_id, m.name, policy]).fetchone()[0]:
+            return []
+    spec = m.evaluate_checkpoints
+    seeds = seed_list(spec.seeds)
+    task = ctx.progress.add_task(f"{m.name} · evaluate {policy}", total=len(seeds), unit="episodes")
+    result = evaluate(QNetworkPolicy.from_checkpoint(path, epsilon=spec.epsilon), seeds, ctx.contract,
+                      batch_size=spec.batch_size, on_episode=lambda _e: ctx.progress.advance(task))
+    _log_evaluation(ctx, m.name, policy, result.episodes)
+    return [episode_row(ctx, m.name, policy, e) for e in result.episodes]
+
+
 def _after_training(m: TrainMeasurement, ctx: RunContext, pair: Pair) -> None:
-    """Evaluate the pair's checkpoints and record its GIF strip, from the checkpoints stored.
-    What a killed run already stored (a checkpoint's episodes, a GIF) is not done again."""
+    """Evaluate the pair's checkpoints not yet evaluated and record its GIF strip, from the
+    checkpoints stored. What a killed run already stored (a checkpoint's episodes, a GIF) is
+    not done again."""
     from breakout_core.evaluator import evaluate, write_gif
     from breakout_core.policies import QNetworkPolicy
 
-    from runner.kinds.evaluate import episode_row, gif_row
+    from runner.kinds.evaluate import gif_row
 
     with ctx.store.reader() as con:
         checkpoints = con.execute(  # one per transition count: a last mark and final.pt hold the same weights
             "SELECT transition, min(path) FROM train_checkpoints_valid WHERE run_id = ? AND measurement = ? AND trial = ? "
             "AND training_seed = ? GROUP BY transition ORDER BY transition",
             [ctx.run_id, m.name, pair.trial, pair.training_seed]).fetchall()
-        evaluated = {row[0] for row in con.execute(
-            "SELECT DISTINCT policy FROM episodes WHERE run_id = ? AND measurement = ?", [ctx.run_id, m.name]).fetchall()}
         recorded = {row[0] for row in con.execute(
             "SELECT path FROM artifacts WHERE run_id = ? AND measurement = ?", [ctx.run_id, m.name]).fetchall()}
     if m.evaluate_checkpoints is not None:
-        spec = m.evaluate_checkpoints
-        seeds = seed_list(spec.seeds)
         for transition, path in checkpoints:
-            policy = f"{pair.label}@{transition}"
-            if policy in evaluated:
-                continue
-            task = ctx.progress.add_task(f"{m.name} · evaluate {policy}", total=len(seeds), unit="episodes")
-            result = evaluate(QNetworkPolicy.from_checkpoint(path, epsilon=spec.epsilon), seeds, ctx.contract,
-                              batch_size=spec.batch_size, on_episode=lambda _e: ctx.progress.advance(task))
-            ctx.store.append_rows("episodes", [episode_row(ctx, m.name, policy, e) for e in result.episodes])
-            _log_evaluation(ctx, m.name, policy, result.episodes)
+            if episodes := _checkpoint_episodes(m, ctx, pair, transition, path):
+                ctx.store.append_rows("episodes", episodes)
     if m.gif is not None:
         for transition, path in checkpoints:
             # zero-padded so the report, which lists GIFs by path, shows them in transition order
