@@ -249,7 +249,8 @@ def test_onnx_files_of_another_contract_are_refused_too(write_spec):
         load_spec(under_v2)
     v3 = CONTRACTS["breakout-v3"].hash
     fields = [p.split(": ", 2)[1] for p in refused.value.problems]
-    assert fields[:2] == ["artifacts.checkpoint.path", "artifacts.onnx_fp32.path"], refused.value.problems
+    # the fixed states too, as a contract's own states (refused even where a mismatch is deliberate)
+    assert fields == ["artifacts.checkpoint.path", "artifacts.onnx_fp32.path", "artifacts.fixed_states.path"]
     assert f"dqn_breakout.onnx was made under contract {v3}, this spec plays breakout-v2" in refused.value.problems[1]
 
 
