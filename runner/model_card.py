@@ -4,7 +4,8 @@ Everything on the card comes from stored rows or the files themselves: the train
 (spec text, git commit, host, CPU) from `runs`; the transitions from the checkpoint's own
 metadata; the wall time of the attempts that led to this checkpoint from their start
 (`train_attempts.started_at`) and the modification times of the checkpoint files they wrote; the
-evaluation table from `episode_summary` of the evaluation run, with its verdicts.
+evaluation table from `episode_summary` of the evaluation run, with its verdicts; the
+greedy-score curve from the checkpoints the training run scored as it wrote them.
 """
 
 from __future__ import annotations
@@ -54,6 +55,34 @@ def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> fl
     return total
 
 
+def _greedy_curve(con, run_id: str, measurement: str) -> list[str]:
+    """The training's checkpoints as `evaluate_checkpoints` scored them (greedy, fixed seeds),
+    against transitions and the wall hours that led to each; nothing when none was scored."""
+    rows = con.execute(
+        "SELECT policy, episodes, mean, median, distinct_scores, time_limit_episodes FROM episode_summary "
+        "WHERE run_id = ? AND measurement = ? AND policy LIKE '%@%' "
+        "ORDER BY TRY_CAST(split_part(policy, '@', 2) AS BIGINT), policy", [run_id, measurement]).fetchall()
+    if not rows:
+        return []
+    table = ["| checkpoint | transitions | wall hours | episodes | mean | median | distinct_scores | time_limit_episodes |",
+             "|" + " --- |" * 8]
+    for policy, episodes, mean, median, distinct, stalled in rows:
+        transitions = int(policy.rsplit("@", 1)[1])
+        wall_s = _training_wall_s(con, run_id, measurement, transitions)
+        hours = "not known here" if wall_s is None else f"{wall_s / 3600:.2f}"
+        table.append(f"| `{policy}` | {transitions:,} | {hours} | {episodes} | {mean:.2f} | {median:g} | "
+                     f"{distinct} | {stalled} |")
+    return [
+        "## Greedy score against transitions and hours",
+        f"Each checkpoint of training run `{run_id}` as the training scored it when it was written "
+        "(`evaluate_checkpoints`: epsilon 0, the seeds of its spec, full games). Wall hours count from this "
+        "run's start, as above; a run that started from another checkpoint scores that checkpoint first, at 0 h.",
+        "",
+        *table,
+        "",
+    ]
+
+
 def _evaluation_section(con, eval_run: str) -> list[str]:
     spec_name, spec_path, commit, started, contract_hash, contract = _run(
         con, eval_run, "spec_name, spec_path, git_commit, started_at, contract_hash, contract")
@@ -92,6 +121,7 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
             con, train_run, "spec_name, spec_text, git_commit, host, cpu, packages")
         wall_s = _training_wall_s(con, train_run, measurement, transitions)
         evaluations = [line for run in eval_runs for line in _evaluation_section(con, run)]
+        curve = _greedy_curve(con, train_run, measurement)
         episodes = con.execute("SELECT count(*), max(transition) FROM train_episodes_valid WHERE run_id = ? "
                                "AND measurement = ? AND transition <= ?", [train_run, measurement, transitions]).fetchone()
         started_from = con.execute("SELECT from_transition, resumed_from FROM train_attempts WHERE run_id = ? "
@@ -128,6 +158,7 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         "seeds replay nearly the same game; under breakout-v3 sticky actions make each seed its own game.",
         "",
         *evaluations,
+        *curve,
         "## Training spec",
         "```yaml",
         spec_text.rstrip(),

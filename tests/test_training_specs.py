@@ -16,6 +16,7 @@ import duckdb
 import pytest
 import yaml
 
+from breakout_core.qnetwork import load_checkpoint
 from test_end_to_end import runner, wait_for_rows
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
@@ -208,3 +209,35 @@ def test_killed_training_resumes_to_the_same_total(tmp_path, write_spec):
     assert re.findall(r"· evaluated (\S+) on", log) == ["base@1000"]
     assert con.execute("SELECT policy, count(*) FROM episodes WHERE run_id = ? GROUP BY policy ORDER BY policy",
                        [run_id]).fetchall() == [("base@1000", 1), ("base@1500", 1), ("base@500", 1)]
+
+
+@pytest.mark.slow
+def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_shows_its_curve(tmp_path):
+    """The v3 reference training spec, shrunk: it starts from the shipped checkpoint with an
+    empty replay (resume mode 'checkpoint', recorded), scores that checkpoint before it learns,
+    then each new one; the model card shows the greedy score against transitions and hours."""
+    spec = yaml.safe_load((SPECS / "train_reference_v3.yaml").read_text())
+    spec["contract"].update(max_episode_frames=1_000, other_contracts="deliberate")  # a capped game: another contract
+    m = spec["measurements"][0]
+    shipped = (SPECS / m["start_from"]).resolve()
+    start = int(load_checkpoint(shipped)[1]["transitions"])
+    m.update(SMALL_TRAIN, start_from=str(shipped), total_transitions=start + 400,
+             checkpoint_at=[start + 200, start + 400])
+    m["evaluate_checkpoints"].update(seeds=[1000, 1001], batch_size=2)
+    path = tmp_path / "train_reference_v3.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    run_id, con, _ = run_spec(path, tmp_path, "--no-report")
+    assert con.execute("SELECT resume_mode, resumed_from, from_transition FROM train_attempts WHERE run_id = ?",
+                       [run_id]).fetchall() == [("checkpoint", str(shipped), start)]
+    assert con.execute("SELECT policy, count(*) FROM episodes WHERE run_id = ? GROUP BY policy ORDER BY policy",
+                       [run_id]).fetchall() == [(f"base@{t}", 2) for t in (start, start + 200, start + 400)]
+    con.close()
+    done = runner("model-card", "--checkpoint", str(shipped), "--train-run", run_id, "--eval-run", run_id,
+                  "--out", "CARD.md", "--db", "results.duckdb", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    card = (tmp_path / "CARD.md").read_text()
+    curve = card.split("## Greedy score against transitions and hours", 1)[1].split("##", 1)[0]
+    rows = [line for line in curve.splitlines() if line.startswith("| `base@")]
+    assert [row.split("|")[2].strip() for row in rows] == [f"{t:,}" for t in (start, start + 200, start + 400)]
+    hours = [row.split("|")[3].strip() for row in rows]
+    assert hours[0] == "0.00" and all(float(h) >= 0 for h in hours)  # the starting checkpoint at 0 h

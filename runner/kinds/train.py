@@ -339,6 +339,9 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
                       score_batch=m.score_batch)
         if not finished:
             jobs.append(job)
+            if mode == "checkpoint" and m.evaluate_checkpoints is not None:
+                # the curve's first point: what the training starts from, on the same seeds
+                ctx.store.append_rows("episodes", _checkpoint_episodes(m, ctx, pair, from_transition, source))
         elif job.score_seeds and unscored:  # a run killed while scoring its pair does what is left
             score_here(job, ctx, *unscored)
     # in this process each checkpoint is scored as it lands, so a training stopped before its end
