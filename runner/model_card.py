@@ -55,7 +55,7 @@ def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> fl
     return total
 
 
-def _greedy_curve(con, run_id: str, measurement: str) -> list[str]:
+def _greedy_curve(con, run_id: str, measurement: str, started_at: int | None) -> list[str]:
     """The training's checkpoints as `evaluate_checkpoints` scored them (greedy, fixed seeds),
     against transitions and the wall hours that led to each; nothing when none was scored."""
     rows = con.execute(
@@ -64,6 +64,9 @@ def _greedy_curve(con, run_id: str, measurement: str) -> list[str]:
         "ORDER BY TRY_CAST(split_part(policy, '@', 2) AS BIGINT), policy", [run_id, measurement]).fetchall()
     if not rows:
         return []
+    first = int(rows[0][0].rsplit("@", 1)[1])
+    start = (" Its first row is the checkpoint it started from, scored before it learned." if first == started_at
+             else "")
     table = ["| checkpoint | transitions | wall hours | episodes | mean | median | distinct_scores | time_limit_episodes |",
              "|" + " --- |" * 8]
     for policy, episodes, mean, median, distinct, stalled in rows:
@@ -76,7 +79,7 @@ def _greedy_curve(con, run_id: str, measurement: str) -> list[str]:
         "## Greedy score against transitions and hours",
         f"Each checkpoint of training run `{run_id}` as the training scored it when it was written "
         "(`evaluate_checkpoints`: epsilon 0, the seeds of its spec, full games). Wall hours count from this "
-        "run's start, as above; a run that started from another checkpoint scores that checkpoint first, at 0 h.",
+        f"run's start, as above.{start}",
         "",
         *table,
         "",
@@ -121,12 +124,12 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
             con, train_run, "spec_name, spec_text, git_commit, host, cpu, packages")
         wall_s = _training_wall_s(con, train_run, measurement, transitions)
         evaluations = [line for run in eval_runs for line in _evaluation_section(con, run)]
-        curve = _greedy_curve(con, train_run, measurement)
         episodes = con.execute("SELECT count(*), max(transition) FROM train_episodes_valid WHERE run_id = ? "
                                "AND measurement = ? AND transition <= ?", [train_run, measurement, transitions]).fetchone()
         started_from = con.execute("SELECT from_transition, resumed_from FROM train_attempts WHERE run_id = ? "
                                    "AND measurement = ? AND attempt = 0 AND resume_mode = 'checkpoint'",
                                    [train_run, measurement]).fetchone()
+        curve = _greedy_curve(con, train_run, measurement, started_from[0] if started_from else None)
     versions = json.loads(packages) if packages else {}
     lines = [
         f"# Model card: {checkpoint.name}",

@@ -241,3 +241,4 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     assert [row.split("|")[2].strip() for row in rows] == [f"{t:,}" for t in (start, start + 200, start + 400)]
     hours = [row.split("|")[3].strip() for row in rows]
     assert hours[0] == "0.00" and all(float(h) >= 0 for h in hours)  # the starting checkpoint at 0 h
+    assert "Its first row is the checkpoint it started from" in curve
