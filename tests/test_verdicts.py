@@ -140,3 +140,31 @@ def test_summarize_edge_cases():
     assert math.isnan(summarize(np.array([7.0]))["std"])
     with pytest.raises(ValueError, match="empty"):
         summarize(np.array([]))
+
+
+@pytest.mark.parametrize("repeats, outcome", [(3, "rejected"), (1, "inconclusive")])
+def test_full_rate_against_its_learner_bound_is_judged_over_repeats(tmp_path, repeats, outcome):
+    """A setting's full rate over its learner bound, with its interval over the repeats; one
+    timing per mode gives no interval, so the verdict cannot decide."""
+    from runner.kinds.throughput import ThroughputMeasurement, metrics
+    from runner.store import Store
+
+    store = Store(tmp_path / "r.duckdb")
+    m = ThroughputMeasurement(kind="throughput", name="tp", total_transitions=2000, warmup_transitions=100,
+                              modes=["full", "learner"], repeats=repeats)
+    rates = {"full": [100.0, 104.0, 101.0][:repeats], "learner": [200.0, 205.0, 196.0][:repeats]}
+    store.append_rows("throughput_trials", [
+        {"run_id": "A", "measurement": "tp", "trial": "base", "mode": mode, "repeat": repeat, "settings": "{}",
+         "warmup_transitions": 100, "transitions_per_s": tps}
+        for mode, values in rates.items() for repeat, tps in enumerate(values)])
+    with store.reader() as con:
+        found = metrics(con, "A", m, "base", None)
+    assert found["full_over_learner_bound"] == pytest.approx(np.mean(rates["full"]) / np.mean(rates["learner"]))
+    rule = VerdictSpec(name="v", measurement="tp", candidate="base",
+                       deployment_worthy_when={"full_over_learner_bound_ci_low": ">= 0.9"})
+    decided, reason, _ = decide(rule, found)
+    assert decided == outcome
+    if repeats == 1:
+        assert reason.startswith("one timing per setting")
+    else:
+        assert found["full_over_learner_bound_ci_low"] <= found["full_over_learner_bound"] <= found["full_over_learner_bound_ci_high"] < 0.9

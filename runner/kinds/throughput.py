@@ -12,8 +12,9 @@ falls on all of them alike:
   env      the vector env alone, random actions
 The first `warmup_transitions` of full/collect/explore trials are excluded from the clock.
 View `throughput_ratios` sets full against its learner bound, collect and explore against env
-(means over repeats). A speed-up verdict judges the percentile bootstrap interval of the ratio
-of mean rates over the repeats; with fewer than three repeats it is inconclusive.
+(means over repeats). A verdict judges the percentile bootstrap interval over the repeats of
+a ratio of mean rates: a speed-up of one sweep point over a baseline point, or one point's
+full rate over its learner bound; with fewer than three repeats it is inconclusive.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class ThroughputMeasurement(TrainSettings):
         return TrainSettings.model_validate({**base, **overrides})
 
     def metric_problem(self, metric: str) -> str | None:
-        if metric in RAW_SPEEDUPS:
+        if metric in RAW_RATIOS:
             return f"{metric} is one ratio of single timings: judge its interval over repeats, {metric}_ci_low"
         return None
 
@@ -162,16 +163,19 @@ def _time_one(m: ThroughputMeasurement, ctx: RunContext, trial, mode: str, repea
 
 SPEEDUP_MODES = ("full", "collect")
 RAW_SPEEDUPS = tuple(f"{mode}_speedup" for mode in SPEEDUP_MODES)
-METRIC_NAMES = RAW_SPEEDUPS + tuple(f"{name}{bound}" for name in RAW_SPEEDUPS for bound in ("_ci_low", "_ci_high"))
+BOUND_RATIO = "full_over_learner_bound"  # one setting's full rate over its learner bound
+RAW_RATIOS = RAW_SPEEDUPS + (BOUND_RATIO,)
+METRIC_NAMES = RAW_RATIOS + tuple(f"{name}{bound}" for name in RAW_RATIOS for bound in ("_ci_low", "_ci_high"))
 
 
 def participants(m: ThroughputMeasurement) -> list[str]:
     return [t.name for t in expand_sweep(m.sweep)]
 
 
-def metrics(con, run_id: str, m: ThroughputMeasurement, candidate: str, baseline: str) -> dict[str, float]:
-    """Speed-ups of the candidate sweep point over the baseline one (e.g. N=2 over N=1): the ratio
-    of mean rates over the repeats, with its percentile bootstrap interval over them."""
+def metrics(con, run_id: str, m: ThroughputMeasurement, candidate: str, baseline: str | None) -> dict[str, float]:
+    """The candidate sweep point's full rate over its learner bound and, given a baseline,
+    speed-ups over that point (e.g. N=2 over N=1): ratios of mean rates over the repeats, each
+    with its percentile bootstrap interval over them."""
     from breakout_core.stats import MIN_SEEDS_FOR_INTERVAL, seed_statistics
 
     rates: dict[tuple[str, str], list[float]] = {}
@@ -180,7 +184,11 @@ def metrics(con, run_id: str, m: ThroughputMeasurement, candidate: str, baseline
             "AND trial IN (?, ?) ORDER BY \"repeat\"", [run_id, m.name, candidate, baseline]).fetchall():
         rates.setdefault((trial, mode), []).append(rate)
     found: dict = {}
-    for mode in SPEEDUP_MODES:
+    full, bound = rates.get((candidate, "full")), [r for r in rates.get((candidate, "learner"), []) if r]
+    if full and bound:
+        ratio = seed_statistics(full, bound, comparisons=("speedup",))
+        found.update({BOUND_RATIO + k.removeprefix("speedup"): v for k, v in ratio.items() if k.startswith("speedup")})
+    for mode in SPEEDUP_MODES if baseline is not None else ():
         c, b = rates.get((candidate, mode)), [r for r in rates.get((baseline, mode), []) if r]
         if c and b:
             speedup = seed_statistics(c, b, comparisons=("speedup",))
@@ -228,5 +236,7 @@ KIND = Kind(
     metric_names=METRIC_NAMES,
     metrics=metrics,
     report=report,
+    needs_baseline=False,
+    comparison_metrics=tuple(name for name in METRIC_NAMES if name.startswith(RAW_SPEEDUPS)),
     metric_problem=ThroughputMeasurement.metric_problem,
 )
