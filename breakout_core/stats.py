@@ -195,6 +195,26 @@ def independent_bootstrap_ci(samples: tuple[np.ndarray, ...], statistic, *, conf
                     BOOTSTRAP_METHOD, n_resamples, seed)
 
 
+def geometric_mean_ratio(x: np.ndarray, y: np.ndarray) -> float:
+    """The geometric mean of x_i / y_i: the speed-up of rates timed side by side in pairs."""
+    return float(np.exp(np.mean(np.log(np.asarray(x, dtype=np.float64) / np.asarray(y, dtype=np.float64)))))
+
+
+def paired_ratio_interval(x: np.ndarray, y: np.ndarray, *, confidence: float = 0.95) -> tuple[float, float]:
+    """The CI of geometric_mean_ratio(x, y) for rates timed side by side in
+    pairs (a repeat of an interleaved benchmark): a Student t interval on the mean log ratio.
+    With a handful of repeats a percentile bootstrap covers far less than it claims (about 77%
+    for a nominal 95% at three), while t accounts for the few values; pairing by repeat takes
+    out the drift that interleaving put on both rates alike."""
+    from scipy import stats
+
+    logs = np.log(np.asarray(x, dtype=np.float64) / np.asarray(y, dtype=np.float64))
+    if logs.size < 2:
+        raise ValueError(f"a ratio interval needs at least 2 pairs, got {logs.size}")
+    centre, half = logs.mean(), stats.t.ppf(0.5 + confidence / 2, logs.size - 1) * stats.sem(logs)
+    return float(np.exp(centre - half)), float(np.exp(centre + half))
+
+
 SINGLE_ARM_STATISTICS = {"mean": np.mean, "iqm": iqm}
 TWO_ARM_STATISTICS = {"mean_diff": mean_difference, "iqm_diff": iqm_difference,
                       "probability_of_improvement": probability_of_improvement, "speedup": ratio_of_means}

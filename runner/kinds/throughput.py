@@ -12,9 +12,10 @@ falls on all of them alike:
   env      the vector env alone, random actions
 The first `warmup_transitions` of full/collect/explore trials are excluded from the clock.
 View `throughput_ratios` sets full against its learner bound, collect and explore against env
-(means over repeats). A verdict judges the percentile bootstrap interval over the repeats of
-a ratio of mean rates: a speed-up of one sweep point over a baseline point, or one point's
-full rate over its learner bound; with fewer than three repeats it is inconclusive.
+(means over repeats). A verdict judges a ratio of two rates timed in the same repeat (a speed-up
+of one sweep point over a baseline point, or one point's full rate over its learner bound):
+its geometric mean over the repeats with a 95% t interval; with fewer than three repeats it is
+inconclusive.
 """
 
 from __future__ import annotations
@@ -174,25 +175,29 @@ def participants(m: ThroughputMeasurement) -> list[str]:
 
 def metrics(con, run_id: str, m: ThroughputMeasurement, candidate: str, baseline: str | None) -> dict[str, float]:
     """The candidate sweep point's full rate over its learner bound and, given a baseline,
-    speed-ups over that point (e.g. N=2 over N=1): ratios of mean rates over the repeats, each
-    with its percentile bootstrap interval over them."""
-    from breakout_core.stats import MIN_SEEDS_FOR_INTERVAL, seed_statistics
+    speed-ups over that point (e.g. N=2 over N=1): each the geometric mean of the ratios
+    within a repeat (the two rates were timed side by side), with a 95% t interval over the
+    repeats (breakout_core.stats.paired_ratio_interval)."""
+    from breakout_core.stats import MIN_SEEDS_FOR_INTERVAL, geometric_mean_ratio, paired_ratio_interval
 
-    rates: dict[tuple[str, str], list[float]] = {}
-    for trial, mode, rate in con.execute(
-            "SELECT trial, mode, transitions_per_s FROM throughput_trials WHERE run_id = ? AND measurement = ? "
-            "AND trial IN (?, ?) ORDER BY \"repeat\"", [run_id, m.name, candidate, baseline]).fetchall():
-        rates.setdefault((trial, mode), []).append(rate)
+    rates: dict[tuple[str, str], dict[int, float]] = {}
+    for trial, mode, repeat, rate in con.execute(
+            "SELECT trial, mode, \"repeat\", transitions_per_s FROM throughput_trials WHERE run_id = ? "
+            "AND measurement = ? AND trial IN (?, ?)", [run_id, m.name, candidate, baseline]).fetchall():
+        rates.setdefault((trial, mode), {})[repeat] = rate
+    ratios = [(BOUND_RATIO, rates.get((candidate, "full"), {}), rates.get((candidate, "learner"), {}))]
+    if baseline is not None:
+        ratios += [(f"{mode}_speedup", rates.get((candidate, mode), {}), rates.get((baseline, mode), {}))
+                   for mode in SPEEDUP_MODES]
     found: dict = {}
-    full, bound = rates.get((candidate, "full")), [r for r in rates.get((candidate, "learner"), []) if r]
-    if full and bound:
-        ratio = seed_statistics(full, bound, comparisons=("speedup",))
-        found.update({BOUND_RATIO + k.removeprefix("speedup"): v for k, v in ratio.items() if k.startswith("speedup")})
-    for mode in SPEEDUP_MODES if baseline is not None else ():
-        c, b = rates.get((candidate, mode)), [r for r in rates.get((baseline, mode), []) if r]
-        if c and b:
-            speedup = seed_statistics(c, b, comparisons=("speedup",))
-            found.update({f"{mode}_{k}": v for k, v in speedup.items() if k.startswith("speedup")})
+    for name, over, under in ratios:
+        repeats = sorted(r for r in over.keys() & under.keys() if under[r] > 0)
+        if not repeats:
+            continue
+        x, y = [over[r] for r in repeats], [under[r] for r in repeats]
+        found[name] = geometric_mean_ratio(x, y)
+        if len(repeats) >= MIN_SEEDS_FOR_INTERVAL:
+            found[f"{name}_ci_low"], found[f"{name}_ci_high"] = paired_ratio_interval(x, y)
     if m.repeats < MIN_SEEDS_FOR_INTERVAL:
         found["inconclusive_reason"] = ("one timing per setting: no interval over repeated measurements" if m.repeats == 1
                                         else f"{m.repeats} timings per setting: an interval needs at least "
