@@ -55,13 +55,14 @@ def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> fl
     return total
 
 
-def _greedy_curve(con, run_id: str, measurement: str, started_at: int | None) -> list[str]:
+def _greedy_curve(con, run_id: str, measurement: str, started_at: int | None, card_at: int) -> list[str]:
     """The training's checkpoints as `evaluate_checkpoints` scored them (greedy, fixed seeds),
     against transitions and the wall hours that led to each; nothing when none was scored."""
     rows = con.execute(
         "SELECT policy, episodes, mean, median, distinct_scores, time_limit_episodes FROM episode_summary "
         "WHERE run_id = ? AND measurement = ? AND policy LIKE '%@%' "
-        "ORDER BY TRY_CAST(split_part(policy, '@', 2) AS BIGINT), policy", [run_id, measurement]).fetchall()
+        "ORDER BY split_part(policy, '@', 1), TRY_CAST(split_part(policy, '@', 2) AS BIGINT)",  # pair by pair
+        [run_id, measurement]).fetchall()
     if not rows:
         return []
     first = int(rows[0][0].rsplit("@", 1)[1])
@@ -73,13 +74,15 @@ def _greedy_curve(con, run_id: str, measurement: str, started_at: int | None) ->
         transitions = int(policy.rsplit("@", 1)[1])
         wall_s = _training_wall_s(con, run_id, measurement, transitions)
         hours = "not known here" if wall_s is None else f"{wall_s / 3600:.2f}"
-        table.append(f"| `{policy}` | {transitions:,} | {hours} | {episodes} | {mean:.2f} | {median:g} | "
+        this = " (this checkpoint)" if transitions == card_at else ""
+        table.append(f"| `{policy}`{this} | {transitions:,} | {hours} | {episodes} | {mean:.2f} | {median:g} | "
                      f"{distinct} | {stalled} |")
     return [
         "## Greedy score against transitions and hours",
         f"Each checkpoint of training run `{run_id}` as the training scored it when it was written "
-        "(`evaluate_checkpoints`: epsilon 0, the seeds of its spec, full games). Wall hours count from this "
-        f"run's start, as above.{start}",
+        "(`evaluate_checkpoints` in the spec below: its seeds and epsilon, games as the run's contract plays "
+        "them). Wall hours count from this run's start, as above, and include the scoring of the checkpoints "
+        f"before.{start}",
         "",
         *table,
         "",
@@ -129,7 +132,7 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         started_from = con.execute("SELECT from_transition, resumed_from FROM train_attempts WHERE run_id = ? "
                                    "AND measurement = ? AND attempt = 0 AND resume_mode = 'checkpoint'",
                                    [train_run, measurement]).fetchone()
-        curve = _greedy_curve(con, train_run, measurement, started_from[0] if started_from else None)
+        curve = _greedy_curve(con, train_run, measurement, started_from[0] if started_from else None, transitions)
     versions = json.loads(packages) if packages else {}
     lines = [
         f"# Model card: {checkpoint.name}",

@@ -368,6 +368,36 @@ def test_a_comparison_metric_needs_a_baseline(write_spec):
         "size_ratio compares the candidate with a baseline; this verdict names none"]
 
 
+THROUGHPUT_BOUND = """\
+name: bound
+measurements:
+  - kind: throughput
+    name: tp
+    total_transitions: 2000
+    modes: [full]
+    repeats: 3
+verdicts:
+  - name: near_bound
+    measurement: tp
+    candidate: base
+    deployment_worthy_when:
+      full_over_learner_bound_ci_low: ">= 0.9"
+"""
+
+
+def test_a_throughput_verdict_names_what_it_needs(write_spec):
+    """A ratio to the learner bound needs the learner timed beside the full loop; a speed-up
+    needs a baseline point. Both are refused before anything runs."""
+    path = write_spec(THROUGHPUT_BOUND)
+    assert _problems(path) == [f"{path}:13: verdicts[0].deployment_worthy_when.full_over_learner_bound_ci_low: "
+                               "full_over_learner_bound_ci_low needs mode learner in this measurement's modes"]
+    assert load_spec(write_spec(THROUGHPUT_BOUND.replace("[full]", "[full, learner]"))).spec.verdicts
+    speedup = write_spec(THROUGHPUT_BOUND.replace("[full]", "[full, learner]").replace(
+        "full_over_learner_bound_ci_low", "full_speedup_ci_low"))
+    assert _problems(speedup) == [f"{speedup}:13: verdicts[0].deployment_worthy_when.full_speedup_ci_low: "
+                                  "full_speedup_ci_low compares the candidate with a baseline; this verdict names none"]
+
+
 def test_a_training_starting_from_a_checkpoint_of_another_contract_is_refused(checkpoint, write_spec):
     """`start_from` is a file the spec reads: checked like a checkpoint policy, by type and contract."""
     path = write_spec(TRAIN_SWEEP.replace("    total_transitions: 1000\n", "    total_transitions: 1000\n"

@@ -69,6 +69,9 @@ class ThroughputMeasurement(TrainSettings):
     def metric_problem(self, metric: str) -> str | None:
         if metric in RAW_RATIOS:
             return f"{metric} is one ratio of single timings: judge its interval over repeats, {metric}_ci_low"
+        needed = {"full", "learner"} if metric.startswith(BOUND_RATIO) else {metric.split("_", 1)[0]}
+        if missing := sorted(needed - set(self.modes)):
+            return f"{metric} needs mode {' and '.join(missing)} in this measurement's modes"
         return None
 
 
