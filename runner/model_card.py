@@ -134,6 +134,9 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
                                    [train_run, measurement]).fetchone()
         curve = _greedy_curve(con, train_run, measurement, started_from[0] if started_from else None, transitions)
     versions = json.loads(packages) if packages else {}
+    # a training that goes on from the shipped agent names that agent's path, which the ship then overwrites
+    replaced = (" (the agent shipped there before this one)" if started_from
+                and Path(started_from[1]).resolve() == checkpoint.resolve() else "")
     lines = [
         f"# Model card: {checkpoint.name}",
         "",
@@ -146,7 +149,7 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         f"- Trained for **{transitions:,} transitions** (agent steps over all envs; x{meta['contract']['frame_skip']} "
         f"emulator frames), {episodes[0]:,} training episodes",
         f"- Training run `{train_run}` of spec `{spec_name}`, git commit `{commit}`",
-        *([f"- Started from the checkpoint `{started_from[1]}` at {started_from[0]:,} transitions (its weights, a "
+        *([f"- Started from the checkpoint `{started_from[1]}`{replaced} at {started_from[0]:,} transitions (its weights, a "
            "fresh optimizer, a replay refilled by its policy): the training episodes and wall time here are "
            f"this run's, from {started_from[0]:,} transitions on"] if started_from else []),
         f"- Machine: {host}, {cpu}; torch {versions.get('torch', '?')}, ale-py {versions.get('ale-py', '?')}",
