@@ -195,9 +195,13 @@ def independent_bootstrap_ci(samples: tuple[np.ndarray, ...], statistic, *, conf
                     BOOTSTRAP_METHOD, n_resamples, seed)
 
 
+def _log_ratios(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.log(np.asarray(x, dtype=np.float64) / np.asarray(y, dtype=np.float64))
+
+
 def geometric_mean_ratio(x: np.ndarray, y: np.ndarray) -> float:
     """The geometric mean of x_i / y_i: the speed-up of rates timed side by side in pairs."""
-    return float(np.exp(np.mean(np.log(np.asarray(x, dtype=np.float64) / np.asarray(y, dtype=np.float64)))))
+    return float(np.exp(_log_ratios(x, y).mean()))
 
 
 def paired_ratio_interval(x: np.ndarray, y: np.ndarray, *, confidence: float = 0.95) -> tuple[float, float]:
@@ -208,7 +212,7 @@ def paired_ratio_interval(x: np.ndarray, y: np.ndarray, *, confidence: float = 0
     out the drift that interleaving put on both rates alike."""
     from scipy import stats
 
-    logs = np.log(np.asarray(x, dtype=np.float64) / np.asarray(y, dtype=np.float64))
+    logs = _log_ratios(x, y)
     if logs.size < 2:
         raise ValueError(f"a ratio interval needs at least 2 pairs, got {logs.size}")
     centre, half = logs.mean(), stats.t.ppf(0.5 + confidence / 2, logs.size - 1) * stats.sem(logs)

@@ -59,19 +59,18 @@ def _greedy_curve(con, run_id: str, measurement: str, started_at: int | None, ca
     """The training's checkpoints as `evaluate_checkpoints` scored them (greedy, fixed seeds),
     against transitions and the wall hours that led to each; nothing when none was scored."""
     rows = con.execute(
-        "SELECT policy, episodes, mean, median, distinct_scores, time_limit_episodes FROM episode_summary "
+        "SELECT policy, CAST(split_part(policy, '@', 2) AS BIGINT) AS transition, episodes, mean, median, "
+        "distinct_scores, time_limit_episodes FROM episode_summary "
         "WHERE run_id = ? AND measurement = ? AND policy LIKE '%@%' "
-        "ORDER BY split_part(policy, '@', 1), TRY_CAST(split_part(policy, '@', 2) AS BIGINT)",  # pair by pair
+        "ORDER BY split_part(policy, '@', 1), transition",  # pair by pair
         [run_id, measurement]).fetchall()
     if not rows:
         return []
-    first = int(rows[0][0].rsplit("@", 1)[1])
-    start = (" Its first row is the checkpoint it started from, scored before it learned." if first == started_at
+    start = (" Its first row is the checkpoint it started from, scored before it learned." if rows[0][1] == started_at
              else "")
     table = ["| checkpoint | transitions | wall hours | episodes | mean | median | distinct_scores | time_limit_episodes |",
              "|" + " --- |" * 8]
-    for policy, episodes, mean, median, distinct, stalled in rows:
-        transitions = int(policy.rsplit("@", 1)[1])
+    for policy, transitions, episodes, mean, median, distinct, stalled in rows:
         wall_s = _training_wall_s(con, run_id, measurement, transitions)
         hours = "not known here" if wall_s is None else f"{wall_s / 3600:.2f}"
         this = " (this checkpoint)" if transitions == card_at else ""
