@@ -313,8 +313,10 @@ def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contr
               help="an evaluation run whose table goes on the card (repeat for several)")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="default: MODEL_CARD.md beside the checkpoint")
+@click.option("--measurement", default="reference", show_default=True,
+              help="the train measurement of the training run that wrote the checkpoint")
 @db_option
-def model_card(checkpoint: Path, train_run: str, eval_runs: tuple[str, ...], out: Path | None,
+def model_card(checkpoint: Path, train_run: str, eval_runs: tuple[str, ...], out: Path | None, measurement: str,
                db: Path | None) -> None:
     """Write the checkpoint's model card from the training and evaluation runs' rows."""
     from runner.model_card import write_model_card
@@ -322,7 +324,7 @@ def model_card(checkpoint: Path, train_run: str, eval_runs: tuple[str, ...], out
 
     try:
         path = write_model_card(_store(db), checkpoint, train_run, list(eval_runs),
-                                out or checkpoint.with_name("MODEL_CARD.md"))
+                                out or checkpoint.with_name("MODEL_CARD.md"), measurement)
     except (StoreError, KeyError, ValueError) as exc:
         _fail(str(exc))
     click.echo(f"model card: {path}")

@@ -11,6 +11,7 @@ greedy-score curve from the checkpoints the training run scored as it wrote them
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -28,20 +29,59 @@ def _run(con, run_id: str, columns: str) -> tuple:
     return row
 
 
-def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> float | None:
-    """Wall seconds of the attempts that built this checkpoint, None when its files are gone.
+@dataclass(frozen=True)
+class TrainedPair:
+    """The (trial, training seed) pair of a training run that wrote the card's checkpoint."""
+
+    trial: str
+    training_seed: int
+
+    def where(self) -> str:
+        return "run_id = ? AND measurement = ? AND trial = ? AND training_seed = ?"
+
+    def args(self, run_id: str, measurement: str) -> list:
+        return [run_id, measurement, self.trial, self.training_seed]
+
+
+def _trained_pair(con, run_id: str, measurement: str, checkpoint: Path) -> TrainedPair:
+    """The run's only pair, or the one whose checkpoint files hold the card's checkpoint's bytes."""
+    pairs = [TrainedPair(*row) for row in con.execute(
+        "SELECT DISTINCT trial, training_seed FROM train_attempts WHERE run_id = ? AND measurement = ? ORDER BY ALL",
+        [run_id, measurement]).fetchall()]
+    if not pairs:
+        raise StoreError(f"run {run_id} trained no measurement {measurement!r}")
+    if len(pairs) == 1:
+        return pairs[0]
+    sha256 = file_sha256(checkpoint)
+    files = con.execute("SELECT DISTINCT trial, training_seed, path FROM train_checkpoints WHERE run_id = ? "
+                        "AND measurement = ?", [run_id, measurement]).fetchall()
+    for trial, seed, path in files:
+        if Path(path).is_file() and file_sha256(path) == sha256:
+            return TrainedPair(trial, seed)
+    raise StoreError(f"run {run_id} trained {len(pairs)} pairs of measurement {measurement!r} and none of their "
+                     f"checkpoint files on this machine is {checkpoint}: the card cannot tell which pair it is")
+
+
+def _training_wall_s(con, run_id: str, measurement: str, pair: TrainedPair, card_at: int) -> dict[int, float | None]:
+    """Wall seconds to each of the pair's checkpoints (and to the card's) over the attempts that
+    built it, None when a file the time is read from is gone.
 
     An attempt counts from its start to the modification time of the last checkpoint file it
-    wrote that the chain used (up to the checkpoint the next attempt resumed from, or this
-    one); what an attempt did past that before it was stopped is not counted. The rows hold
+    wrote that the chain used (up to the checkpoint the next attempt resumed from, or the one
+    timed); what an attempt did past that before it was stopped is not counted. The rows hold
     no times of their own, so on a machine without the run's files the time is not known.
     """
-    attempts = con.execute("SELECT attempt, from_transition, started_at FROM train_attempts WHERE run_id = ? "
-                           "AND measurement = ? ORDER BY attempt", [run_id, measurement]).fetchall()
-    files = con.execute("SELECT attempt, transition, path FROM train_checkpoints WHERE run_id = ? AND measurement = ? "
-                        "ORDER BY attempt, transition", [run_id, measurement]).fetchall()
+    attempts = con.execute(f"SELECT attempt, from_transition, started_at FROM train_attempts WHERE {pair.where()} "
+                           "ORDER BY attempt", pair.args(run_id, measurement)).fetchall()
+    files = con.execute(f"SELECT attempt, transition, path FROM train_checkpoints WHERE {pair.where()} "
+                        "ORDER BY attempt, transition", pair.args(run_id, measurement)).fetchall()
     mtimes = {(a, t): datetime.fromtimestamp(Path(p).stat().st_mtime, timezone.utc)
               for a, t, p in files if Path(p).is_file()}
+    checkpoints = {t for _, t, _ in files} | {from_transition for _, from_transition, _ in attempts} | {card_at}
+    return {transitions: _wall_s_to(attempts, files, mtimes, transitions) for transitions in checkpoints}
+
+
+def _wall_s_to(attempts: list, files: list, mtimes: dict, transitions: int) -> float | None:
     total = 0.0
     for i, (attempt, _, started) in enumerate(attempts):
         until = min(attempts[i + 1][1], transitions) if i + 1 < len(attempts) else transitions
@@ -55,15 +95,16 @@ def _training_wall_s(con, run_id: str, measurement: str, transitions: int) -> fl
     return total
 
 
-def _greedy_curve(con, run_id: str, measurement: str, started_at: int | None, card_at: int) -> list[str]:
-    """The training's checkpoints as `evaluate_checkpoints` scored them (greedy, fixed seeds),
+def _greedy_curve(con, run_id: str, measurement: str, pair: TrainedPair, started_at: int | None, card_at: int,
+                  wall_s: dict[int, float | None]) -> list[str]:
+    """The pair's checkpoints as `evaluate_checkpoints` scored them (greedy, fixed seeds),
     against transitions and the wall hours that led to each; nothing when none was scored."""
+    labels = [pair.trial, f"{pair.trial},seed={pair.training_seed}"]  # without and with the study's seed list
     rows = con.execute(
         "SELECT policy, CAST(split_part(policy, '@', 2) AS BIGINT) AS transition, episodes, mean, median, "
         "distinct_scores, time_limit_episodes FROM episode_summary "
-        "WHERE run_id = ? AND measurement = ? AND policy LIKE '%@%' "
-        "ORDER BY split_part(policy, '@', 1), transition",  # pair by pair
-        [run_id, measurement]).fetchall()
+        "WHERE run_id = ? AND measurement = ? AND split_part(policy, '@', 1) IN (?, ?) ORDER BY transition",
+        [run_id, measurement, *labels]).fetchall()
     if not rows:
         return []
     start = (" Its first row is the checkpoint it started from, scored before it learned." if rows[0][1] == started_at
@@ -71,8 +112,8 @@ def _greedy_curve(con, run_id: str, measurement: str, started_at: int | None, ca
     table = ["| checkpoint | transitions | wall hours | episodes | mean | median | distinct_scores | time_limit_episodes |",
              "|" + " --- |" * 8]
     for policy, transitions, episodes, mean, median, distinct, stalled in rows:
-        wall_s = _training_wall_s(con, run_id, measurement, transitions)
-        hours = "not known here" if wall_s is None else f"{wall_s / 3600:.2f}"
+        seconds = wall_s.get(transitions)
+        hours = "not known here" if seconds is None else f"{seconds / 3600:.2f}"
         this = " (this checkpoint)" if transitions == card_at else ""
         table.append(f"| `{policy}`{this} | {transitions:,} | {hours} | {episodes} | {mean:.2f} | {median:g} | "
                      f"{distinct} | {stalled} |")
@@ -124,18 +165,22 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
     with store.reader() as con:
         spec_name, spec_text, commit, host, cpu, packages = _run(
             con, train_run, "spec_name, spec_text, git_commit, host, cpu, packages")
-        wall_s = _training_wall_s(con, train_run, measurement, transitions)
+        pair = _trained_pair(con, train_run, measurement, checkpoint)
+        walls = _training_wall_s(con, train_run, measurement, pair, transitions)
+        wall_s = walls.get(transitions)
         evaluations = [line for run in eval_runs for line in _evaluation_section(con, run)]
-        episodes = con.execute("SELECT count(*), max(transition) FROM train_episodes_valid WHERE run_id = ? "
-                               "AND measurement = ? AND transition <= ?", [train_run, measurement, transitions]).fetchone()
-        started_from = con.execute("SELECT from_transition, resumed_from FROM train_attempts WHERE run_id = ? "
-                                   "AND measurement = ? AND attempt = 0 AND resume_mode = 'checkpoint'",
-                                   [train_run, measurement]).fetchone()
-        curve = _greedy_curve(con, train_run, measurement, started_from[0] if started_from else None, transitions)
+        episodes = con.execute(f"SELECT count(*), max(transition) FROM train_episodes_valid WHERE {pair.where()} "
+                               "AND transition <= ?", [*pair.args(train_run, measurement), transitions]).fetchone()
+        started_from = con.execute(f"SELECT from_transition, resumed_from, resumed_from_sha256 FROM train_attempts "
+                                   f"WHERE {pair.where()} AND attempt = 0 AND resume_mode = 'checkpoint'",
+                                   pair.args(train_run, measurement)).fetchone()
+        curve = _greedy_curve(con, train_run, measurement, pair, started_from[0] if started_from else None,
+                              transitions, walls)
     versions = json.loads(packages) if packages else {}
     # a training that goes on from the shipped agent names that agent's path, which the ship then overwrites
     replaced = (" (the agent shipped there before this one)" if started_from
                 and Path(started_from[1]).resolve() == checkpoint.resolve() else "")
+    start_sha256 = f", sha256 `{started_from[2]}`," if started_from and started_from[2] else ""
     lines = [
         f"# Model card: {checkpoint.name}",
         "",
@@ -148,7 +193,8 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         f"- Trained for **{transitions:,} transitions** (agent steps over all envs; x{meta['contract']['frame_skip']} "
         f"emulator frames), {episodes[0]:,} training episodes",
         f"- Training run `{train_run}` of spec `{spec_name}`, git commit `{commit}`",
-        *([f"- Started from the checkpoint `{started_from[1]}`{replaced} at {started_from[0]:,} transitions (its weights, a "
+        *([f"- Started from the checkpoint `{started_from[1]}`{replaced}{start_sha256} at {started_from[0]:,} "
+           "transitions (its weights, a "
            "fresh optimizer, a replay refilled by its policy): the training episodes and wall time here are "
            f"this run's, from {started_from[0]:,} transitions on"] if started_from else []),
         f"- Machine: {host}, {cpu}; torch {versions.get('torch', '?')}, ale-py {versions.get('ale-py', '?')}",

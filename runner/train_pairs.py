@@ -43,6 +43,7 @@ class PairJob:
     # in both of the latter and is refilled by the current policy before learning resumes
     resume_mode: Literal["fresh", "trainer_state", "checkpoint"]
     resumed_from: str | None
+    resumed_from_sha256: str | None  # the checkpoint's bytes in "checkpoint" mode, so a later resume can check them
     other_contract: bool  # the spec says a checkpoint from another contract is deliberate
     from_transition: int
     score_seeds: tuple[int, ...]  # empty: the measurement scores nothing
@@ -69,7 +70,7 @@ def train_pair(job: PairJob, on_transition: Callable[[int], None] | None = None)
     key = job.key
     yield "train_attempts", {**key, "from_transition": job.from_transition, "config": json.dumps(asdict(job.config)),
                              "out_dir": job.out_dir, "started_at": utcnow(), "resume_mode": job.resume_mode,
-                             "resumed_from": job.resumed_from}
+                             "resumed_from": job.resumed_from, "resumed_from_sha256": job.resumed_from_sha256}
     tables = {EpisodeEnd: "train_episodes", Diagnostics: "train_diagnostics", CheckpointSaved: "train_checkpoints",
               TrainDone: "train_results"}
     trainer = Trainer(job.config, job.contract, job.out_dir)

@@ -121,6 +121,20 @@ def test_day16_vector_envs_screen_train_and_checkpoint_scores(tmp_path):
     assert speedup == pytest.approx(rates["num_envs=4"] / rates["num_envs=1"])
     # one training seed and one timing per setting: no speed-up verdict decides on a single ratio
     assert set(outcomes.values()) == {"inconclusive"}
+    # a card of one pair of this three-pair run: that pair's curve only, found by the checkpoint's bytes
+    final = con.execute("SELECT path FROM train_checkpoints WHERE run_id = ? AND trial = 'num_envs=2' "
+                        "AND transition = 400", [run_id]).fetchone()[0]
+    con.close()
+    card = runner("model-card", "--checkpoint", final, "--train-run", run_id, "--eval-run", run_id,
+                  "--measurement", "train_100k", "--out", "CARD.md", "--db", "results.duckdb", cwd=tmp_path)
+    assert card.returncode == 0, card.stderr[-2000:]
+    curve = (tmp_path / "CARD.md").read_text().split("## Greedy score against transitions and hours", 1)[1]
+    assert re.findall(r"^\| `([^`]+)`", curve, flags=re.M) == ["num_envs=2,seed=42@200", "num_envs=2,seed=42@400"]
+    stranger = runner("model-card", "--checkpoint", str(SPECS.parent / "models/reference/dqn_breakout.pt"),
+                      "--train-run", run_id, "--eval-run", run_id, "--measurement", "train_100k", "--out", "OTHER.md",
+                      "--db", "results.duckdb", cwd=tmp_path)
+    assert stranger.returncode != 0 and "none of their checkpoint files on this machine" in stranger.stderr
+    assert "Traceback" not in stranger.stderr and not (tmp_path / "OTHER.md").exists()
 
 
 @pytest.mark.slow
@@ -217,12 +231,19 @@ def test_killed_training_resumes_to_the_same_total(tmp_path, write_spec):
 @pytest.mark.slow
 def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_shows_its_curve(tmp_path):
     """The v3 reference training spec, shrunk: it starts from the shipped checkpoint with an
-    empty replay (resume mode 'checkpoint', recorded), scores that checkpoint before it learns,
-    then each new one; the model card shows the greedy score against transitions and hours."""
+    empty replay (resume mode 'checkpoint', recorded with the file's sha256), scores that
+    checkpoint before it learns, then each new one; the model card shows the greedy score
+    against transitions and hours. A resume that would start over from a start file whose bytes
+    changed since is refused, and stores nothing."""
+    import torch
+
+    from breakout_core.hashing import file_sha256
+
     spec = yaml.safe_load((SPECS / "train_reference_v3.yaml").read_text())
     spec["contract"].update(max_episode_frames=1_000, other_contracts="deliberate")  # a capped game: another contract
     m = spec["measurements"][0]
-    shipped = (SPECS / m["start_from"]).resolve()
+    shipped = tmp_path / "shipped.pt"
+    shipped.write_bytes((SPECS / m["start_from"]).read_bytes())
     start = int(load_checkpoint(shipped)[1]["transitions"])
     m.update(SMALL_TRAIN, start_from=str(shipped), total_transitions=start + 400,
              checkpoint_at=[start + 200, start + 400])
@@ -230,8 +251,8 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     path = tmp_path / "train_reference_v3.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     run_id, con, _ = run_spec(path, tmp_path, "--no-report")
-    assert con.execute("SELECT resume_mode, resumed_from, from_transition FROM train_attempts WHERE run_id = ?",
-                       [run_id]).fetchall() == [("checkpoint", str(shipped), start)]
+    assert con.execute("SELECT resume_mode, resumed_from, resumed_from_sha256, from_transition FROM train_attempts "
+                       "WHERE run_id = ?", [run_id]).fetchall() == [("checkpoint", str(shipped), file_sha256(shipped), start)]
     assert con.execute("SELECT policy, count(*) FROM episodes WHERE run_id = ? GROUP BY policy ORDER BY policy",
                        [run_id]).fetchall() == [(f"base@{t}", 2) for t in (start, start + 200, start + 400)]
     con.close()
@@ -245,3 +266,23 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     hours = [row.split("|")[3].strip() for row in rows]
     assert hours[0] == "0.00" and all(float(h) >= 0 for h in hours)  # the starting checkpoint at 0 h
     assert "Its first row is the checkpoint it started from" in curve
+    assert f"Started from the checkpoint `{shipped}` (the agent shipped there before this one), sha256 " \
+           f"`{file_sha256(shipped)}`," in card
+
+    # its trainer state lost and the start file replaced (a ship): --resume would start another agent
+    with duckdb.connect(str(tmp_path / "results.duckdb")) as writer:
+        out_dir = writer.execute("SELECT out_dir FROM train_attempts WHERE run_id = ?", [run_id]).fetchone()[0]
+        writer.execute("DELETE FROM train_results WHERE run_id = ?", [run_id])
+        writer.execute("UPDATE runs SET status = 'interrupted' WHERE run_id = ?", [run_id])
+        stored = writer.execute("SELECT count(*) FROM train_episodes").fetchone()[0]
+    (tmp_path / out_dir / "trainer_state.pt").unlink()
+    replaced = torch.load(shipped, weights_only=True)
+    replaced["state_dict"] = {k: v + 1e-3 for k, v in replaced["state_dict"].items()}
+    torch.save(replaced, shipped)
+    refused = runner("run", str(path), "--db", "results.duckdb", "--resume", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert f"start_from {shipped} is not the file run {run_id} began from" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    with duckdb.connect(str(tmp_path / "results.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM train_attempts WHERE run_id = ?", [run_id]).fetchone()[0] == 1
+        assert con.execute("SELECT count(*) FROM train_episodes").fetchone()[0] == stored

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from breakout_core.hashing import file_sha256
 from breakout_core.train_config import MAX_TRAINING_SEED, TrainConfig
 from runner.kinds.base import Kind, RunContext, Section
 from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, checks_files, seed_list, spec_relative
@@ -249,6 +250,10 @@ MIGRATIONS = [
         UPDATE train_attempts SET resume_mode = CASE WHEN from_transition = 0 THEN 'fresh' ELSE 'trainer_state' END;
         """,
     ),
+    (
+        "0204_train_start_file_sha256",  # which bytes a checkpoint-mode attempt began from; unknown for earlier rows
+        "ALTER TABLE train_attempts ADD COLUMN resumed_from_sha256 VARCHAR;",
+    ),
 ]
 
 _SUPERSEDED = """
@@ -331,8 +336,12 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
             mode, source, from_transition = "checkpoint", m.start_from, _saved_transitions(Path(m.start_from))
         else:
             mode, source, from_transition = "fresh", None, 0
+        source_sha256 = file_sha256(source) if mode == "checkpoint" else None
+        if mode == "checkpoint" and attempts > 0:
+            _refuse_changed_start(ctx, m.name, pair, source, source_sha256)
         job = PairJob(run_id=ctx.run_id, measurement=m.name, pair=pair, config=config, contract=ctx.contract,
                       out_dir=str(out_dir), attempt=attempts, resume_mode=mode, resumed_from=source,
+                      resumed_from_sha256=source_sha256,
                       other_contract=ctx.spec.contract.other_contracts == "deliberate",
                       from_transition=from_transition,
                       score_seeds=tuple(seed_list(m.score_seeds)) if m.score_seeds is not None else (),
@@ -351,6 +360,24 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
     run_pairs(jobs, ctx, executor, on_checkpoint)
     for pair in m.pairs():
         _after_training(m, ctx, pair)
+
+
+def _refuse_changed_start(ctx: RunContext, measurement: str, pair: Pair, path: str, sha256: str) -> None:
+    """A resume that starts over from `start_from` (its trainer state is gone) must start from
+    the bytes the run began from: a ship that replaced the file in between would otherwise
+    join a second agent's rows to the first's under one run."""
+    from runner.execute import NothingToResume
+
+    with ctx.store.reader() as con:
+        began = con.execute("SELECT resumed_from_sha256 FROM train_attempts WHERE run_id = ? AND measurement = ? "
+                            "AND trial = ? AND training_seed = ? AND resume_mode = 'checkpoint' "
+                            "AND resumed_from_sha256 IS NOT NULL ORDER BY attempt LIMIT 1",
+                            [ctx.run_id, measurement, pair.trial, pair.training_seed]).fetchone()
+    if began is not None and began[0] != sha256:
+        raise NothingToResume(
+            f"measurement {measurement!r} ({pair.label}): start_from {path} is not the file run {ctx.run_id} began "
+            f"from (sha256 {began[0][:12]}… then, {sha256[:12]}… now) and its trainer state is gone; resuming "
+            "would join two agents' rows in one run: run the spec without --resume")
 
 
 def _checkpoint_episodes(m: TrainMeasurement, ctx: RunContext, pair: Pair, transition: int, path: str) -> list[dict]:
