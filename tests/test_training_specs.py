@@ -233,8 +233,9 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     """The v3 reference training spec, shrunk: it starts from the shipped checkpoint with an
     empty replay (resume mode 'checkpoint', recorded with the file's sha256), scores that
     checkpoint before it learns, then each new one; the model card shows the greedy score
-    against transitions and hours. A resume that would start over from a start file whose bytes
-    changed since is refused, and stores nothing."""
+    against transitions and hours. With its trainer state lost, a resume goes on from the pair's
+    own latest checkpoint; with that gone too, one that would start over from a start file whose
+    bytes changed since is refused, and stores nothing."""
     import torch
 
     from breakout_core.hashing import file_sha256
@@ -275,10 +276,16 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
         writer.execute("DELETE FROM train_results WHERE run_id = ?", [run_id])
         writer.execute("UPDATE runs SET status = 'interrupted' WHERE run_id = ?", [run_id])
         stored = writer.execute("SELECT count(*) FROM train_episodes").fetchone()[0]
+        own = writer.execute("SELECT path FROM train_checkpoints WHERE run_id = ? ORDER BY transition DESC, path",
+                             [run_id]).fetchall()
     (tmp_path / out_dir / "trainer_state.pt").unlink()
     replaced = torch.load(shipped, weights_only=True)
     replaced["state_dict"] = {k: v + 1e-3 for k, v in replaced["state_dict"].items()}
     torch.save(replaced, shipped)
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for (checkpoint,) in own:
+        (tmp_path / checkpoint).rename(aside / Path(checkpoint).name)
     refused = runner("run", str(path), "--db", "results.duckdb", "--resume", cwd=tmp_path)
     assert refused.returncode == 2
     assert f"start_from {shipped} is not the file run {run_id} began from" in refused.stderr
@@ -286,3 +293,19 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     with duckdb.connect(str(tmp_path / "results.duckdb"), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM train_attempts WHERE run_id = ?", [run_id]).fetchone()[0] == 1
         assert con.execute("SELECT count(*) FROM train_episodes").fetchone()[0] == stored
+
+    # its own checkpoints back: the resume goes on from the latest, whatever became of the start file
+    for (checkpoint,) in own:
+        (aside / Path(checkpoint).name).rename(tmp_path / checkpoint)
+    latest = own[0][0]  # checkpoint_….pt, not final.pt: the same weights
+    resumed = runner("run", str(path), "--db", "results.duckdb", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    with duckdb.connect(str(tmp_path / "results.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT attempt, resume_mode, resumed_from, resumed_from_sha256, from_transition "
+                           "FROM train_attempts WHERE run_id = ? ORDER BY attempt", [run_id]).fetchall()[1:] == \
+            [(1, "checkpoint", latest, file_sha256(tmp_path / latest), start + 400)]
+        assert con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == "done"
+        assert con.execute("SELECT transitions FROM train_results WHERE run_id = ?", [run_id]).fetchall() == \
+            [(start + 400,)]
+        assert con.execute("SELECT count(*) FROM episodes WHERE run_id = ? AND policy = ?",
+                           [run_id, f"base@{start + 400}"]).fetchone()[0] == 2  # scored once, not again

@@ -301,20 +301,22 @@ VIEWS = [
 
 
 def _stored(ctx: RunContext, measurement: str, pair: Pair
-            ) -> tuple[int, bool, str | None, tuple[str, int] | None]:
+            ) -> tuple[int, bool, str | None, tuple[str, int] | None, tuple[str, int] | None]:
     """(attempts so far, whether one finished, the folder they trained in, the final checkpoint
-    and its transition when its score is still missing) for one pair of this run."""
+    and its transition when its score is still missing, the latest checkpoint and its
+    transition) for one pair of this run."""
     where = "run_id = ? AND measurement = ? AND trial = ? AND training_seed = ?"
     args = [ctx.run_id, measurement, pair.trial, pair.training_seed]
     with ctx.store.reader() as con:
         attempts, out_dir = con.execute(f"SELECT count(*), arg_max(out_dir, attempt) FROM train_attempts WHERE {where}",
                                         args).fetchone()
-        final = con.execute(f"SELECT arg_max(path, transition), max(transition) FROM train_checkpoints_valid "
-                            f"WHERE {where}", args).fetchone()
+        # the numbered checkpoint before final.pt when both hold the last transition: one file, whatever the order
+        latest = con.execute(f"SELECT path, transition FROM train_checkpoints_valid WHERE {where} "
+                             "ORDER BY transition DESC, path LIMIT 1", args).fetchone()
     stored = {"trial": pair.trial, "training_seed": pair.training_seed}
     finished = ctx.already_stored("train_results", measurement, **stored)
     scored = ctx.already_stored("train_scores", measurement, **stored)
-    return attempts, finished, out_dir, None if scored or final[0] is None else final
+    return attempts, finished, out_dir, None if scored else latest, latest
 
 
 def execute(m: TrainMeasurement, ctx: RunContext) -> None:
@@ -323,7 +325,7 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
     executor = ctx.executor or Executor()
     jobs = []
     for pair in m.pairs():
-        attempts, finished, stored_dir, unscored = _stored(ctx, m.name, pair)
+        attempts, finished, stored_dir, unscored, latest = _stored(ctx, m.name, pair)
         folder = ctx.artifacts_dir / m.name / pair.trial
         # a pair's folder: where its earlier attempts trained, so a resume finds its trainer state
         out_dir = Path(stored_dir) if stored_dir else folder if m.seeds is None else folder / f"seed={pair.training_seed}"
@@ -332,12 +334,16 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
         # a Ray task trains its pair whole in its worker's own folder: it cannot go on from a state here
         if attempts > 0 and state.exists() and executor.name != "ray":
             mode, source, from_transition = "trainer_state", str(state), _saved_transitions(state)
+        elif attempts > 0 and latest is not None and Path(latest[0]).is_file():
+            # its state is gone (a crash between a checkpoint and the state after it): on from
+            # the pair's own latest checkpoint rather than from the start
+            mode, source, from_transition = "checkpoint", latest[0], latest[1]
         elif m.start_from is not None:
             mode, source, from_transition = "checkpoint", m.start_from, _saved_transitions(Path(m.start_from))
         else:
             mode, source, from_transition = "fresh", None, 0
         source_sha256 = file_sha256(source) if mode == "checkpoint" else None
-        if mode == "checkpoint" and attempts > 0:
+        if source == m.start_from and attempts > 0:
             _refuse_changed_start(ctx, m.name, pair, source, source_sha256)
         job = PairJob(run_id=ctx.run_id, measurement=m.name, pair=pair, config=config, contract=ctx.contract,
                       out_dir=str(out_dir), attempt=attempts, resume_mode=mode, resumed_from=source,
@@ -370,9 +376,9 @@ def _refuse_changed_start(ctx: RunContext, measurement: str, pair: Pair, path: s
 
     with ctx.store.reader() as con:
         began = con.execute("SELECT resumed_from_sha256 FROM train_attempts WHERE run_id = ? AND measurement = ? "
-                            "AND trial = ? AND training_seed = ? AND resume_mode = 'checkpoint' "
+                            "AND trial = ? AND training_seed = ? AND resumed_from = ? "
                             "AND resumed_from_sha256 IS NOT NULL ORDER BY attempt LIMIT 1",
-                            [ctx.run_id, measurement, pair.trial, pair.training_seed]).fetchone()
+                            [ctx.run_id, measurement, pair.trial, pair.training_seed, path]).fetchone()
     if began is not None and began[0] != sha256:
         raise NothingToResume(
             f"measurement {measurement!r} ({pair.label}): start_from {path} is not the file run {ctx.run_id} began "
