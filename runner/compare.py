@@ -4,12 +4,14 @@ Every value shown for run A and run B is computed from the raw rows, and so is i
 significance:
   latency      the samples of each runtime and batch size: a two-sided Mann-Whitney U,
                significant at p < 0.002 (99% median intervals when too few samples)
-  scores       the episodes of each policy or runtime: a bootstrap CI of the difference of
-               the mean score, paired by seed when both runs played the same seeds
+  scores       the episodes of each policy or runtime: a paired bootstrap CI of the mean
+               same-seed difference when both runs played the same seeds, otherwise
+               Welch's t CI of the difference of the mean scores
   parity       deterministic: any change in action agreement, or a change of max |dQ|
                beyond the candidate's tolerance, is a change
-  throughput,  a sweep's seeds are the repeats of a setting (paired bootstrap CI); one
-  training     value per run cannot show significance and is marked so
+  throughput,  a sweep's seeds are the repeats of a setting (Welch's t CI of the difference
+  training     of the means: a bootstrap over a few repeats is far too narrow); one value
+               per run cannot show significance and is marked so
 A significant change is marked better or worse only when it is also beyond `factor`
 (asv's default 1.1); parity, which has no noise, is judged by its tolerance alone.
 
@@ -295,15 +297,15 @@ def _unavailable_rows(con, a: RunSide, b: RunSide, measurement: str, metric: str
 
 def _samples_row(measurement: str, subject: str, metric: str, a: np.ndarray, b: np.ndarray, *,
                  lower_is_better: bool, machine_bound: bool, note: str = "") -> Row:
-    """A metric that is the mean of repeated values: a bootstrap CI of the difference when both runs
+    """A metric that is the mean of repeated values: Welch's t CI of the difference when both runs
     have two or more, otherwise one value per run cannot show significance."""
-    from breakout_core.stats import unpaired_bootstrap_ci
+    from breakout_core.stats import difference_interval
 
     value_a = float(np.mean(a)) if len(a) else None
     value_b = float(np.mean(b)) if len(b) else None
     if len(a) >= 2 and len(b) >= 2:
-        ci = unpaired_bootstrap_ci(a, b)
-        test = (f"unpaired bootstrap {ci.confidence:.0%} CI of B − A [{ci.low:.4g}, {ci.high:.4g}] "
+        ci = difference_interval(a, b)
+        test = (f"{ci.method} {ci.confidence:.0%} CI of B − A [{ci.low:.4g}, {ci.high:.4g}] "
                 f"(n {len(a)}/{len(b)})")
         significant: bool | None = ci.low > 0 or ci.high < 0
     else:
@@ -366,7 +368,7 @@ def _p(values: np.ndarray | None, q: float) -> float | None:
 
 def _episode_rows(con, a: RunSide, b: RunSide, m_a: dict, subject_problem: Callable[[str], str | None]) -> list[Row]:
     """Mean score of every policy (or runtime, or checkpoint) that played in both runs."""
-    from breakout_core.stats import paired_bootstrap_ci, unpaired_bootstrap_ci
+    from breakout_core.stats import difference_interval, paired_bootstrap_ci
 
     name = m_a["name"]
     boot = m_a.get("bootstrap") or {}
@@ -394,8 +396,8 @@ def _episode_rows(con, a: RunSide, b: RunSide, m_a: dict, subject_problem: Calla
                         f"[{ci.low:.3g}, {ci.high:.3g}] ({len(sa)} seeds)")
             row.significant = ci.low > 0 or ci.high < 0
         else:
-            ci = unpaired_bootstrap_ci(sa, sb, confidence=confidence, n_resamples=resamples, seed=seed)
-            row.test = (f"unpaired bootstrap {confidence:.0%} CI of B − A [{ci.low:.3g}, {ci.high:.3g}] "
+            ci = difference_interval(sa, sb, confidence=confidence)
+            row.test = (f"{ci.method} {confidence:.0%} CI of B − A [{ci.low:.3g}, {ci.high:.3g}] "
                         f"({len(sa)}/{len(sb)} episodes, other seeds)")
             row.significant = ci.low > 0 or ci.high < 0
         rows.append(row)

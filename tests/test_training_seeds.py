@@ -1,5 +1,5 @@
 """Training studies over training seeds: the statistics over seeds (checked against rliable's
-definitions and an independent bootstrap), the train kind's (trial, seed) pairs through the
+definitions, an independent bootstrap and their coverage at a few seeds), the train kind's (trial, seed) pairs through the
 real CLI in process and on a real local Ray cluster, a Ray worker killed mid-pair, and the
 verdict rules that refuse to decide on one training seed per arm."""
 
@@ -80,12 +80,60 @@ def test_bootstrap_intervals_match_an_independent_resampling():
     np.random.seed(0)
     draws_x, draws_y = np.random.choice(x, (20_000, x.size)), np.random.choice(y, (20_000, y.size))
     for name in ("mean_diff", "iqm_diff", "probability_of_improvement"):
-        statistic = stats.TWO_ARM_STATISTICS[name]
+        statistic = stats.TWO_ARM_STATISTICS[name][0]
         values = statistic(draws_x, draws_y, axis=-1)  # one value per resample
         low, high = np.percentile(values, [2.5, 97.5])
         ci = stats.independent_bootstrap_ci((x, y), statistic, n_resamples=20_000)
         width = high - low
         assert ci.low == pytest.approx(low, abs=0.05 * width) and ci.high == pytest.approx(high, abs=0.05 * width), name
+
+
+def test_t_intervals_are_the_textbook_ones():
+    from scipy import stats as scipy_stats
+
+    x, y = np.array([4.0, 9.0, 7.0, 1.0]), np.array([3.0, 3.5, 5.0])
+    expected = scipy_stats.ttest_1samp(x, 0).confidence_interval(0.95)
+    got = stats.trimmed_mean_interval(x)
+    assert (got.low, got.high) == pytest.approx((expected.low, expected.high))
+    expected = scipy_stats.ttest_ind(y, x, equal_var=False).confidence_interval(0.95)
+    got = stats.difference_interval(x, y)
+    assert (got.low, got.high) == pytest.approx((expected.low, expected.high)) and got.method == "Welch t"
+    # the IQM of 8 values: 2 cut each side, winsorized variance, 3 degrees of freedom
+    z = np.array([1.0, 2.0, 4.0, 5.0, 6.0, 8.0, 20.0, 40.0])
+    winsorized = np.array([4.0, 4.0, 4.0, 5.0, 6.0, 8.0, 8.0, 8.0])
+    half = scipy_stats.t.ppf(0.975, 3) * np.sqrt(7 * winsorized.var(ddof=1) / (4 * 3))
+    got = stats.trimmed_mean_interval(z, trim=0.25)
+    assert (got.low, got.high) == pytest.approx((5.75 - half, 5.75 + half))
+
+
+def test_intervals_over_a_few_seeds_cover_what_they_claim():
+    """1,000 simulated studies per size: at 3 and 5 seeds per arm the 95% intervals of the mean,
+    the IQM and their differences cover the true value in 93-97.5% of them (the percentile
+    bootstrap they replace covered 80% at 3 seeds), and with no true difference the probability
+    of improvement's interval lies above 0.5 in at most 5% of studies."""
+    rng = np.random.default_rng(11)
+    for n in (3, 5):
+        covered = {"mean": 0, "iqm": 0, "mean_diff": 0, "iqm_diff": 0}
+        studies = 1_000
+        for _ in range(studies):
+            x, y = rng.normal(1.0, 1.0, n), rng.normal(0.0, 2.0, n)  # symmetric: IQM = mean = the centre
+            mean_ci = stats.trimmed_mean_interval(x)
+            covered["mean"] += mean_ci.low <= 1.0 <= mean_ci.high
+            iqm_ci = stats.trimmed_mean_interval(x, trim=stats.IQM_TRIM)
+            covered["iqm"] += iqm_ci.low <= 1.0 <= iqm_ci.high
+            for name, trim in (("mean_diff", 0.0), ("iqm_diff", stats.IQM_TRIM)):
+                ci = stats.difference_interval(y, x, trim=trim)
+                covered[name] += ci.low <= 1.0 <= ci.high
+        for name, hits in covered.items():
+            assert 0.93 <= hits / studies <= 0.975, (n, name, hits / studies)
+        ahead = 0
+        for _ in range(100):
+            x, y = rng.normal(0.0, 1.0, n), rng.normal(0.0, 1.0, n)
+            ahead += stats.probability_of_improvement_interval(x, y).low > 0.5
+        assert ahead <= 5, (n, ahead)
+    # three seeds that all beat three others: the bootstrap alone reads [1, 1]; the rank test cannot decide
+    ci = stats.probability_of_improvement_interval(np.array([5.0, 6.0, 7.0]), np.array([1.0, 2.0, 3.0]))
+    assert ci.low == 0.5 and ci.high == 1.0 and "exact rank test (p=0.1)" in ci.method
 
 
 def test_no_interval_from_fewer_than_three_seeds():

@@ -4,9 +4,10 @@ A sweep lists values for any training field; each combination is a trial. `seeds
 each trial once per training seed: a (trial, training seed) pair is the unit of work, and
 every row carries its training seed. With `score_seeds:` each pair's final checkpoint plays
 those episode seeds greedily; a pair's score is its mean, and comparisons between trials
-judge the scores over training seeds (mean, IQM, probability of improvement, each with a
-percentile bootstrap CI over seeds). With one training seed per arm a comparison is
-inconclusive: one training run says nothing about the spread between runs.
+judge the scores over training seeds (mean, IQM and probability of improvement, each with a
+95% CI over seeds that accounts for how few seeds there are: breakout_core.stats). With one
+training seed per arm a comparison is inconclusive: one training run says nothing about the
+spread between runs.
 
 `runner run SPEC --resume` continues the spec's last unfinished run: each unfinished pair
 goes on from its last checkpoint (its replay refilled first), and rows the killed attempt
@@ -646,8 +647,9 @@ def _score_sections(con, run_id: str, measurement: str) -> list[Section]:
 
     return [Section(f"{measurement}: score of each training seed (its final checkpoint, greedy, mean raw score "
                     "over the score seeds)", html=table_html(per_seed)),
-            Section(f"{measurement}: scores over training seeds (mean and IQM with 95% percentile bootstrap CIs "
-                    f"over seeds; no interval from fewer than {MIN_SEEDS_FOR_INTERVAL} seeds)", html=table_html(pd.DataFrame(rows)))]
+            Section(f"{measurement}: scores over training seeds (mean and IQM with 95% t intervals over "
+                    f"seeds, the IQM's on the winsorized variance; no interval from fewer than "
+                    f"{MIN_SEEDS_FOR_INTERVAL} seeds)", html=table_html(pd.DataFrame(rows)))]
 
 
 KIND = Kind(
