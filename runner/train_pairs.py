@@ -68,6 +68,8 @@ def train_pair(job: PairJob, on_transition: Callable[[int], None] | None = None)
     from runner.store import utcnow
 
     key = job.key
+    if job.resume_mode == "checkpoint":
+        _refuse_changed_file(job)
     yield "train_attempts", {**key, "from_transition": job.from_transition, "config": json.dumps(asdict(job.config)),
                              "out_dir": job.out_dir, "started_at": utcnow(), "resume_mode": job.resume_mode,
                              "resumed_from": job.resumed_from, "resumed_from_sha256": job.resumed_from_sha256}
@@ -81,6 +83,17 @@ def train_pair(job: PairJob, on_transition: Callable[[int], None] | None = None)
         yield tables[type(record)], {**key, **asdict(record)}
         if on_transition is not None and isinstance(record, EpisodeEnd):
             on_transition(record.transition)
+
+
+def _refuse_changed_file(job: PairJob) -> None:
+    """The file a pair starts from must still hold the bytes hashed when its job was made: pairs
+    train one after another (or whenever a Ray worker is free), and a ship may replace a
+    start file in between."""
+    from breakout_core.hashing import file_sha256
+
+    if (now := file_sha256(job.resumed_from)) != job.resumed_from_sha256:
+        raise ValueError(f"{job.resumed_from}: replaced while the run was going (sha256 {job.resumed_from_sha256[:12]}… "
+                         f"when the run began, {now[:12]}… now); {job.pair.label} did not start")
 
 
 def score_pair(job: PairJob, checkpoint: str, transition: int,

@@ -246,7 +246,7 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     shipped = tmp_path / "shipped.pt"
     shipped.write_bytes((SPECS / m["start_from"]).read_bytes())
     start = int(load_checkpoint(shipped)[1]["transitions"])
-    m.update(SMALL_TRAIN, start_from=str(shipped), total_transitions=start + 400,
+    m.update(SMALL_TRAIN, start_from=shipped.name, total_transitions=start + 400,
              checkpoint_at=[start + 200, start + 400])
     m["evaluate_checkpoints"].update(seeds=[1000, 1001], batch_size=2)
     path = tmp_path / "train_reference_v3.yaml"
@@ -286,9 +286,10 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     aside.mkdir()
     for (checkpoint,) in own:
         (tmp_path / checkpoint).rename(aside / Path(checkpoint).name)
-    refused = runner("run", str(path), "--db", "results.duckdb", "--resume", cwd=tmp_path)
+    # the spec named by another path than the first run's: the start file is still known by its role
+    refused = runner("run", path.name, "--db", "results.duckdb", "--resume", cwd=tmp_path)
     assert refused.returncode == 2
-    assert f"start_from {shipped} is not the file run {run_id} began from" in refused.stderr
+    assert f"{shipped.name} is not the file run {run_id} began from" in refused.stderr
     assert "Traceback" not in refused.stderr
     with duckdb.connect(str(tmp_path / "results.duckdb"), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM train_attempts WHERE run_id = ?", [run_id]).fetchone()[0] == 1
@@ -309,3 +310,21 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
             [(start + 400,)]
         assert con.execute("SELECT count(*) FROM episodes WHERE run_id = ? AND policy = ?",
                            [run_id, f"base@{start + 400}"]).fetchone()[0] == 2  # scored once, not again
+
+
+def test_a_pair_refuses_a_start_file_replaced_after_its_job_was_made(tmp_path):
+    """Pairs train one after another: the bytes a pair loads must be the ones hashed for its row."""
+    from breakout_core.contract import Contract
+    from breakout_core.hashing import file_sha256
+    from breakout_core.train_config import TrainConfig
+    from runner.train_pairs import Pair, PairJob, train_pair
+
+    start = tmp_path / "start.pt"
+    start.write_bytes((SPECS / "../models/reference/dqn_breakout.pt").read_bytes())
+    job = PairJob(run_id="r", measurement="m", pair=Pair("base", {}, 7, "base"), config=TrainConfig(), contract=Contract(),
+                  out_dir=str(tmp_path / "out"), attempt=0, resume_mode="checkpoint", resumed_from=str(start),
+                  resumed_from_sha256=file_sha256(start), other_contract=True, from_transition=0, score_seeds=(),
+                  score_batch=1)
+    start.write_bytes(start.read_bytes() + b"a ship")
+    with pytest.raises(ValueError, match=r"start\.pt: replaced while the run was going .* base did not start"):
+        next(train_pair(job))

@@ -304,20 +304,25 @@ VIEWS = [
 def _stored(ctx: RunContext, measurement: str, pair: Pair
             ) -> tuple[int, bool, str | None, tuple[str, int] | None, tuple[str, int] | None]:
     """(attempts so far, whether one finished, the folder they trained in, the final checkpoint
-    and its transition when its score is still missing, the latest checkpoint and its
-    transition) for one pair of this run."""
+    and its transition when its score is still missing, the newest checkpoint whose file is still
+    there and its transition) for one pair of this run."""
     where = "run_id = ? AND measurement = ? AND trial = ? AND training_seed = ?"
     args = [ctx.run_id, measurement, pair.trial, pair.training_seed]
     with ctx.store.reader() as con:
         attempts, out_dir = con.execute(f"SELECT count(*), arg_max(out_dir, attempt) FROM train_attempts WHERE {where}",
                                         args).fetchone()
-        # the numbered checkpoint before final.pt when both hold the last transition: one file, whatever the order
-        latest = con.execute(f"SELECT path, transition FROM train_checkpoints_valid WHERE {where} "
-                             "ORDER BY transition DESC, path LIMIT 1", args).fetchone()
+        # newest first; at one transition the numbered checkpoint before final.pt (the same weights)
+        checkpoints = con.execute(f"SELECT path, transition FROM train_checkpoints_valid WHERE {where} "
+                                  "ORDER BY transition DESC, path", args).fetchall()
     stored = {"trial": pair.trial, "training_seed": pair.training_seed}
     finished = ctx.already_stored("train_results", measurement, **stored)
     scored = ctx.already_stored("train_scores", measurement, **stored)
-    return attempts, finished, out_dir, None if scored else latest, latest
+    # the pair's score is its final.pt's (at the last transition, after the numbered file), as a
+    # training that was not stopped scores it
+    final = max(checkpoints, key=lambda row: (row[1], row[0]), default=None)
+    unscored = None if scored else final
+    latest = next(((p, t) for p, t in checkpoints if Path(p).is_file()), None)
+    return attempts, finished, out_dir, unscored, latest
 
 
 def execute(m: TrainMeasurement, ctx: RunContext) -> None:
@@ -332,20 +337,22 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
         out_dir = Path(stored_dir) if stored_dir else folder if m.seeds is None else folder / f"seed={pair.training_seed}"
         config = m.pair_config(pair)
         state = out_dir / "trainer_state.pt"
-        # a Ray task trains its pair whole in its worker's own folder: it cannot go on from a state here
-        if attempts > 0 and state.exists() and executor.name != "ray":
+        # a Ray task trains its pair whole in its worker's own folder: it cannot go on from a state
+        # or a checkpoint here, which a worker on another node does not have
+        on_ray = executor.name == "ray"
+        if attempts > 0 and state.exists() and not on_ray:
             mode, source, from_transition = "trainer_state", str(state), _saved_transitions(state)
-        elif attempts > 0 and latest is not None and Path(latest[0]).is_file():
-            # its state is gone (a crash between a checkpoint and the state after it): on from
-            # the pair's own latest checkpoint rather than from the start
+        elif attempts > 0 and latest is not None and not on_ray:
+            # its state is gone (a crash between its first checkpoint and the state after it, or the
+            # state deleted): on from the pair's own newest checkpoint rather than from the start
             mode, source, from_transition = "checkpoint", latest[0], latest[1]
         elif m.start_from is not None:
             mode, source, from_transition = "checkpoint", m.start_from, _saved_transitions(Path(m.start_from))
         else:
             mode, source, from_transition = "fresh", None, 0
         source_sha256 = file_sha256(source) if mode == "checkpoint" else None
-        if source == m.start_from and attempts > 0:
-            _refuse_changed_start(ctx, m.name, pair, source, source_sha256)
+        if mode == "checkpoint" and source == m.start_from:
+            _refuse_changed_start(ctx, m.name, m.start_from, source_sha256)
         job = PairJob(run_id=ctx.run_id, measurement=m.name, pair=pair, config=config, contract=ctx.contract,
                       out_dir=str(out_dir), attempt=attempts, resume_mode=mode, resumed_from=source,
                       resumed_from_sha256=source_sha256,
@@ -369,22 +376,22 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
         _after_training(m, ctx, pair)
 
 
-def _refuse_changed_start(ctx: RunContext, measurement: str, pair: Pair, path: str, sha256: str) -> None:
-    """A resume that starts over from `start_from` (its trainer state is gone) must start from
-    the bytes the run began from: a ship that replaced the file in between would otherwise
-    join a second agent's rows to the first's under one run."""
+def _refuse_changed_start(ctx: RunContext, measurement: str, path: str, sha256: str) -> None:
+    """A pair that starts from `start_from` in a run some pair already began from it must start
+    from the same bytes: a ship that replaced the file in between would otherwise join a second
+    agent's rows to the first's under one run. Each pair's first attempt records the start file
+    (it has no checkpoint of its own yet), whatever path the spec was loaded by."""
     from runner.execute import NothingToResume
 
     with ctx.store.reader() as con:
         began = con.execute("SELECT resumed_from_sha256 FROM train_attempts WHERE run_id = ? AND measurement = ? "
-                            "AND trial = ? AND training_seed = ? AND resumed_from = ? "
-                            "AND resumed_from_sha256 IS NOT NULL ORDER BY attempt LIMIT 1",
-                            [ctx.run_id, measurement, pair.trial, pair.training_seed, path]).fetchone()
-    if began is not None and began[0] != sha256:
+                            "AND attempt = 0 AND resume_mode = 'checkpoint' AND resumed_from_sha256 IS NOT NULL "
+                            "AND resumed_from_sha256 <> ? LIMIT 1", [ctx.run_id, measurement, sha256]).fetchone()
+    if began is not None:
         raise NothingToResume(
-            f"measurement {measurement!r} ({pair.label}): start_from {path} is not the file run {ctx.run_id} began "
-            f"from (sha256 {began[0][:12]}… then, {sha256[:12]}… now) and its trainer state is gone; resuming "
-            "would join two agents' rows in one run: run the spec without --resume")
+            f"measurement {measurement!r}: start_from {path} is not the file run {ctx.run_id} began from "
+            f"(sha256 {began[0][:12]}… then, {sha256[:12]}… now); resuming would join two agents' rows in one run: "
+            "run the spec without --resume")
 
 
 def _checkpoint_episodes(m: TrainMeasurement, ctx: RunContext, pair: Pair, transition: int, path: str) -> list[dict]:
