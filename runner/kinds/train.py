@@ -501,7 +501,9 @@ def _pair_metrics(con, run_id: str, m: TrainMeasurement, pair: Pair) -> dict[str
                          "ORDER BY attempt DESC LIMIT 1", args).fetchone()
     found["finished"] = 1.0 if result else 0.0
     if result:
-        found["transitions_per_s"], found["weights_moved"] = result[1], result[2]
+        found["weights_moved"] = result[2]
+        if result[1]:  # 0: the trainer measured nothing (an attempt that began at its last transition)
+            found["transitions_per_s"] = result[1]
     config = m.pair_config(pair)
     diagnostics = con.execute(  # from_transition: where the row's attempt began, with an empty replay
         "SELECT d.transition, d.epsilon, d.replay_frames, d.loss, d.q_mean, d.target_mean, d.td_abs_mean, d.td_abs_max, "
@@ -551,7 +553,7 @@ def metrics(con, run_id: str, m: TrainMeasurement, candidate: str, baseline: str
 
     found, mine = _trial_metrics(con, run_id, m, candidate)
     base_found, theirs = _trial_metrics(con, run_id, m, baseline) if baseline is not None else ({}, {})
-    scores, rates = mine.get("score", []), [r for r in mine.get("transitions_per_s", []) if r]
+    scores, rates = mine.get("score", []), mine.get("transitions_per_s", [])
     if scores:
         found.update({f"score_{k}": v for k, v in seed_statistics(scores).items()})
     if baseline is not None:
@@ -563,8 +565,7 @@ def metrics(con, run_id: str, m: TrainMeasurement, candidate: str, baseline: str
                                                                            "probability_of_improvement"))
             found.update({(k if k.startswith("probability") else f"score_{k}"): v for k, v in both.items()
                           if k.startswith(("mean_diff", "iqm_diff", "probability"))})
-        # a rate of 0 is the trainer's "nothing measured": no speed-up then
-        base_rates = [r for r in theirs.get("transitions_per_s", []) if r]
+        base_rates = theirs.get("transitions_per_s", [])
         if rates and base_rates:
             both = seed_statistics(rates, base_rates, comparisons=("speedup",))
             found.update({f"transitions_per_s_{k}": v for k, v in both.items() if k.startswith("speedup")})
