@@ -143,8 +143,7 @@ def trimmed_mean_interval(values: np.ndarray, *, trim: float = 0.0, confidence: 
 
     values = np.sort(np.asarray(values, dtype=np.float64))
     n = values.size
-    g = int(trim * n)
-    kept = n - 2 * g
+    g, kept = _trimmed(n, trim)
     if kept < 2:
         raise ValueError(f"a t interval needs at least 2 values left after trimming, got {kept} of {n}")
     winsorized = np.clip(values, values[g], values[n - g - 1])
@@ -161,13 +160,19 @@ def difference_interval(a: np.ndarray, b: np.ndarray, *, trim: float = 0.0, conf
     from scipy import stats
 
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if min(a.size - 2 * int(trim * a.size), b.size - 2 * int(trim * b.size)) < 2:
+    if min(_trimmed(a.size, trim)[1], _trimmed(b.size, trim)[1]) < 2:
         raise ValueError(f"a t interval needs at least 2 values per sample after trimming, got {a.size} and {b.size}")
     if np.ptp(a) == 0 and np.ptp(b) == 0:  # no spread at all: the difference is what it is
         centre = float(b[0] - a[0])
         return Interval(centre, centre, confidence, _t_method(trim, two=True), 0, 0)
     ci = stats.ttest_ind(b, a, equal_var=False, trim=trim).confidence_interval(confidence)
     return Interval(float(ci.low), float(ci.high), confidence, _t_method(trim, two=True), 0, 0)
+
+
+def _trimmed(n: int, trim: float) -> tuple[int, int]:
+    """(values cut from each side, values kept) of n: scipy.stats.trim_mean's cut."""
+    g = int(trim * n)
+    return g, n - 2 * g
 
 
 def _t_method(trim: float, *, two: bool = False) -> str:
@@ -289,7 +294,7 @@ def _geometric_mean_of_ratio(x: np.ndarray, y: np.ndarray) -> float:
 
 # name: (point estimate, interval) over one arm's seeds, or over a candidate's (x) against a baseline's (y)
 SINGLE_ARM_STATISTICS = {
-    "mean": (np.mean, lambda x: trimmed_mean_interval(x)),
+    "mean": (np.mean, trimmed_mean_interval),
     "iqm": (iqm, lambda x: trimmed_mean_interval(x, trim=IQM_TRIM)),
 }
 TWO_ARM_STATISTICS = {

@@ -1,7 +1,8 @@
 """Training studies over training seeds: the statistics over seeds (checked against rliable's
-definitions, an independent bootstrap and their coverage at a few seeds), the train kind's (trial, seed) pairs through the
-real CLI in process and on a real local Ray cluster, a Ray worker killed mid-pair, and the
-verdict rules that refuse to decide on one training seed per arm."""
+definitions, an independent bootstrap and their coverage at a few seeds), the train kind's
+(trial, seed) pairs through the real CLI in process and on a real local Ray cluster, a Ray
+worker killed mid-pair, and the verdict rules that refuse to decide on one training seed per
+arm."""
 
 from __future__ import annotations
 

@@ -329,6 +329,9 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
     from runner.pair_executors import Executor, run_pairs, score_here
 
     executor = ctx.executor or Executor()
+    # a Ray task trains its pair whole in its worker's own folder: it cannot go on from a state
+    # or a checkpoint here, which a worker on another node does not have
+    on_ray = executor.name == "ray"
     jobs = []
     for pair in m.pairs():
         attempts, finished, stored_dir, unscored, latest = _stored(ctx, m.name, pair)
@@ -337,9 +340,6 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
         out_dir = Path(stored_dir) if stored_dir else folder if m.seeds is None else folder / f"seed={pair.training_seed}"
         config = m.pair_config(pair)
         state = out_dir / "trainer_state.pt"
-        # a Ray task trains its pair whole in its worker's own folder: it cannot go on from a state
-        # or a checkpoint here, which a worker on another node does not have
-        on_ray = executor.name == "ray"
         if attempts > 0 and state.exists() and not on_ray:
             mode, source, from_transition = "trainer_state", str(state), _saved_transitions(state)
         elif attempts > 0 and latest is not None and not on_ray:
