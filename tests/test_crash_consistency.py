@@ -27,6 +27,7 @@ measurements:
   - kind: train
     name: health
     total_transitions: 300
+    batch_size: 8
     learning_starts: 100
     replay_capacity: 1000
     diagnostics_every: 20

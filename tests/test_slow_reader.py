@@ -19,6 +19,7 @@ measurements:
   - kind: train
     name: train
     total_transitions: 1500
+    batch_size: 8
     learning_starts: 200
     replay_capacity: 2000
     diagnostics_every: 100
