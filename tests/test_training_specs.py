@@ -20,8 +20,9 @@ from breakout_core.qnetwork import load_checkpoint
 from test_end_to_end import runner, wait_for_rows
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
-SMALL_TRAIN = dict(total_transitions=400, batch_size=8, learning_starts=100, replay_capacity=2_000, diagnostics_every=100,
-                   target_sync_every=150, epsilon_decay_transitions=300, checkpoint_at=[200, 400])
+SMALL_TRAIN = dict(total_transitions=400, batch_size=8, learning_starts=100, replay_capacity=2_000,
+                   diagnostics_every=100, target_sync_every=150, epsilon_decay_transitions=300,
+                   checkpoint_at=[200, 400])
 SMALL_THROUGHPUT = dict(total_transitions=200, warmup_transitions=50, learning_starts=50, replay_capacity=2_000,
                         learner_updates=10, env_steps=100, repeats=1)
 
