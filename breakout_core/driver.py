@@ -16,6 +16,10 @@ loop, the play page) goes through it; none of them implements a rule of the cont
 A slot can also go on unseeded (`start(slot, None)`): the next game continues the slot's
 emulator and generators. Training does this; evaluation never does.
 
+An evaluation's driver steps its games in two processes (`evaluation_driver`,
+`breakout_core.game_worker`); training's steps them in its own, whose cores the learner
+needs.
+
 ale-py's native vector env (`make_vector_env`), under the contract's emulator settings but
 none of its episode rules, is the bare-stepping baseline that benchmarks measure the
 driver against.
@@ -23,17 +27,18 @@ driver against.
 
 from __future__ import annotations
 
+import os
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from ale_py import ALEInterface, roms
 from ale_py.vector_env import AtariVectorEnv
 
 from breakout_core.contract import FIRE, MAX_EPISODE_SEED, Contract
-from breakout_core.envs import NUM_ACTIONS, AleGame
+from breakout_core.envs import NUM_ACTIONS, AleGame, new_emulator, seed_state
+from breakout_core.game_worker import GameSteps, GameWorker, SharedFrames, step_games
 from breakout_core.policies import episode_rng
 
 NOOP = 0
@@ -74,51 +79,36 @@ def noop_rng(episode_seed: int) -> np.random.Generator:
     return np.random.default_rng([NOOP_STREAM, episode_seed])
 
 
-def new_emulator(contract: Contract, random_seed: int) -> ALEInterface:
-    """An ALEInterface with the contract's sticky actions, its ROM loaded under `random_seed`.
-
-    The seed is read only by the load, and it seeds only the sticky-action generator.
-    """
-    ale = ALEInterface()
-    ale.setFloat("repeat_action_probability", contract.repeat_action_probability)
-    ale.setInt("random_seed", int(random_seed))
-    ale.loadROM(roms.get_rom_path(contract.game))
-    return ale
-
-
-_SEED_STATES: OrderedDict[tuple[str, int | None], object] = OrderedDict()
-_SEED_STATES_MAX = 4_096  # ~14 KB each
-
-
-def seed_state(contract: Contract, seed: int):
-    """The emulator state a ROM load seeded with `seed` leaves, made once per process.
-
-    Keyed by the emulator settings that the state depends on (sticky-action probability,
-    game) and the seed; without sticky actions no seed reaches the emulator.
-    """
-    key = (f"{contract.game}/{contract.repeat_action_probability!r}",
-           int(seed) if contract.repeat_action_probability > 0 else None)
-    state = _SEED_STATES.get(key)
-    if state is None:
-        state = new_emulator(contract, key[1] or 0).cloneState(include_rng=True)
-        _SEED_STATES[key] = state
-        if len(_SEED_STATES) > _SEED_STATES_MAX:
-            _SEED_STATES.popitem(last=False)
-    else:
-        _SEED_STATES.move_to_end(key)
-    return state
-
-
 class EpisodeDriver:
-    """N game slots playing the contract's episodes; the caller decides the free actions."""
+    """N game slots playing the contract's episodes; the caller decides the free actions.
 
-    def __init__(self, contract: Contract, slots: int):
+    With `processes` > 1 the slots are split into that many groups of consecutive slots:
+    this process steps the first (the smallest) and a worker process each other, in
+    parallel (`breakout_core.game_worker`). Nothing else changes: every rule and all
+    bookkeeping stay here, and an episode plays the same in any group. `close` ends the
+    workers (they also end with the driver's process).
+    """
+
+    def __init__(self, contract: Contract, slots: int, *, processes: int = 1):
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
+        if not 1 <= processes <= slots:
+            raise ValueError(f"processes must be 1..{slots} (one slot at least each), got {processes}")
         self.contract = contract
-        shape = (contract.frame_stack, contract.screen_size, contract.screen_size)
-        self.obs = np.zeros((slots, *shape), dtype=np.uint8)  # each game writes its row in place
-        self.games = [AleGame(contract, new_emulator(contract, 0), self.obs[i]) for i in range(slots)]
+        shape = (slots, contract.frame_stack, contract.screen_size, contract.screen_size)
+        sizes = sorted(slots // processes + (k < slots % processes) for k in range(processes))
+        bounds = np.cumsum([0, *sizes])
+        if processes == 1:
+            self.obs = np.zeros(shape, dtype=np.uint8)  # each game writes its row in place
+            self._workers: list[GameWorker] = []
+        else:  # the workers' games write their rows in place too
+            shared = SharedFrames(shape)
+            self.obs = shared.array
+            self._workers = [GameWorker(contract, range(bounds[k], bounds[k + 1]), shared)
+                             for k in range(1, processes)]
+        self._group = np.repeat(np.arange(processes), sizes)  # per slot: 0 this process, k the k-th worker
+        self.games = [AleGame(contract, new_emulator(contract, 0), self.obs[i]) for i in range(sizes[0])]
+        self._frames = np.zeros(slots, dtype=np.int64)  # emulator frames into each slot's episode
         self.active = np.zeros(slots, dtype=bool)
         self.seeds: list[int | None] = [None] * slots
         self._noop_rngs: list[np.random.Generator | None] = [None] * slots
@@ -132,20 +122,27 @@ class EpisodeDriver:
 
     @property
     def num_slots(self) -> int:
-        return len(self.games)
+        return len(self.obs)
+
+    def close(self) -> None:
+        """End the worker processes, if any; the driver cannot step afterwards."""
+        for worker in self._workers:
+            worker.close()
 
     def start(self, slot: int, seed: int | None) -> None:
         """Begin an episode in `slot`: seed `seed`'s, or (None) the slot's next unseeded game."""
         if seed is not None and not 0 <= seed <= MAX_EPISODE_SEED:
             raise ValueError(f"episode seed {seed} is outside 0..{MAX_EPISODE_SEED} (ALE seeds its sticky actions "
                              "with a 32-bit int)")
-        game = self.games[slot]
-        if seed is None:
-            if self._noop_rngs[slot] is None:
-                raise ValueError(f"slot {slot} has no seeded episode to continue from")
-            game.reset()
+        if seed is None and self._noop_rngs[slot] is None:
+            raise ValueError(f"slot {slot} has no seeded episode to continue from")
+        if self._group[slot]:
+            self._frames[slot] = self._workers[self._group[slot] - 1].reset(slot, seed)
         else:
-            game.reset(seed_state(self.contract, seed))
+            game = self.games[slot]
+            game.reset(None if seed is None else seed_state(self.contract, seed))
+            self._frames[slot] = game.episode_frames()
+        if seed is not None:
             self._noop_rngs[slot] = noop_rng(seed)
         self.seeds[slot] = seed
         count = int(self._noop_rngs[slot].integers(0, self.contract.noop_start_max + 1))
@@ -182,7 +179,7 @@ class EpisodeDriver:
         """
         n = self.num_slots
         run = np.flatnonzero(self.active) if slots is None else np.asarray(slots, dtype=np.int64)
-        if len(np.unique(run)) != len(run) or (len(run) and not (0 <= run.min() and run.max() < n)):
+        if slots is not None and (len(set(run.tolist())) != len(run) or not all(0 <= s < n for s in run.tolist())):
             raise ValueError(f"slots must be distinct indices 0..{n - 1}, got {run.tolist()}")
         if len(run) and not self.active[run].all():
             raise ValueError(f"slots {run[~self.active[run]].tolist()} have no episode; start one first")
@@ -196,11 +193,21 @@ class EpisodeDriver:
         played[self._serve & stepping] = FIRE
         reward, terminated, truncated = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         life_lost = np.zeros(n, dtype=bool)
-        for i in run:
-            game = self.games[i]
-            lives = game.lives
-            reward[i], terminated[i], truncated[i] = game.step(int(played[i]))
-            life_lost[i] = game.lives < lives
+
+        def record(stepped: np.ndarray, steps: GameSteps) -> None:
+            reward[stepped], terminated[stepped], truncated[stepped] = steps.reward, steps.terminated, steps.truncated
+            life_lost[stepped], self._frames[stepped] = steps.life_lost, steps.frames
+
+        asked = []  # the workers' games step while this process steps its own
+        for group, worker in enumerate(self._workers, start=1):
+            theirs = run[self._group[run] == group]
+            if len(theirs):
+                worker.send_step(theirs, played[theirs])
+                asked.append((worker, theirs))
+        mine = run[run < len(self.games)]
+        record(mine, step_games([self.games[i] for i in mine], played[mine]))
+        for worker, theirs in asked:
+            record(theirs, worker.receive_step())
         self._noops_left[run] = np.maximum(self._noops_left[run] - 1, 0)
         self._serve[run] = False
         if self.contract.serve_after_life_loss:
@@ -221,8 +228,28 @@ class EpisodeDriver:
     def _finish(self, slot: int, ended_by: str, now: float) -> FinishedEpisode:
         return FinishedEpisode(
             slot=slot, seed=self.seeds[slot], score=float(self._score[slot]), steps=int(self._steps[slot]),
-            noop_steps=int(self._noops[slot]), frames=self.games[slot].episode_frames(), ended_by=ended_by,
+            noop_steps=int(self._noops[slot]), frames=int(self._frames[slot]), ended_by=ended_by,
             action_counts=tuple(int(c) for c in self._counts[slot]), wall_s=float(now - self._started[slot]))
+
+
+# A worker costs ~0.5 s to start (imports, its ROM loads): on 2 cores an evaluator making its own driver for
+# 16 random-policy episodes runs as fast with one as without; longer episodes (a trained agent's) repay it sooner.
+WORKER_MIN_EPISODES = 16
+
+
+def evaluation_driver(contract: Contract, batch_size: int, episodes: int) -> EpisodeDriver:
+    """The driver for an evaluation that plays `episodes` episodes, `batch_size` side by side.
+
+    Its games are stepped by two processes where there are two slots, two cores and at
+    least `WORKER_MIN_EPISODES` episodes to pay for the worker's start, on Linux (the
+    worker maps the observations through a memfd). The caller closes it.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    slots = max(1, min(batch_size, episodes))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    parallel = slots >= 2 and cores >= 2 and episodes >= WORKER_MIN_EPISODES and hasattr(os, "memfd_create")
+    return EpisodeDriver(contract, slots, processes=2 if parallel else 1)
 
 
 # (obs of the deciding slots, those slots, each one's episode generator) -> their actions

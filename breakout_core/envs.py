@@ -12,9 +12,11 @@ palette and resized with OpenCV's INTER_AREA; the newest frame goes last in the 
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import cv2
 import numpy as np
-from ale_py import ALEInterface, LoggerMode
+from ale_py import ALEInterface, LoggerMode, roms
 
 from breakout_core.contract import FIRE, Contract
 
@@ -22,6 +24,44 @@ ACTION_NAMES = ("NOOP", "FIRE", "RIGHT", "LEFT")
 NUM_ACTIONS = len(ACTION_NAMES)
 
 ALEInterface.setLoggerMode(LoggerMode.Error)  # a ROM load would print six lines to stdout
+# OpenCV's pool would spread each 210x160 -> 84x84 resize over threads that the games of a driver's
+# other process (or the learner's torch threads) need; one frame gains ~25 us from it.
+cv2.setNumThreads(0)
+
+
+def new_emulator(contract: Contract, random_seed: int) -> ALEInterface:
+    """An ALEInterface with the contract's sticky actions, its ROM loaded under `random_seed`.
+
+    The seed is read only by the load, and it seeds only the sticky-action generator.
+    """
+    ale = ALEInterface()
+    ale.setFloat("repeat_action_probability", contract.repeat_action_probability)
+    ale.setInt("random_seed", int(random_seed))
+    ale.loadROM(roms.get_rom_path(contract.game))
+    return ale
+
+
+_SEED_STATES: OrderedDict[tuple[str, int | None], object] = OrderedDict()
+_SEED_STATES_MAX = 4_096  # ~14 KB each
+
+
+def seed_state(contract: Contract, seed: int):
+    """The emulator state a ROM load seeded with `seed` leaves, made once per process.
+
+    Keyed by the emulator settings that the state depends on (sticky-action probability,
+    game) and the seed; without sticky actions no seed reaches the emulator.
+    """
+    key = (f"{contract.game}/{contract.repeat_action_probability!r}",
+           int(seed) if contract.repeat_action_probability > 0 else None)
+    state = _SEED_STATES.get(key)
+    if state is None:
+        state = new_emulator(contract, key[1] or 0).cloneState(include_rng=True)
+        _SEED_STATES[key] = state
+        if len(_SEED_STATES) > _SEED_STATES_MAX:
+            _SEED_STATES.popitem(last=False)
+    else:
+        _SEED_STATES.move_to_end(key)
+    return state
 
 
 class AleGame:

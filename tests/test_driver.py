@@ -1,17 +1,22 @@
 """The episode driver on the real ALE: its preprocessing is the native vector env's, and an
 episode is a function of (contract, policy, seed) wherever and whenever it is played."""
 
+import dataclasses
 import hashlib
 import json
+import pathlib
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from breakout_core.contract import CONTRACTS, Contract
-from breakout_core.driver import GAME_OVER, STOPPED, EpisodeDriver, make_vector_env, new_emulator, play_seeds, seed_state
-from breakout_core.envs import AleGame
+from breakout_core.driver import (GAME_OVER, STOPPED, WORKER_MIN_EPISODES, EpisodeDriver, evaluation_driver,
+                                  make_vector_env, play_seeds)
+from breakout_core.envs import AleGame, new_emulator, seed_state
+from breakout_core.game_worker import GameWorkerError
 
 V3 = CONTRACTS["breakout-v3"]
 SEEDS = [3, 17, 4, 250, 9, 11, 40, 7]
@@ -67,9 +72,9 @@ class Scripted:
         return decide
 
 
-def trajectories(contract, seeds, slots, max_steps=None):
+def trajectories(contract, seeds, slots, max_steps=None, processes=1):
     """Per seed: a digest of every step's observation, reward and action, and the episode."""
-    driver = EpisodeDriver(contract, slots)
+    driver = EpisodeDriver(contract, slots, processes=processes)
     digests = {s: hashlib.sha256() for s in seeds}
 
     def on_step(result):
@@ -78,6 +83,7 @@ def trajectories(contract, seeds, slots, max_steps=None):
                                             + str(result.reward[i]).encode())
 
     played = play_seeds(driver, seeds, Scripted()(driver), on_step=on_step, max_steps=max_steps)
+    driver.close()
     return {s: (digests[s].hexdigest(), played[s].score, played[s].steps, played[s].frames, played[s].ended_by)
             for s in seeds}
 
@@ -88,6 +94,7 @@ def test_v3_episodes_are_the_same_alone_batched_reversed_and_in_another_process(
     batched = trajectories(short, SEEDS, 8)
     assert trajectories(short, SEEDS[::-1], 8) == batched
     assert trajectories(short, SEEDS, 3) == batched  # other slots, after other episodes
+    assert trajectories(short, SEEDS[::-1], 5, processes=2) == batched  # 3 of the 5 slots in a worker process
     assert {s: trajectories(short, [s], 1)[s] for s in SEEDS} == batched
     code = ("import json, sys; sys.path.insert(0, 'tests'); from test_driver import trajectories, SEEDS; "
             "from breakout_core.contract import CONTRACTS; "
@@ -170,3 +177,70 @@ def test_under_v3_the_reset_fire_is_sticky_too():
     breakout-v3 agent must learn to serve (docs/contract_v3.md)."""
     assert unserved_starts(CONTRACTS["breakout-v2"], range(100)) == 0
     assert 10 <= unserved_starts(V3, range(100)) <= 40
+
+
+def step_by_step(processes):
+    """Every step's results on 3 slots, one of them continued unseeded as training does, and
+    the episodes: under a contract that serves after each lost life."""
+    contract = V3.replace(noop_start_max=5, serve_after_life_loss=True, max_episode_frames=3_000)
+    driver = EpisodeDriver(contract, 3, processes=processes)
+    for slot, seed in enumerate((21, 22, 23)):
+        driver.start(slot, seed)
+    steps, finished = [], []
+    for t in range(900):
+        result = driver.step(np.array([(t + slot) % 4 for slot in range(3)]))
+        steps.append((result.actions.tolist(), result.forced.tolist(), result.reward.tolist(),
+                      result.terminated.tolist(), result.truncated.tolist(), result.life_lost.tolist(),
+                      hashlib.sha256(result.obs.tobytes()).hexdigest()))
+        for episode in result.finished:
+            finished.append(dataclasses.replace(episode, wall_s=0.0))
+            driver.start(episode.slot, None)
+    driver.close()
+    return steps, finished
+
+
+def test_a_worker_process_steps_its_slots_as_this_process_would():
+    in_one, in_two = step_by_step(1), step_by_step(2)
+    assert in_one[1], "no episode ended: the comparison would miss unseeded continuations"
+    assert in_two == in_one
+
+
+def test_a_dead_worker_is_an_error_that_names_it():
+    driver = EpisodeDriver(V3, 2, processes=2)
+    driver.start(0, 1)
+    driver.start(1, 2)
+    worker = driver._workers[0]
+    worker._process.kill()
+    worker._process.wait()
+    with pytest.raises(GameWorkerError, match=r"game worker for slots \[1\] \(pid \d+\) ended unexpectedly"):
+        driver.step(np.zeros(2, dtype=np.int64))
+
+
+def test_a_worker_ends_with_the_process_that_made_it(tmp_path):
+    """Killed without a chance to close it, the driver's process leaves no worker behind."""
+    code = ("import os, signal; from breakout_core.contract import CONTRACTS; "
+            "from breakout_core.driver import EpisodeDriver; "
+            "d = EpisodeDriver(CONTRACTS['breakout-v3'], 2, processes=2); d.start(1, 5); "
+            "print(d._workers[0]._process.pid, flush=True); os.kill(os.getpid(), signal.SIGKILL)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and pathlib.Path(f"/proc/{pid}").exists():
+        if pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            break  # exited, waiting for init to reap it
+        time.sleep(0.1)
+    else:
+        assert not pathlib.Path(f"/proc/{pid}").exists(), f"worker {pid} outlived its driver's process"
+
+
+def test_an_evaluation_gets_a_worker_only_where_it_can_pay_for_it():
+    made = []
+    try:
+        for batch, episodes in ((4, WORKER_MIN_EPISODES), (4, WORKER_MIN_EPISODES - 1), (1, 100)):
+            made.append(evaluation_driver(V3, batch, episodes))
+        assert [(d.num_slots, len(d._workers)) for d in made] == [(4, 1), (4, 0), (1, 0)]
+    finally:
+        for driver in made:
+            driver.close()
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        evaluation_driver(V3, 0, 10)

@@ -15,6 +15,7 @@ decision takes the three together. Trajectory divergence is no rule: the scores 
 from __future__ import annotations
 
 import time
+from contextlib import closing
 from typing import Literal
 
 from pydantic import Field
@@ -72,35 +73,41 @@ METRIC_NAMES = episode_scores.METRIC_NAMES + parity.METRIC_NAMES + latency.METRI
 
 
 def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
-    from breakout_core.driver import EpisodeDriver
-    from breakout_core.evaluator import evaluate as play
+    from breakout_core.driver import evaluation_driver
 
     seeds = seed_list(m.seeds)
-    driver = EpisodeDriver(ctx.contract, min(m.batch_size, len(seeds)))  # one driver serves every runtime
-    for name in m.ordered_runtimes():
-        if ctx.already_stored("episodes", m.name, policy=name) or found_unavailable(ctx, m.name, name):
-            continue
-        with open_runtime(ctx, m.name, name) as runtime:
-            if runtime is None:
-                continue
-            policy = RuntimePolicy(runtime, name)
-            task = ctx.progress.add_task(f"{m.name} · {name}", total=len(seeds), unit="episodes")
-            made = [0]
+    pending = [name for name in m.ordered_runtimes()
+               if not (ctx.already_stored("episodes", m.name, policy=name) or found_unavailable(ctx, m.name, name))]
+    if pending:
+        with closing(evaluation_driver(ctx.contract, m.batch_size, len(seeds) * len(pending))) as driver:
+            for name in pending:  # one driver serves every runtime
+                _play_runtime(m, ctx, name, seeds, driver)
 
-            def on_step(n: int) -> None:
-                made[0] += n
-                if made[0] % 256 < n:
-                    ctx.progress.update(task, transitions=made[0])
 
-            started = time.perf_counter()
-            result = play(policy, seeds, ctx.contract, batch_size=m.batch_size, on_step=on_step,
-                          on_episode=lambda _e: ctx.progress.advance(task), driver=driver)
-            wall = time.perf_counter() - started
-            ctx.store.append_rows("episodes", [episode_row(ctx, m.name, name, e) for e in result.episodes])
-            ctx.store.append_rows("episode_inference", [{
-                "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "episodes": len(seeds),
-                "batch_size": driver.num_slots, "inference_calls": policy.calls, "states_inferred": policy.states,
-                "transitions": result.transitions, "wall_s": wall, "episodes_per_minute": 60 * len(seeds) / wall}])
+def _play_runtime(m: EpisodesMeasurement, ctx: RunContext, name: str, seeds: list[int], driver) -> None:
+    from breakout_core.evaluator import evaluate as play
+
+    with open_runtime(ctx, m.name, name) as runtime:
+        if runtime is None:
+            return
+        policy = RuntimePolicy(runtime, name)
+        task = ctx.progress.add_task(f"{m.name} · {name}", total=len(seeds), unit="episodes")
+        made = [0]
+
+        def on_step(n: int) -> None:
+            made[0] += n
+            if made[0] % 256 < n:
+                ctx.progress.update(task, transitions=made[0])
+
+        started = time.perf_counter()
+        result = play(policy, seeds, ctx.contract, on_step=on_step, on_episode=lambda _e: ctx.progress.advance(task),
+                      driver=driver)
+        wall = time.perf_counter() - started
+        ctx.store.append_rows("episodes", [episode_row(ctx, m.name, name, e) for e in result.episodes])
+        ctx.store.append_rows("episode_inference", [{
+            "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "episodes": len(seeds),
+            "batch_size": driver.num_slots, "inference_calls": policy.calls, "states_inferred": policy.states,
+            "transitions": result.transitions, "wall_s": wall, "episodes_per_minute": 60 * len(seeds) / wall}])
 
 
 def metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: str) -> dict:

@@ -3,6 +3,7 @@ the shared `episodes` table (runner.episode_scores: its views, metrics and repor
 
 from __future__ import annotations
 
+from contextlib import closing
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -50,13 +51,14 @@ def build_policy(policy_spec, name: str):
 
 
 def execute(m: EvaluateMeasurement, ctx: RunContext) -> None:
-    from breakout_core.driver import EpisodeDriver
+    from breakout_core.driver import evaluation_driver
 
     seeds = seed_list(m.seeds)
-    driver = EpisodeDriver(ctx.contract, min(m.batch_size, len(seeds)))  # one driver serves every policy
-    for policy_name in m.policies:
-        if not ctx.already_stored("episodes", m.name, policy=policy_name):
-            _evaluate_policy(m, ctx, policy_name, seeds, driver)
+    pending = [name for name in m.policies if not ctx.already_stored("episodes", m.name, policy=name)]
+    if pending:
+        with closing(evaluation_driver(ctx.contract, m.batch_size, len(seeds) * len(pending))) as driver:
+            for policy_name in pending:  # one driver serves every policy
+                _evaluate_policy(m, ctx, policy_name, seeds, driver)
 
 
 def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, seeds: list[int], driver) -> None:

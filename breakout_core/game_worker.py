@@ -1,0 +1,187 @@
+"""A process that steps some of an episode driver's games, so that they run on another core.
+
+ale-py's `ALEInterface.act` holds Python's GIL (0.12.1), so games in threads of one process
+step one after another; a second core needs a second process. The driver keeps every rule
+of the contract and all episode bookkeeping; a worker only resets and steps the games of
+its slots when the driver asks, and sends back what each step gave. A seeded reset restores
+the same seed state (`envs.seed_state`, made once per seed in the worker's own process) as
+the driver's own games do, so an episode is the same function of its seed wherever it is
+stepped.
+
+A worker is a fresh interpreter running this module (`python -m breakout_core.game_worker`,
+~0.35 s to import numpy, OpenCV and ale-py), talking to the driver over its stdin and
+stdout. It is neither forked from the driver's process, which may hold torch's, DuckDB's or
+Ray's threads, nor made by multiprocessing's spawn or forkserver, which would import the
+driver's main module again in it. It ends when the driver closes it or when the driver's
+process goes away (its stdin closes). It runs in its own session, so a Ctrl-C at the
+terminal reaches the driver's process alone, which then ends it.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import subprocess
+import sys
+import traceback
+import weakref
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Sequence
+
+import numpy as np
+
+from breakout_core.contract import Contract
+from breakout_core.envs import AleGame, new_emulator, seed_state
+
+
+@dataclass(frozen=True)
+class GameSteps:
+    """What one step of some games gave, in the order the games were stepped."""
+
+    reward: np.ndarray  # raw reward
+    terminated: np.ndarray  # game over
+    truncated: np.ndarray  # time limit
+    life_lost: np.ndarray
+    frames: np.ndarray  # emulator frames into the episode after the step
+
+
+def step_games(games: Sequence[AleGame], actions: Sequence[int]) -> GameSteps:
+    """Step each game once with its action; every game's `obs` holds its new observation."""
+    n = len(games)
+    reward, frames = np.zeros(n), np.zeros(n, dtype=np.int64)
+    terminated, truncated, life_lost = (np.zeros(n, dtype=bool) for _ in range(3))
+    for k, (game, action) in enumerate(zip(games, actions)):
+        lives = game.lives
+        reward[k], terminated[k], truncated[k] = game.step(int(action))
+        life_lost[k] = game.lives < lives
+        frames[k] = game.episode_frames()
+    return GameSteps(reward, terminated, truncated, life_lost, frames)
+
+
+class SharedFrames:
+    """A uint8 array in memory that worker processes map too: the driver's observations,
+    which each game writes in place wherever it runs. An anonymous memory file (memfd), so
+    nothing is left behind in /dev/shm when a process is killed; its descriptor is handed
+    to each worker at its start."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = tuple(shape)
+        self.fd = os.memfd_create("driver-observations")
+        os.ftruncate(self.fd, int(np.prod(self.shape)))
+        self.array = _map(self.fd, self.shape)
+        weakref.finalize(self, os.close, self.fd)
+
+
+def _map(fd: int, shape: tuple[int, ...]) -> np.ndarray:
+    return np.frombuffer(mmap.mmap(fd, int(np.prod(shape))), dtype=np.uint8).reshape(shape)
+
+
+class GameWorkerError(RuntimeError):
+    """A game worker failed or went away; the driver that owns it cannot go on."""
+
+
+class GameWorker:
+    """The driver's side of one worker process holding the games of `slots`."""
+
+    def __init__(self, contract: Contract, slots: Sequence[int], frames: SharedFrames):
+        self.slots = [int(s) for s in slots]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this interpreter's imports
+        self._process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, env=env, start_new_session=True,
+                                         pass_fds=[frames.fd])
+        self._to = Connection(os.dup(self._process.stdin.fileno()), readable=False)
+        self._from = Connection(os.dup(self._process.stdout.fileno()), writable=False)
+        self._process.stdin.close()
+        self._process.stdout.close()
+        self._close = weakref.finalize(self, _shut_down, self._to, self._from, self._process)
+        self._send((contract, self.slots, frames.fd, frames.shape))
+
+    def reset(self, slot: int, seed: int | None) -> int:
+        """Start a game in `slot` (from seed `seed`'s state, or where its emulator is); its
+        first observation is in the shared frames on return. The emulator frames already in
+        its episode."""
+        self._send(("reset", slot, seed))
+        return self._receive()
+
+    def send_step(self, slots: np.ndarray, actions: np.ndarray) -> None:
+        """Ask the worker to step `slots` (its own) with `actions`; `receive_step` collects."""
+        self._send(("step", slots.tolist(), actions.tolist()))
+
+    def receive_step(self) -> GameSteps:
+        """The asked step's results; the games' new observations are in the shared frames."""
+        return self._receive()
+
+    def close(self) -> None:
+        self._close()
+
+    def _send(self, message: tuple) -> None:
+        try:
+            self._to.send(message)
+        except (OSError, ValueError) as exc:
+            raise self._gone() from exc
+
+    def _receive(self):
+        try:
+            status, payload = self._from.recv()
+        except (EOFError, OSError) as exc:
+            raise self._gone() from exc
+        if status == "error":
+            self.close()
+            raise GameWorkerError(f"the game worker for slots {self.slots} failed: {payload.strip().splitlines()[-1]}")
+        return payload
+
+    def _gone(self) -> GameWorkerError:
+        try:
+            code = self._process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.close()
+        return GameWorkerError(f"the game worker for slots {self.slots} (pid {self._process.pid}) ended "
+                               f"unexpectedly (exit code {code})")
+
+
+def _shut_down(to: Connection, from_: Connection, process: subprocess.Popen) -> None:
+    to.close()  # the worker reads the end of its stdin and returns
+    from_.close()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _serve(conn_in: Connection, conn: Connection) -> None:
+    """The worker's loop: answer the driver's resets and steps until its stdin ends."""
+    try:
+        contract, slots, fd, shape = conn_in.recv()
+        frames = _map(fd, shape)
+        games = {slot: AleGame(contract, new_emulator(contract, 0), frames[slot]) for slot in slots}
+        while True:
+            try:
+                message = conn_in.recv()
+            except EOFError:  # the driver closed the worker, or its process is gone
+                return
+            if message[0] == "reset":
+                _, slot, seed = message
+                game = games[slot]
+                game.reset(None if seed is None else seed_state(contract, seed))
+                conn.send(("ok", game.episode_frames()))
+            else:
+                _, stepped, actions = message
+                conn.send(("ok", step_games([games[slot] for slot in stepped], actions)))
+    except EOFError:  # the driver went away before it said what to play
+        pass
+    except Exception:  # the driver raises it as a GameWorkerError
+        try:
+            conn.send(("error", traceback.format_exc()))
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    from breakout_core import game_worker  # by its importable name, so that the driver can unpickle its results
+
+    to_driver = Connection(os.dup(1), readable=False)
+    os.dup2(2, 1)  # anything printed goes to stderr, never into the driver's messages
+    game_worker._serve(Connection(os.dup(0), writable=False), to_driver)
