@@ -1,13 +1,15 @@
 """Spine benchmarks, measured side by side in one process and printed as ratios.
 
-    python benchmarks/spine.py [--seeds 16] [--batch 4] [--contract breakout-v3]
+    python benchmarks/spine.py [--seeds 16] [--batch 4] [--repeats 5] [--contract breakout-v3]
 
 1. Evaluator vs bare vector env: the random policy on fixed seeds through the evaluator
    (the episode driver: the contract's rules, each seed's own game) against ale-py's
    native vector env stepping random actions with its own autoreset and the same sticky
-   actions, both made beforehand; and the evaluator making its own driver. Then what it
-   costs to start an episode: the first time a seed is played in a process (a seeded ROM
-   load) and every later time (restoring that state).
+   actions on its default threads, both made beforehand: the driver's games stepped in
+   this process alone, and split with a worker process (what an evaluation of this size
+   gets); and the evaluator making its own driver. Then what it costs to start an episode:
+   the first time a seed is played in a process (a seeded ROM load) and every later time
+   (restoring that state).
 2. Store: appending 1,000,000 episode rows; `runner report` over a database holding them.
 3. `runner --help` wall time.
 """
@@ -25,8 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from breakout_core.contract import CONTRACTS, Contract
-from breakout_core.driver import EpisodeDriver
-from breakout_core.driver import make_vector_env
+from breakout_core.driver import EpisodeDriver, make_vector_env
 from breakout_core.evaluator import evaluate
 from breakout_core.policies import RandomPolicy
 
@@ -117,20 +118,31 @@ def main() -> None:
     contract = CONTRACTS[args.contract]
     seeds = list(range(1000, 1000 + args.seeds))
     env = make_vector_env(contract, args.batch)
-    driver = EpisodeDriver(contract, args.batch)
-    evaluator_rate(contract, seeds, args.batch, driver=driver)  # warm-up: imports, each seed's first ROM load
-    bare, warm, cold = [], [], []
-    for _ in range(args.repeats):  # interleaved, so drift in the machine's load hits all three
-        bare.append(bare_stepping_rate(env, 1500))
-        warm.append(evaluator_rate(contract, seeds, args.batch, driver=driver))
-        cold.append(evaluator_rate(contract, seeds, args.batch))
+    alone = EpisodeDriver(contract, args.batch)
+    split = EpisodeDriver(contract, args.batch, processes=2)
+    for driver in (alone, split):  # warm-up: imports, each seed's first ROM load in each process
+        evaluator_rate(contract, seeds, args.batch, driver=driver)
+    rates: dict[str, list[float]] = {"bare": [], "alone": [], "split": [], "cold": []}
+    for _ in range(args.repeats):  # interleaved, so drift in the machine's load hits all four
+        rates["bare"].append(bare_stepping_rate(env, 1500))
+        rates["alone"].append(evaluator_rate(contract, seeds, args.batch, driver=alone))
+        rates["split"].append(evaluator_rate(contract, seeds, args.batch, driver=split))
+        rates["cold"].append(evaluator_rate(contract, seeds, args.batch))
     env.close()
-    bare, warm, cold = (statistics.median(x) for x in (bare, warm, cold))
+    split.close()
+    median = {name: statistics.median(values) for name, values in rates.items()}
+    in_round = {name: [r / b for r, b in zip(values, rates["bare"])] for name, values in rates.items()}
     print(f"{contract.name} (sticky actions {contract.repeat_action_probability}): random policy, {args.seeds} seeds, "
-          f"{args.batch} episodes side by side (transitions/s, median of {args.repeats})")
-    print(f"  bare vector env, random actions, same sticky : {bare:8.0f}")
-    print(f"  evaluator, driver made beforehand            : {warm:8.0f}   ratio {warm / bare:.2f} (target >= 0.80)")
-    print(f"  evaluator, making its own driver             : {cold:8.0f}   ratio {cold / bare:.2f}")
+          f"{args.batch} episodes side by side (transitions/s and ratio to the bare env within a round: "
+          f"medians of {args.repeats} rounds, the rounds' range)")
+    rows = [("bare vector env, random actions, same sticky", "bare", ""),
+            ("evaluator, driver made beforehand, 1 process", "alone", ""),
+            ("evaluator, driver made beforehand, 2 processes", "split", " (target >= 0.80)"),
+            ("evaluator, making its own driver", "cold", "")]
+    for label, name, note in rows:
+        ratios = in_round[name]
+        print(f"  {label:48s}: {median[name]:6.0f}   ratio {statistics.median(ratios):.2f} "
+              f"({min(ratios):.2f}-{max(ratios):.2f}){note}")
     first, again = episode_start_ms(contract, list(range(90_000, 90_020)))
     print(f"  episode start: {first:.1f} ms for a seed new to the process, {again:.1f} ms for one played before")
     append_s, report_s = store_benchmarks(args.rows)
