@@ -6,8 +6,8 @@
    (the episode driver: the contract's rules, each seed's own game) against ale-py's
    native vector env stepping random actions with its own autoreset and the same sticky
    actions on its default threads, both made beforehand: the driver's games stepped in
-   this process alone, and split with a worker process (what an evaluation of this size
-   gets); and the evaluator making its own driver. Then what it costs to start an episode:
+   this process alone, and split with a worker process (what the evaluate and episodes kinds
+   get); and the evaluator making its own driver. Then what it costs to start an episode:
    the first time a seed is played in a process (a seeded ROM load) and every later time
    (restoring that state).
 2. Store: appending 1,000,000 episode rows; `runner report` over a database holding them.

@@ -16,9 +16,9 @@ loop, the play page) goes through it; none of them implements a rule of the cont
 A slot can also go on unseeded (`start(slot, None)`): the next game continues the slot's
 emulator and generators. Training does this; evaluation never does.
 
-An evaluation's driver steps its games in two processes (`evaluation_driver`,
-`breakout_core.game_worker`); training's steps them in its own, whose cores the learner
-needs.
+The driver that the `evaluate` and `episodes` kinds share between their policies steps its
+games in two processes (`evaluation_driver`, `breakout_core.game_worker`); every other
+caller's steps them in its own (training's cores belong to the learner).
 
 ale-py's native vector env (`make_vector_env`), under the contract's emulator settings but
 none of its episode rules, is the bare-stepping baseline that benchmarks measure the
@@ -94,6 +94,8 @@ class EpisodeDriver:
             raise ValueError(f"slots must be >= 1, got {slots}")
         if not 1 <= processes <= slots:
             raise ValueError(f"processes must be 1..{slots} (one slot at least each), got {processes}")
+        if processes > 1 and not hasattr(os, "memfd_create"):
+            raise ValueError("a driver with worker processes needs os.memfd_create (Linux); use processes=1")
         self.contract = contract
         shape = (slots, contract.frame_stack, contract.screen_size, contract.screen_size)
         sizes = sorted(slots // processes + (k < slots % processes) for k in range(processes))
@@ -107,6 +109,7 @@ class EpisodeDriver:
             self._workers = [GameWorker(contract, range(bounds[k], bounds[k + 1]), shared)
                              for k in range(1, processes)]
         self._group = np.repeat(np.arange(processes), sizes)  # per slot: 0 this process, k the k-th worker
+        # the games this process steps: the first group's slots (all of them with processes=1)
         self.games = [AleGame(contract, new_emulator(contract, 0), self.obs[i]) for i in range(sizes[0])]
         self._frames = np.zeros(slots, dtype=np.int64)  # emulator frames into each slot's episode
         self.active = np.zeros(slots, dtype=bool)
@@ -199,15 +202,17 @@ class EpisodeDriver:
             life_lost[stepped], self._frames[stepped] = steps.life_lost, steps.frames
 
         asked = []  # the workers' games step while this process steps its own
-        for group, worker in enumerate(self._workers, start=1):
-            theirs = run[self._group[run] == group]
-            if len(theirs):
-                worker.send_step(theirs, played[theirs])
-                asked.append((worker, theirs))
-        mine = run[run < len(self.games)]
-        record(mine, step_games([self.games[i] for i in mine], played[mine]))
-        for worker, theirs in asked:
-            record(theirs, worker.receive_step())
+        try:
+            for group, worker in enumerate(self._workers, start=1):
+                theirs = run[self._group[run] == group]
+                if len(theirs):
+                    worker.send_step(theirs, played[theirs])
+                    asked.append((worker, theirs))
+            mine = run[run < len(self.games)]
+            record(mine, step_games([self.games[i] for i in mine], played[mine]))
+        finally:  # even when this process's games raised: no worker's reply is left unread
+            for worker, theirs in asked:
+                record(theirs, worker.receive_step())
         self._noops_left[run] = np.maximum(self._noops_left[run] - 1, 0)
         self._serve[run] = False
         if self.contract.serve_after_life_loss:
@@ -232,23 +237,25 @@ class EpisodeDriver:
             action_counts=tuple(int(c) for c in self._counts[slot]), wall_s=float(now - self._started[slot]))
 
 
-# A worker costs ~0.5 s to start (imports, its ROM loads): on 2 cores an evaluator making its own driver for
-# 16 random-policy episodes runs as fast with one as without; longer episodes (a trained agent's) repay it sooner.
+# A worker costs ~0.5 s to start (imports, its ROM loads): on 2 cores, 16 random-policy episodes played
+# by a driver made for them take about as long with one as without; a trained agent's longer episodes and
+# every policy after the first (the seeds' states already made in both processes) repay it.
 WORKER_MIN_EPISODES = 16
 
 
-def evaluation_driver(contract: Contract, batch_size: int, episodes: int) -> EpisodeDriver:
-    """The driver for an evaluation that plays `episodes` episodes, `batch_size` side by side.
+def evaluation_driver(contract: Contract, batch_size: int, seeds: int, policies: int) -> EpisodeDriver:
+    """The driver that plays `seeds` episodes, `batch_size` side by side, for each of
+    `policies` policies (or runtimes) one after another.
 
-    Its games are stepped by two processes where there are two slots, two cores and at
-    least `WORKER_MIN_EPISODES` episodes to pay for the worker's start, on Linux (the
+    Its games are stepped by two processes where there are two slots, two cores, at least
+    `WORKER_MIN_EPISODES` episodes in all to pay for the worker's start, and Linux (the
     worker maps the observations through a memfd). The caller closes it.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    slots = max(1, min(batch_size, episodes))
+    slots = max(1, min(batch_size, seeds))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    parallel = slots >= 2 and cores >= 2 and episodes >= WORKER_MIN_EPISODES and hasattr(os, "memfd_create")
+    parallel = slots >= 2 and cores >= 2 and seeds * policies >= WORKER_MIN_EPISODES and hasattr(os, "memfd_create")
     return EpisodeDriver(contract, slots, processes=2 if parallel else 1)
 
 

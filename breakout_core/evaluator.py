@@ -9,7 +9,6 @@ generator.
 from __future__ import annotations
 
 import time
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -17,7 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from breakout_core.contract import Contract
-from breakout_core.driver import EpisodeDriver, FinishedEpisode, StepResult, evaluation_driver, play_seeds
+from breakout_core.driver import EpisodeDriver, FinishedEpisode, StepResult, play_seeds
 from breakout_core.policies import Policy
 
 
@@ -46,14 +45,14 @@ def evaluate(
     `on_step(n)` is called after each step of the batch with the number of transitions it
     made; `on_episode` when an episode ends. When `record_seed` is one of the seeds, the
     frames of that episode are returned for a GIF. A caller that evaluates several policies
-    may pass its own `driver` (made with this contract) to skip making one (~0.1 s a slot,
-    ~0.5 s more with a worker process); then its slot count replaces `batch_size`.
+    may pass its own `driver` (made with this contract) to skip making one (~0.1 s a
+    slot); then its slot count replaces `batch_size`.
     """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if driver is None:
-        with closing(evaluation_driver(contract, batch_size, len(seeds))) as made:
-            return evaluate(policy, seeds, contract, policy_seed=policy_seed, record_seed=record_seed,
-                            on_step=on_step, on_episode=on_episode, driver=made)
-    if driver.contract != contract:
+        driver = EpisodeDriver(contract, max(1, min(batch_size, len(seeds))))
+    elif driver.contract != contract:
         raise ValueError(f"the driver plays contract {driver.contract.hash}, not {contract.hash}")
     recorded: list[np.ndarray] | None = [] if record_seed in seeds else None
     transitions = 0

@@ -8,12 +8,13 @@ the same seed state (`envs.seed_state`, made once per seed in the worker's own p
 the driver's own games do, so an episode is the same function of its seed wherever it is
 stepped.
 
-A worker is a fresh interpreter running this module (`python -m breakout_core.game_worker`,
-~0.35 s to import numpy, OpenCV and ale-py), talking to the driver over its stdin and
-stdout. It is neither forked from the driver's process, which may hold torch's, DuckDB's or
-Ray's threads, nor made by multiprocessing's spawn or forkserver, which would import the
-driver's main module again in it. It ends when the driver closes it or when the driver's
-process goes away (its stdin closes). It runs in its own session, so a Ctrl-C at the
+A worker is a fresh interpreter running this module (`python -m breakout_core.game_worker`:
+~0.35 s to import numpy, OpenCV and ale-py, ~0.5 s with its first ROM loads), talking to
+the driver over its stdin and stdout. It is neither forked from the driver's process,
+which may hold torch's, DuckDB's or Ray's threads, nor made by multiprocessing's spawn or
+forkserver, which would import the driver's main module again in it. It ends when the
+driver closes it or when the driver's process goes away (its stdin closes; a process forked
+from the driver's since holds it open too). It runs in its own session, so a Ctrl-C at the
 terminal reaches the driver's process alone, which then ends it.
 """
 
@@ -116,6 +117,8 @@ class GameWorker:
         self._close()
 
     def _send(self, message: tuple) -> None:
+        if not self._close.alive:
+            raise GameWorkerError(f"the game worker for slots {self.slots} is closed")
         try:
             self._to.send(message)
         except (OSError, ValueError) as exc:
@@ -126,6 +129,9 @@ class GameWorker:
             status, payload = self._from.recv()
         except (EOFError, OSError) as exc:
             raise self._gone() from exc
+        except BaseException:  # interrupted mid-reply (Ctrl-C): later replies could no longer be matched
+            self.close()
+            raise
         if status == "error":
             self.close()
             raise GameWorkerError(f"the game worker for slots {self.slots} failed: {payload.strip().splitlines()[-1]}")

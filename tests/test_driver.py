@@ -4,6 +4,7 @@ episode is a function of (contract, policy, seed) wherever and whenever it is pl
 import dataclasses
 import hashlib
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from breakout_core import driver as driver_module
 from breakout_core.contract import CONTRACTS, Contract
 from breakout_core.driver import (GAME_OVER, STOPPED, WORKER_MIN_EPISODES, EpisodeDriver, evaluation_driver,
                                   make_vector_env, play_seeds)
@@ -19,6 +21,8 @@ from breakout_core.envs import AleGame, new_emulator, seed_state
 from breakout_core.game_worker import GameWorkerError
 
 V3 = CONTRACTS["breakout-v3"]
+two_processes = pytest.mark.skipif(not hasattr(os, "memfd_create") or (os.cpu_count() or 1) < 2,
+                                   reason="a driver's worker process needs os.memfd_create (Linux) and two cores")
 SEEDS = [3, 17, 4, 250, 9, 11, 40, 7]
 
 
@@ -94,7 +98,8 @@ def test_v3_episodes_are_the_same_alone_batched_reversed_and_in_another_process(
     batched = trajectories(short, SEEDS, 8)
     assert trajectories(short, SEEDS[::-1], 8) == batched
     assert trajectories(short, SEEDS, 3) == batched  # other slots, after other episodes
-    assert trajectories(short, SEEDS[::-1], 5, processes=2) == batched  # 3 of the 5 slots in a worker process
+    if hasattr(os, "memfd_create"):
+        assert trajectories(short, SEEDS[::-1], 5, processes=2) == batched  # 3 of the 5 slots in a worker process
     assert {s: trajectories(short, [s], 1)[s] for s in SEEDS} == batched
     code = ("import json, sys; sys.path.insert(0, 'tests'); from test_driver import trajectories, SEEDS; "
             "from breakout_core.contract import CONTRACTS; "
@@ -199,12 +204,14 @@ def step_by_step(processes):
     return steps, finished
 
 
+@two_processes
 def test_a_worker_process_steps_its_slots_as_this_process_would():
     in_one, in_two = step_by_step(1), step_by_step(2)
     assert in_one[1], "no episode ended: the comparison would miss unseeded continuations"
     assert in_two == in_one
 
 
+@two_processes
 def test_a_dead_worker_is_an_error_that_names_it():
     driver = EpisodeDriver(V3, 2, processes=2)
     driver.start(0, 1)
@@ -216,7 +223,8 @@ def test_a_dead_worker_is_an_error_that_names_it():
         driver.step(np.zeros(2, dtype=np.int64))
 
 
-def test_a_worker_ends_with_the_process_that_made_it(tmp_path):
+@two_processes
+def test_a_worker_ends_with_the_process_that_made_it():
     """Killed without a chance to close it, the driver's process leaves no worker behind."""
     code = ("import os, signal; from breakout_core.contract import CONTRACTS; "
             "from breakout_core.driver import EpisodeDriver; "
@@ -233,14 +241,37 @@ def test_a_worker_ends_with_the_process_that_made_it(tmp_path):
         assert not pathlib.Path(f"/proc/{pid}").exists(), f"worker {pid} outlived its driver's process"
 
 
+@two_processes
 def test_an_evaluation_gets_a_worker_only_where_it_can_pay_for_it():
     made = []
-    try:
-        for batch, episodes in ((4, WORKER_MIN_EPISODES), (4, WORKER_MIN_EPISODES - 1), (1, 100)):
-            made.append(evaluation_driver(V3, batch, episodes))
-        assert [(d.num_slots, len(d._workers)) for d in made] == [(4, 1), (4, 0), (1, 0)]
+    try:  # (batch, seeds, policies) -> (slots, workers): no more slots than seeds, a worker from 16 episodes in all
+        for batch, seeds, policies in ((4, WORKER_MIN_EPISODES, 1), (4, WORKER_MIN_EPISODES // 2, 2),
+                                       (4, WORKER_MIN_EPISODES - 1, 1), (8, 4, 4), (1, 100, 1)):
+            made.append(evaluation_driver(V3, batch, seeds, policies))
+        assert [(d.num_slots, len(d._workers)) for d in made] == [(4, 1), (4, 1), (4, 0), (4, 1), (1, 0)]
     finally:
         for driver in made:
             driver.close()
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
-        evaluation_driver(V3, 0, 10)
+        evaluation_driver(V3, 0, 10, 1)
+
+
+@two_processes
+def test_an_interrupted_step_leaves_the_worker_in_step_and_a_closed_one_says_so(monkeypatch):
+    driver = EpisodeDriver(V3, 2, processes=2)
+    driver.start(0, 1)
+    driver.start(1, 2)
+    real = driver_module.step_games
+
+    def failing(games, actions):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver_module, "step_games", failing)
+    with pytest.raises(KeyboardInterrupt):
+        driver.step(np.zeros(2, dtype=np.int64))  # the worker's reply to it is read all the same
+    monkeypatch.setattr(driver_module, "step_games", real)
+    driver.start(1, 3)  # would read the interrupted step's reply if it were left in the pipe
+    assert len(driver.step(np.zeros(2, dtype=np.int64)).slots) == 2
+    driver.close()
+    with pytest.raises(GameWorkerError, match=r"game worker for slots \[1\] is closed"):
+        driver.step(np.zeros(2, dtype=np.int64))

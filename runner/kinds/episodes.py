@@ -79,7 +79,7 @@ def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
     pending = [name for name in m.ordered_runtimes()
                if not (ctx.already_stored("episodes", m.name, policy=name) or found_unavailable(ctx, m.name, name))]
     if pending:
-        with closing(evaluation_driver(ctx.contract, m.batch_size, len(seeds) * len(pending))) as driver:
+        with closing(evaluation_driver(ctx.contract, m.batch_size, len(seeds), len(pending))) as driver:
             for name in pending:  # one driver serves every runtime
                 _play_runtime(m, ctx, name, seeds, driver)
 

@@ -56,7 +56,7 @@ def execute(m: EvaluateMeasurement, ctx: RunContext) -> None:
     seeds = seed_list(m.seeds)
     pending = [name for name in m.policies if not ctx.already_stored("episodes", m.name, policy=name)]
     if pending:
-        with closing(evaluation_driver(ctx.contract, m.batch_size, len(seeds) * len(pending))) as driver:
+        with closing(evaluation_driver(ctx.contract, m.batch_size, len(seeds), len(pending))) as driver:
             for policy_name in pending:  # one driver serves every policy
                 _evaluate_policy(m, ctx, policy_name, seeds, driver)
 
