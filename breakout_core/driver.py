@@ -37,8 +37,8 @@ import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
 from breakout_core.contract import FIRE, MAX_EPISODE_SEED, Contract
-from breakout_core.envs import NUM_ACTIONS, AleGame, new_emulator, seed_state
-from breakout_core.game_worker import GameSteps, GameWorker, SharedFrames, step_games
+from breakout_core.envs import NUM_ACTIONS, AleGame, new_emulator
+from breakout_core.game_worker import GameSteps, GameWorker, SharedFrames, reset_game, step_games
 from breakout_core.policies import episode_rng
 
 NOOP = 0
@@ -142,9 +142,7 @@ class EpisodeDriver:
         if self._group[slot]:
             self._frames[slot] = self._workers[self._group[slot] - 1].reset(slot, seed)
         else:
-            game = self.games[slot]
-            game.reset(None if seed is None else seed_state(self.contract, seed))
-            self._frames[slot] = game.episode_frames()
+            self._frames[slot] = reset_game(self.games[slot], self.contract, seed)
         if seed is not None:
             self._noop_rngs[slot] = noop_rng(seed)
         self.seeds[slot] = seed

@@ -60,6 +60,13 @@ def step_games(games: Sequence[AleGame], actions: Sequence[int]) -> GameSteps:
     return GameSteps(reward, terminated, truncated, life_lost, frames)
 
 
+def reset_game(game: AleGame, contract: Contract, seed: int | None) -> int:
+    """Start a game from seed `seed`'s state (None: where its emulator is); the emulator
+    frames already in its episode."""
+    game.reset(None if seed is None else seed_state(contract, seed))
+    return game.episode_frames()
+
+
 class SharedFrames:
     """A uint8 array in memory that worker processes map too: the driver's observations,
     which each game writes in place wherever it runs. An anonymous memory file (memfd), so
@@ -170,9 +177,7 @@ def _serve(conn_in: Connection, conn: Connection) -> None:
                 return
             if message[0] == "reset":
                 _, slot, seed = message
-                game = games[slot]
-                game.reset(None if seed is None else seed_state(contract, seed))
-                conn.send(("ok", game.episode_frames()))
+                conn.send(("ok", reset_game(games[slot], contract, seed)))
             else:
                 _, stepped, actions = message
                 conn.send(("ok", step_games([games[slot] for slot in stepped], actions)))
