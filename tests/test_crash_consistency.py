@@ -12,6 +12,7 @@ there once.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -54,13 +55,36 @@ DIAGNOSTICS_COLUMNS = ('transition, "update", loss, q_mean, target_mean, td_abs_
                        "epsilon, replay_frames")
 
 
-def run_at(folder: Path, *args: str, kill: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """`runner run` of the spec in `folder`; `kill` holds kill_at.py's options (--log or --kill)."""
-    folder.mkdir(exist_ok=True)
-    (folder / "spec.yaml").write_text(SPEC)
-    command = [str(HERE / "kill_at.py"), *kill, "--"] if kill else ["-m", "runner"]
-    return subprocess.run([sys.executable, *command, "run", "spec.yaml", "--db", "results.duckdb", "--no-report",
-                           *args], cwd=folder, capture_output=True, text=True, timeout=600)
+class Runs:
+    """`runner run` of the spec in a folder, each in a process of its own, forked by one kill_at.py."""
+
+    def __init__(self) -> None:
+        self.server = subprocess.Popen([sys.executable, str(HERE / "kill_at.py")], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True)
+
+    def run_at(self, folder: Path, *args: str, log: Path | None = None,
+               kill: tuple[str, int] | None = None) -> dict:
+        """The run's {"returncode", "stderr"}; `log` or `kill` as kill_at.py's requests take them."""
+        folder.mkdir(exist_ok=True)
+        (folder / "spec.yaml").write_text(SPEC)
+        request = {"cwd": str(folder), "args": ["run", "spec.yaml", "--db", "results.duckdb", "--no-report", *args],
+                   "log": str(log) if log else None, "kill": kill}
+        self.server.stdin.write(json.dumps(request) + "\n")
+        self.server.stdin.flush()
+        reply = self.server.stdout.readline()
+        assert reply, f"kill_at.py ended (exit status {self.server.wait()})"
+        return json.loads(reply)
+
+    def close(self) -> None:
+        self.server.stdin.close()
+        self.server.wait(timeout=60)
+
+
+@pytest.fixture
+def runs():
+    server = Runs()
+    yield server
+    server.close()
 
 
 def kill_points(events: list[str]) -> list[tuple[str, int]]:
@@ -128,12 +152,12 @@ def compare(got: dict, whole: dict) -> int:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("share", [0, 1], ids=["even-points", "odd-points"])
-def test_kill_at_every_file_event_then_resume(tmp_path, share):
+def test_kill_at_every_file_event_then_resume(tmp_path, share, runs):
     """Every other kill point per test, so that a suite run with two workers (pytest -n 2)
     kills at all of them in half the time."""
     events_file = tmp_path / "events.txt"
-    whole_run = run_at(tmp_path / "whole", kill=("--log", str(events_file)))
-    assert whole_run.returncode == 0, whole_run.stderr[-3000:]
+    whole_run = runs.run_at(tmp_path / "whole", log=events_file)
+    assert whole_run["returncode"] == 0, whole_run["stderr"][-3000:]
     whole = stored(tmp_path / "whole")
     assert whole["last_attempt"] == 0
     points = kill_points(events_file.read_text().split())
@@ -142,10 +166,10 @@ def test_kill_at_every_file_event_then_resume(tmp_path, share):
     report = []
     for event, nth in points:
         folder = tmp_path / f"{event}-{nth}"
-        killed = run_at(folder, kill=("--kill", event, str(nth)))
-        assert killed.returncode == -9, (event, nth, killed.stderr[-2000:])
-        resumed = run_at(folder, "--resume")
-        assert resumed.returncode == 0, (event, nth, resumed.stderr[-3000:])
+        killed = runs.run_at(folder, kill=(event, nth))
+        assert killed["returncode"] == -9, (event, nth, killed["stderr"][-2000:])
+        resumed = runs.run_at(folder, "--resume")
+        assert resumed["returncode"] == 0, (event, nth, resumed["stderr"][-3000:])
         got = stored(folder)
         try:
             rows = compare(got, whole)
