@@ -38,7 +38,7 @@ from ale_py.vector_env import AtariVectorEnv
 
 from breakout_core.contract import FIRE, MAX_EPISODE_SEED, Contract
 from breakout_core.envs import NUM_ACTIONS, AleGame, new_emulator
-from breakout_core.game_worker import GameSteps, GameWorker, SharedFrames, reset_game, step_games
+from breakout_core.game_worker import GameWorker, SlotArrays, reset_game, step_games
 from breakout_core.policies import episode_rng
 
 NOOP = 0
@@ -100,18 +100,14 @@ class EpisodeDriver:
         shape = (slots, contract.frame_stack, contract.screen_size, contract.screen_size)
         sizes = sorted(slots // processes + (k < slots % processes) for k in range(processes))
         bounds = np.cumsum([0, *sizes])
-        if processes == 1:
-            self.obs = np.zeros(shape, dtype=np.uint8)  # each game writes its row in place
-            self._workers: list[GameWorker] = []
-        else:  # the workers' games write their rows in place too
-            shared = SharedFrames(shape)
-            self.obs = shared.array
-            self._workers = [GameWorker(contract, range(bounds[k], bounds[k + 1]), shared)
-                             for k in range(1, processes)]
+        # each game writes its slot's observation and step outcome in place, the workers' ones too
+        self._arrays = SlotArrays.local(shape) if processes == 1 else SlotArrays.shared(shape)
+        self.obs = self._arrays.obs
+        self._workers = [GameWorker(contract, range(bounds[k], bounds[k + 1]), self._arrays)
+                         for k in range(1, processes)]
         self._group = np.repeat(np.arange(processes), sizes)  # per slot: 0 this process, k the k-th worker
         # the games this process steps: the first group's slots (all of them with processes=1)
         self.games = [AleGame(contract, new_emulator(contract, 0), self.obs[i]) for i in range(sizes[0])]
-        self._frames = np.zeros(slots, dtype=np.int64)  # emulator frames into each slot's episode
         self.active = np.zeros(slots, dtype=bool)
         self.seeds: list[int | None] = [None] * slots
         self._noop_rngs: list[np.random.Generator | None] = [None] * slots
@@ -140,9 +136,9 @@ class EpisodeDriver:
         if seed is None and self._noop_rngs[slot] is None:
             raise ValueError(f"slot {slot} has no seeded episode to continue from")
         if self._group[slot]:
-            self._frames[slot] = self._workers[self._group[slot] - 1].reset(slot, seed)
+            self._arrays.frames[slot] = self._workers[self._group[slot] - 1].reset(slot, seed)
         else:
-            self._frames[slot] = reset_game(self.games[slot], self.contract, seed)
+            self._arrays.frames[slot] = reset_game(self.games[slot], self.contract, seed)
         if seed is not None:
             self._noop_rngs[slot] = noop_rng(seed)
         self.seeds[slot] = seed
@@ -192,25 +188,21 @@ class EpisodeDriver:
             played[stepping] = np.asarray(actions)[stepping]
         played[forced] = NOOP
         played[self._serve & stepping] = FIRE
-        reward, terminated, truncated = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-        life_lost = np.zeros(n, dtype=bool)
-
-        def record(stepped: np.ndarray, steps: GameSteps) -> None:
-            reward[stepped], terminated[stepped], truncated[stepped] = steps.reward, steps.terminated, steps.truncated
-            life_lost[stepped], self._frames[stepped] = steps.life_lost, steps.frames
-
         asked = []  # the workers' games step while this process steps its own
         try:
             for group, worker in enumerate(self._workers, start=1):
                 theirs = run[self._group[run] == group]
                 if len(theirs):
                     worker.send_step(theirs, played[theirs])
-                    asked.append((worker, theirs))
+                    asked.append(worker)
             mine = run[run < len(self.games)]
-            record(mine, step_games([self.games[i] for i in mine], played[mine]))
+            step_games([self.games[i] for i in mine], mine, played[mine], self._arrays)
         finally:  # even when this process's games raised: no worker's reply is left unread
-            for worker, theirs in asked:
-                record(theirs, worker.receive_step())
+            for worker in asked:
+                worker.receive_step()
+        out = self._arrays
+        reward = np.where(stepping, out.reward, 0.0)
+        terminated, truncated, life_lost = out.terminated & stepping, out.truncated & stepping, out.life_lost & stepping
         self._noops_left[run] = np.maximum(self._noops_left[run] - 1, 0)
         self._serve[run] = False
         if self.contract.serve_after_life_loss:
@@ -231,7 +223,7 @@ class EpisodeDriver:
     def _finish(self, slot: int, ended_by: str, now: float) -> FinishedEpisode:
         return FinishedEpisode(
             slot=slot, seed=self.seeds[slot], score=float(self._score[slot]), steps=int(self._steps[slot]),
-            noop_steps=int(self._noops[slot]), frames=int(self._frames[slot]), ended_by=ended_by,
+            noop_steps=int(self._noops[slot]), frames=int(self._arrays.frames[slot]), ended_by=ended_by,
             action_counts=tuple(int(c) for c in self._counts[slot]), wall_s=float(now - self._started[slot]))
 
 

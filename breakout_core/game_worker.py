@@ -3,7 +3,8 @@
 ale-py's `ALEInterface.act` holds Python's GIL (0.12.1), so games in threads of one process
 step one after another; a second core needs a second process. The driver keeps every rule
 of the contract and all episode bookkeeping; a worker only resets and steps the games of
-its slots when the driver asks, and sends back what each step gave. A seeded reset restores
+its slots when the driver asks, writing each slot's observation and what its step gave
+into arrays that both processes map (`SlotArrays`). A seeded reset restores
 the same seed state (`envs.seed_state`, made once per seed in the worker's own process) as
 the driver's own games do, so an episode is the same function of its seed wherever it is
 stepped.
@@ -26,7 +27,6 @@ import subprocess
 import sys
 import traceback
 import weakref
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Sequence
 
@@ -36,28 +36,14 @@ from breakout_core.contract import Contract
 from breakout_core.envs import AleGame, new_emulator, seed_state
 
 
-@dataclass(frozen=True)
-class GameSteps:
-    """What one step of some games gave, in the order the games were stepped."""
-
-    reward: np.ndarray  # raw reward
-    terminated: np.ndarray  # game over
-    truncated: np.ndarray  # time limit
-    life_lost: np.ndarray
-    frames: np.ndarray  # emulator frames into the episode after the step
-
-
-def step_games(games: Sequence[AleGame], actions: Sequence[int]) -> GameSteps:
-    """Step each game once with its action; every game's `obs` holds its new observation."""
-    n = len(games)
-    reward, frames = np.zeros(n), np.zeros(n, dtype=np.int64)
-    terminated, truncated, life_lost = (np.zeros(n, dtype=bool) for _ in range(3))
-    for k, (game, action) in enumerate(zip(games, actions)):
+def step_games(games: Sequence[AleGame], slots: Sequence[int], actions: Sequence[int], out: SlotArrays) -> None:
+    """Step each game (that of slot `slots[k]`) once with its action; each writes its new
+    observation and what the step gave into its slot's rows of `out`."""
+    for game, slot, action in zip(games, slots, actions):
         lives = game.lives
-        reward[k], terminated[k], truncated[k] = game.step(int(action))
-        life_lost[k] = game.lives < lives
-        frames[k] = game.episode_frames()
-    return GameSteps(reward, terminated, truncated, life_lost, frames)
+        out.reward[slot], out.terminated[slot], out.truncated[slot] = game.step(int(action))
+        out.life_lost[slot] = game.lives < lives
+        out.frames[slot] = game.episode_frames()
 
 
 def reset_game(game: AleGame, contract: Contract, seed: int | None) -> int:
@@ -67,22 +53,63 @@ def reset_game(game: AleGame, contract: Contract, seed: int | None) -> int:
     return game.episode_frames()
 
 
-class SharedFrames:
-    """A uint8 array in memory that worker processes map too: the driver's observations,
-    which each game writes in place wherever it runs. An anonymous memory file (memfd), so
-    nothing is left behind in /dev/shm when a process is killed; its descriptor is handed
-    to each worker at its start."""
+class SlotArrays:
+    """A driver's per-slot arrays, laid out in one block of memory: each slot's observation
+    stack, and what its game's last step gave. Each game writes its slot's rows in place,
+    wherever it runs.
 
-    def __init__(self, shape: tuple[int, ...]):
-        self.shape = tuple(shape)
-        self.fd = os.memfd_create("driver-observations")
-        os.ftruncate(self.fd, int(np.prod(self.shape)))
-        self.array = _map(self.fd, self.shape)
-        weakref.finalize(self, os.close, self.fd)
+    For a driver with worker processes the block is an anonymous memory file (memfd) that
+    the workers map too (`shared`, `mapped`): a step sends them only the slots and actions
+    and gets back only "done", nothing is pickled or copied per step, and nothing is left
+    behind in /dev/shm when a process is killed.
+    """
 
+    obs: np.ndarray  # (N, stack, H, W) uint8
+    reward: np.ndarray  # (N,) raw reward
+    terminated: np.ndarray  # (N,) game over
+    truncated: np.ndarray  # (N,) time limit
+    life_lost: np.ndarray  # (N,)
+    frames: np.ndarray  # (N,) emulator frames into the episode after the step
+    _STEP_FIELDS = (("reward", np.float64), ("terminated", np.bool_), ("truncated", np.bool_),
+                    ("life_lost", np.bool_), ("frames", np.int64))
 
-def _map(fd: int, shape: tuple[int, ...]) -> np.ndarray:
-    return np.frombuffer(mmap.mmap(fd, int(np.prod(shape))), dtype=np.uint8).reshape(shape)
+    def __init__(self, obs_shape: tuple[int, ...], buffer) -> None:
+        self.obs_shape = tuple(int(d) for d in obs_shape)
+        self.fd: int | None = None
+        offset = 0
+        for name, dtype, shape in self._layout(self.obs_shape):
+            array = np.frombuffer(buffer, dtype=dtype, count=int(np.prod(shape)), offset=offset).reshape(shape)
+            setattr(self, name, array)
+            offset += -(-array.nbytes // 8) * 8  # each array 8-byte aligned
+
+    @classmethod
+    def _layout(cls, obs_shape: tuple[int, ...]) -> list[tuple[str, type, tuple[int, ...]]]:
+        return [("obs", np.uint8, obs_shape)] + [(name, dtype, obs_shape[:1]) for name, dtype in cls._STEP_FIELDS]
+
+    @classmethod
+    def nbytes(cls, obs_shape: tuple[int, ...]) -> int:
+        return sum(-(-int(np.prod(shape)) * np.dtype(dtype).itemsize // 8) * 8
+                   for _, dtype, shape in cls._layout(tuple(obs_shape)))
+
+    @classmethod
+    def local(cls, obs_shape: tuple[int, ...]) -> SlotArrays:
+        """Arrays in this process's memory alone."""
+        return cls(obs_shape, bytearray(cls.nbytes(obs_shape)))
+
+    @classmethod
+    def shared(cls, obs_shape: tuple[int, ...]) -> SlotArrays:
+        """Arrays in a memfd (its descriptor in `fd`) that worker processes can map."""
+        fd = os.memfd_create("driver-slots")
+        os.ftruncate(fd, cls.nbytes(obs_shape))
+        arrays = cls.mapped(fd, obs_shape)
+        arrays.fd = fd
+        weakref.finalize(arrays, os.close, fd)
+        return arrays
+
+    @classmethod
+    def mapped(cls, fd: int, obs_shape: tuple[int, ...]) -> SlotArrays:
+        """The arrays of a memfd made by `shared` in another process."""
+        return cls(obs_shape, mmap.mmap(fd, cls.nbytes(obs_shape)))
 
 
 class GameWorkerError(RuntimeError):
@@ -92,33 +119,33 @@ class GameWorkerError(RuntimeError):
 class GameWorker:
     """The driver's side of one worker process holding the games of `slots`."""
 
-    def __init__(self, contract: Contract, slots: Sequence[int], frames: SharedFrames):
+    def __init__(self, contract: Contract, slots: Sequence[int], arrays: SlotArrays):
         self.slots = [int(s) for s in slots]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this interpreter's imports
         self._process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, env=env, start_new_session=True,
-                                         pass_fds=[frames.fd])
+                                         pass_fds=[arrays.fd])
         self._to = Connection(os.dup(self._process.stdin.fileno()), readable=False)
         self._from = Connection(os.dup(self._process.stdout.fileno()), writable=False)
         self._process.stdin.close()
         self._process.stdout.close()
         self._close = weakref.finalize(self, _shut_down, self._to, self._from, self._process)
-        self._send((contract, self.slots, frames.fd, frames.shape))
+        self._send((contract, self.slots, arrays.fd, arrays.obs_shape))
 
     def reset(self, slot: int, seed: int | None) -> int:
         """Start a game in `slot` (from seed `seed`'s state, or where its emulator is); its
-        first observation is in the shared frames on return. The emulator frames already in
+        first observation is in the shared arrays on return. The emulator frames already in
         its episode."""
         self._send(("reset", slot, seed))
         return self._receive()
 
     def send_step(self, slots: np.ndarray, actions: np.ndarray) -> None:
-        """Ask the worker to step `slots` (its own) with `actions`; `receive_step` collects."""
+        """Ask the worker to step `slots` (its own) with `actions`; `receive_step` waits for it."""
         self._send(("step", slots.tolist(), actions.tolist()))
 
-    def receive_step(self) -> GameSteps:
-        """The asked step's results; the games' new observations are in the shared frames."""
-        return self._receive()
+    def receive_step(self) -> None:
+        """Wait for the asked step: its slots' observations and outcomes are then in the shared arrays."""
+        self._receive()
 
     def close(self) -> None:
         self._close()
@@ -168,8 +195,8 @@ def _serve(conn_in: Connection, conn: Connection) -> None:
     """The worker's loop: answer the driver's resets and steps until its stdin ends."""
     try:
         contract, slots, fd, shape = conn_in.recv()
-        frames = _map(fd, shape)
-        games = {slot: AleGame(contract, new_emulator(contract, 0), frames[slot]) for slot in slots}
+        arrays = SlotArrays.mapped(fd, shape)
+        games = {slot: AleGame(contract, new_emulator(contract, 0), arrays.obs[slot]) for slot in slots}
         while True:
             try:
                 message = conn_in.recv()
@@ -180,7 +207,8 @@ def _serve(conn_in: Connection, conn: Connection) -> None:
                 conn.send(("ok", reset_game(games[slot], contract, seed)))
             else:
                 _, stepped, actions = message
-                conn.send(("ok", step_games([games[slot] for slot in stepped], actions)))
+                step_games([games[slot] for slot in stepped], stepped, actions, arrays)
+                conn.send(("ok", None))
     except EOFError:  # the driver went away before it said what to play
         pass
     except Exception:  # the driver raises it as a GameWorkerError

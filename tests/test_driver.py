@@ -263,7 +263,7 @@ def test_an_interrupted_step_leaves_the_worker_in_step_and_a_closed_one_says_so(
     driver.start(1, 2)
     real = driver_module.step_games
 
-    def failing(games, actions):
+    def failing(*args):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(driver_module, "step_games", failing)
