@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import html
 import json
+import os
+from contextlib import suppress
 from functools import lru_cache
+from pathlib import Path
 
 from runner.kinds.base import Section
 
@@ -22,10 +25,31 @@ def altair():
 
 @lru_cache(maxsize=1)
 def vega_bundle() -> str:
-    """vega, vega-lite and vega-embed as one script, from vl-convert's bundled copies."""
+    """vega, vega-lite and vega-embed as one script, from vl-convert's bundled copies.
+
+    Bundling them takes vl-convert ~3 s, about a third of a report over a million rows, so
+    the script is kept in the user's cache folder (`$XDG_CACHE_HOME`, else ~/.cache), one
+    file per vl-convert version; where that folder cannot be written, every report bundles
+    it again.
+    """
     import vl_convert
 
-    return vl_convert.javascript_bundle()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "breakout-runner"
+    file = cache / f"vega-bundle-vl-convert-{vl_convert.__version__}.js"
+    try:
+        return file.read_text()
+    except OSError:
+        pass
+    bundle = vl_convert.javascript_bundle()
+    partial = file.with_name(f"{file.name}.{os.getpid()}.tmp")  # whole or absent, for reports running at once
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        partial.write_text(bundle)
+        partial.replace(file)
+    except OSError:
+        with suppress(OSError):
+            partial.unlink(missing_ok=True)
+    return bundle
 
 
 def blank_nulls(frame):
@@ -49,7 +73,6 @@ def table_html(frame, *, float_format: str = "{:.3f}") -> str:
 def gif_figure(label: str, path: str) -> str:
     """A GIF inlined as data (the page stays one file), with its caption."""
     import base64
-    from pathlib import Path
 
     file = Path(path)
     if not file.is_file():
