@@ -124,10 +124,6 @@ class AleGame:
         """The screen as a person sees it: (210, 160, 3) uint8."""
         return self.ale.getScreenRGB()
 
-    def snapshot(self):
-        """The emulator's state, sticky-action generator included."""
-        return self.ale.cloneState(include_rng=True)
-
     def _push_frame(self) -> None:
         if self.contract.max_pool:
             np.maximum(self.raw[0], self.raw[1], out=self.raw[0])  # in place, as the vector env does
