@@ -59,9 +59,9 @@ class SlotArrays:
     wherever it runs.
 
     For a driver with worker processes the block is an anonymous memory file (memfd) that
-    the workers map too (`shared`, `mapped`): a step sends them only the slots and actions
-    and gets back only "done", nothing is pickled or copied per step, and nothing is left
-    behind in /dev/shm when a process is killed.
+    the workers map too (`shared`, `mapped`): a step sends them only its slots and actions
+    and gets back only an acknowledgement, no observation or outcome is pickled or copied,
+    and nothing is left behind in /dev/shm when a process is killed.
     """
 
     obs: np.ndarray  # (N, stack, H, W) uint8
@@ -219,8 +219,6 @@ def _serve(conn_in: Connection, conn: Connection) -> None:
 
 
 if __name__ == "__main__":
-    from breakout_core import game_worker  # by its importable name, so that the driver can unpickle its results
-
     to_driver = Connection(os.dup(1), readable=False)
     os.dup2(2, 1)  # anything printed goes to stderr, never into the driver's messages
-    game_worker._serve(Connection(os.dup(0), writable=False), to_driver)
+    _serve(Connection(os.dup(0), writable=False), to_driver)

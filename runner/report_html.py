@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import os
@@ -28,28 +29,55 @@ def vega_bundle() -> str:
     """vega, vega-lite and vega-embed as one script, from vl-convert's bundled copies.
 
     Bundling them takes vl-convert ~3 s, about a third of a report over a million rows, so
-    the script is kept in the user's cache folder (`$XDG_CACHE_HOME`, else ~/.cache), one
-    file per vl-convert version; where that folder cannot be written, every report bundles
-    it again.
+    the script is kept in a cache folder (`cache_folder`), one file per vl-convert version,
+    behind a line with its SHA-256: a file that does not match (cut short, emptied, edited)
+    is bundled and written again. Where no cache folder can be written, every report
+    bundles the script itself.
     """
     import vl_convert
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "breakout-runner"
-    file = cache / f"vega-bundle-vl-convert-{vl_convert.__version__}.js"
-    try:
-        return file.read_text()
-    except OSError:
-        pass
+    folder = cache_folder()
+    file = folder / f"vega-bundle-vl-convert-{vl_convert.__version__}.js" if folder else None
+    if file is not None:
+        with suppress(OSError, UnicodeDecodeError):
+            header, _, bundle = file.read_text(encoding="utf-8").partition("\n")
+            if header == _digest_line(bundle):
+                return bundle
     bundle = vl_convert.javascript_bundle()
-    partial = file.with_name(f"{file.name}.{os.getpid()}.tmp")  # whole or absent, for reports running at once
+    if file is not None:
+        _write_whole(file, f"{_digest_line(bundle)}\n{bundle}")
+    return bundle
+
+
+def cache_folder() -> Path | None:
+    """`$XDG_CACHE_HOME/breakout-runner` (an absolute XDG_CACHE_HOME only, as the XDG spec
+    says), else `~/.cache/breakout-runner`; None where there is no home folder either."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:  # no HOME and no password entry for this user
+            return None
+    return Path(base) / "breakout-runner"
+
+
+def _digest_line(text: str) -> str:
+    return "// sha256 " + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _write_whole(file: Path, text: str) -> None:
+    """Write `file` whole or not at all (reports may run at once); errors leave no file behind."""
+    partial = file.with_name(f"{file.name}.{os.getpid()}.tmp")
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        partial.write_text(bundle)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        with open(partial, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
         partial.replace(file)
     except OSError:
         with suppress(OSError):
             partial.unlink(missing_ok=True)
-    return bundle
 
 
 def blank_nulls(frame):

@@ -17,8 +17,10 @@ real program, not after a guessed sleep.
 
 Why a server that forks: importing torch (and the torch._dynamo that torch.optim pulls in)
 costs seconds on a small machine, and a kill loop starts dozens of runs. This process imports
-them and the runner once, before any thread starts, and every child inherits them; each child is still a
-process of its own that the kill ends, as a `runner run` on the command line would be.
+them and the runner once and runs no runner code itself, so that every child starts from the
+same state, as a fresh `runner run` would (only the idle thread pools that numpy's OpenBLAS and
+OpenCV start at import exist when it forks); each child is a process of its own that the kill
+ends, as a `runner run` on the command line would be.
 """
 
 from __future__ import annotations

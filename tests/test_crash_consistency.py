@@ -12,7 +12,11 @@ there once.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import select
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -58,9 +62,12 @@ DIAGNOSTICS_COLUMNS = ('transition, "update", loss, q_mean, target_mean, td_abs_
 class Runs:
     """`runner run` of the spec in a folder, each in a process of its own, forked by one kill_at.py."""
 
+    TIMEOUT_S = 600  # one run, as a subprocess's timeout would
+
     def __init__(self) -> None:
+        # its own session: a run that hangs is killed with the server, children and all
         self.server = subprocess.Popen([sys.executable, str(HERE / "kill_at.py")], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, text=True)
+                                       stdout=subprocess.PIPE, text=True, start_new_session=True)
 
     def run_at(self, folder: Path, *args: str, log: Path | None = None,
                kill: tuple[str, int] | None = None) -> dict:
@@ -71,13 +78,25 @@ class Runs:
                    "log": str(log) if log else None, "kill": kill}
         self.server.stdin.write(json.dumps(request) + "\n")
         self.server.stdin.flush()
+        ready, _, _ = select.select([self.server.stdout], [], [], self.TIMEOUT_S)
+        if not ready:
+            self.kill()
+            raise AssertionError(f"runner {' '.join(request['args'])} in {folder} ran past {self.TIMEOUT_S} s")
         reply = self.server.stdout.readline()
         assert reply, f"kill_at.py ended (exit status {self.server.wait()})"
         return json.loads(reply)
 
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.server.pid, signal.SIGKILL)
+        self.server.wait()
+
     def close(self) -> None:
         self.server.stdin.close()
-        self.server.wait(timeout=60)
+        try:
+            self.server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill()
 
 
 @pytest.fixture
