@@ -33,8 +33,22 @@ import traceback
 
 import torch._dynamo  # noqa: F401  (with torch; torch.optim imports it on a first step)
 
-import breakout_core.trainer  # noqa: F401  (what a train run imports, imported once)
+# what a train run imports, imported once
+import pandas  # noqa: F401
+import pyarrow  # noqa: F401
+import rich.progress  # noqa: F401
+
+import breakout_core.evaluator  # noqa: F401
+import breakout_core.stats  # noqa: F401
+import breakout_core.trainer  # noqa: F401
 import runner.execute  # noqa: F401
+import runner.file_checks  # noqa: F401
+import runner.heartbeat  # noqa: F401
+import runner.pair_executors  # noqa: F401
+import runner.provenance  # noqa: F401
+import runner.row_buffer  # noqa: F401
+import runner.store  # noqa: F401
+import runner.verdicts  # noqa: F401
 from runner.cli import main as runner_main
 
 
