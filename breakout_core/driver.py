@@ -37,6 +37,7 @@ import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
 from breakout_core.contract import FIRE, MAX_EPISODE_SEED, Contract
+from breakout_core.cores import usable_cores
 from breakout_core.envs import NUM_ACTIONS, AleGame, new_emulator
 from breakout_core.game_worker import GameWorker, SlotArrays, reset_game, step_games
 from breakout_core.policies import episode_rng
@@ -244,8 +245,7 @@ def evaluation_driver(contract: Contract, batch_size: int, seeds: int, policies:
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     slots = max(1, min(batch_size, seeds))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    parallel = slots >= 2 and cores >= 2 and seeds * policies >= WORKER_MIN_EPISODES and hasattr(os, "memfd_create")
+    parallel = slots >= 2 and usable_cores() >= 2 and seeds * policies >= WORKER_MIN_EPISODES and hasattr(os, "memfd_create")
     return EpisodeDriver(contract, slots, processes=2 if parallel else 1)
 
 

@@ -10,6 +10,8 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from breakout_core.cores import usable_cores
+
 PACKAGES = ("torch", "numpy", "gymnasium", "ale-py", "onnx", "onnxruntime", "duckdb", "pydantic", "scipy", "altair")
 
 
@@ -73,13 +75,8 @@ def provenance(spec_path: Path) -> dict:
     return {
         "git_commit": git_commit(spec_path.resolve()),
         "host": socket.gethostname(),
-        "cpu": f"{cpu_name()} ({_cpu_count()} logical CPUs)",
+        "cpu": f"{cpu_name()} ({usable_cores()} logical CPUs)",
         "gpu": gpu_name(),
         "packages": package_versions(),
     }
 
-
-def _cpu_count() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

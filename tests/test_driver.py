@@ -15,13 +15,14 @@ import pytest
 
 from breakout_core import driver as driver_module
 from breakout_core.contract import CONTRACTS, Contract
+from breakout_core.cores import usable_cores
 from breakout_core.driver import (GAME_OVER, STOPPED, WORKER_MIN_EPISODES, EpisodeDriver, evaluation_driver,
                                   make_vector_env, play_seeds)
 from breakout_core.envs import AleGame, new_emulator, seed_state
 from breakout_core.game_worker import GameWorkerError
 
 V3 = CONTRACTS["breakout-v3"]
-two_processes = pytest.mark.skipif(not hasattr(os, "memfd_create") or (os.cpu_count() or 1) < 2,
+two_processes = pytest.mark.skipif(not hasattr(os, "memfd_create") or usable_cores() < 2,
                                    reason="a driver's worker process needs os.memfd_create (Linux) and two cores")
 SEEDS = [3, 17, 4, 250, 9, 11, 40, 7]
 
