@@ -76,20 +76,25 @@ class SlotArrays:
     def __init__(self, obs_shape: tuple[int, ...], buffer) -> None:
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.fd: int | None = None
-        offset = 0
-        for name, dtype, shape in self._layout(self.obs_shape):
-            array = np.frombuffer(buffer, dtype=dtype, count=int(np.prod(shape)), offset=offset).reshape(shape)
-            setattr(self, name, array)
-            offset += -(-array.nbytes // 8) * 8  # each array 8-byte aligned
+        arrays, _ = self._layout(self.obs_shape)
+        for name, dtype, shape, offset in arrays:
+            setattr(self, name, np.frombuffer(buffer, dtype=dtype, count=int(np.prod(shape)),
+                                              offset=offset).reshape(shape))
 
     @classmethod
-    def _layout(cls, obs_shape: tuple[int, ...]) -> list[tuple[str, type, tuple[int, ...]]]:
-        return [("obs", np.uint8, obs_shape)] + [(name, dtype, obs_shape[:1]) for name, dtype in cls._STEP_FIELDS]
+    def _layout(cls, obs_shape: tuple[int, ...]) -> tuple[list[tuple[str, type, tuple[int, ...], int]], int]:
+        """(name, dtype, shape, byte offset) of each array, each 8-byte aligned; the block's size."""
+        fields = [("obs", np.uint8, tuple(obs_shape))] + [(name, dtype, tuple(obs_shape[:1]))
+                                                          for name, dtype in cls._STEP_FIELDS]
+        arrays, offset = [], 0
+        for name, dtype, shape in fields:
+            arrays.append((name, dtype, shape, offset))
+            offset += -(-int(np.prod(shape)) * np.dtype(dtype).itemsize // 8) * 8
+        return arrays, offset
 
     @classmethod
     def nbytes(cls, obs_shape: tuple[int, ...]) -> int:
-        return sum(-(-int(np.prod(shape)) * np.dtype(dtype).itemsize // 8) * 8
-                   for _, dtype, shape in cls._layout(tuple(obs_shape)))
+        return cls._layout(obs_shape)[1]
 
     @classmethod
     def local(cls, obs_shape: tuple[int, ...]) -> SlotArrays:
