@@ -2,9 +2,9 @@
 
 `AleGame` is one game on its own ALEInterface, preprocessed as the contract says, so that
 its emulator state can be saved and restored: the episode driver (`breakout_core.driver`)
-starts every seeded episode by restoring the state that a seeded ROM load leaves, which
-ale-py's native vector env cannot do (it has no clone/restore). Its preprocessing is the
-native vector env's, step for step (tests compare the two frame by frame): the action is
+starts every seeded episode by restoring the state that a seeded ROM load leaves after
+ALE's reset (`episode_start`), which ale-py's native vector env cannot do (it has no
+clone/restore). Its preprocessing is the native vector env's, step for step (tests compare the two frame by frame): the action is
 repeated `frame_skip` emulator frames, sticky actions applied by the emulator inside each
 frame; the last two frames are max-pooled, turned to grayscale with the emulator's own
 palette and resized with OpenCV's INTER_AREA; the newest frame goes last in the stack.
@@ -13,10 +13,12 @@ palette and resized with OpenCV's INTER_AREA; the newest frame goes last in the 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
 
 import cv2
 import numpy as np
-from ale_py import ALEInterface, LoggerMode, roms
+from ale_py import Action, ALEInterface, ALEState, LoggerMode, roms
 
 from breakout_core.contract import FIRE, Contract
 
@@ -41,27 +43,70 @@ def new_emulator(contract: Contract, random_seed: int) -> ALEInterface:
     return ale
 
 
-_SEED_STATES: OrderedDict[tuple[str, int | None], object] = OrderedDict()
-_SEED_STATES_MAX = 4_096  # ~14 KB each
+# ALE decides each frame's sticky action with std::mt19937 draws (StellaEnvironment::act,
+# ale-py 0.11-0.12): the last action played is kept when a draw falls below the repeat
+# probability. Seeded with 0, the generator's first draw is 2357136044 / 2**32 (std::mt19937
+# and numpy's MT19937 share their seeding), so one NOOP frame from seed 0's fresh state
+# makes NOOP the last action under any repeat probability below it.
+LAST_ACTION_CLEARING_SEED = 0
+LAST_ACTION_CLEARING_DRAW = 2357136044 / 2**32
 
 
-def seed_state(contract: Contract, seed: int):
-    """The emulator state a ROM load seeded with `seed` leaves, made once per process.
+@dataclass(frozen=True)
+class EpisodeStart:
+    """Where seed s's episode begins: the emulator state (sticky-action generator included)
+    that a ROM load seeded with s leaves after ALE's reset, and that frame's grayscale screen
+    where the contract does not press FIRE at the reset (a restore leaves the screen as it was).
+
+    ALE keeps the last action played outside its saved states, and a reset makes it NOOP; so
+    `restore` first plays one NOOP frame whose draw keeps nothing (from `_last_action_clearer`),
+    then restores the state: 0.8-1.1 ms against 11-12 ms for ALE's reset, which emulates some 70
+    frames (on a 2-core AMD EPYC, `benchmarks/spine.py`).
+    """
+
+    state: ALEState
+    clearer: ALEState
+    screen: np.ndarray | None
+
+    def restore(self, ale: ALEInterface) -> None:
+        ale.restoreState(self.clearer)
+        ale.act(Action.NOOP)
+        ale.restoreState(self.state)
+
+
+_STARTS: OrderedDict[tuple[str, int | None], EpisodeStart] = OrderedDict()
+_STARTS_MAX = 4_096  # ~14 KB each (plus a 33.6 KB screen without a FIRE at the reset)
+
+
+@lru_cache(maxsize=None)
+def _last_action_clearer(contract: Contract) -> ALEState:
+    if contract.repeat_action_probability >= LAST_ACTION_CLEARING_DRAW:
+        raise ValueError(f"sticky actions at {contract.repeat_action_probability} would keep the last action "
+                         f"through the NOOP frame that clears it (its draw is {LAST_ACTION_CLEARING_DRAW:.3f})")
+    return new_emulator(contract, LAST_ACTION_CLEARING_SEED).cloneState(include_rng=True)
+
+
+def episode_start(contract: Contract, seed: int) -> EpisodeStart:
+    """Seed `seed`'s episode start under the contract's emulator settings, made once per process.
 
     Keyed by the emulator settings that the state depends on (sticky-action probability,
     game) and the seed; without sticky actions no seed reaches the emulator.
     """
-    key = (f"{contract.game}/{contract.repeat_action_probability!r}",
+    key = (f"{contract.game}/{contract.repeat_action_probability!r}/{contract.fire_on_reset}",
            int(seed) if contract.repeat_action_probability > 0 else None)
-    state = _SEED_STATES.get(key)
-    if state is None:
-        state = new_emulator(contract, key[1] or 0).cloneState(include_rng=True)
-        _SEED_STATES[key] = state
-        if len(_SEED_STATES) > _SEED_STATES_MAX:
-            _SEED_STATES.popitem(last=False)
+    start = _STARTS.get(key)
+    if start is None:
+        ale = new_emulator(contract, key[1] or 0)
+        ale.reset_game()
+        start = EpisodeStart(ale.cloneState(include_rng=True),
+                             _last_action_clearer(contract),
+                             None if contract.fire_on_reset else ale.getScreenGrayscale())
+        _STARTS[key] = start
+        if len(_STARTS) > _STARTS_MAX:
+            _STARTS.popitem(last=False)
     else:
-        _SEED_STATES.move_to_end(key)
-    return state
+        _STARTS.move_to_end(key)
+    return start
 
 
 class AleGame:
@@ -85,15 +130,19 @@ class AleGame:
         self.elapsed_frames = 0  # since the reset, the FIRE press excluded (the time limit counts these)
         self.lives = 0
 
-    def reset(self, state=None) -> None:
-        """A new game: from `state` (an emulator snapshot) when given, else where the emulator is."""
-        if state is not None:
-            self.ale.restoreState(state)
-        self.ale.reset_game()
+    def reset(self, start: EpisodeStart | None = None) -> None:
+        """A new game: from a seed's `start` when given, else ALE's reset where the emulator is."""
+        if start is None:
+            self.ale.reset_game()
+        else:
+            start.restore(self.ale)
         if self.contract.fire_on_reset:
             self.ale.act(self.action_set[FIRE])
         self.obs[:] = 0
-        self.ale.getScreenGrayscale(self.raw[0])
+        if start is None or start.screen is None:
+            self.ale.getScreenGrayscale(self.raw[0])
+        else:
+            self.raw[0] = start.screen
         self.raw[1] = 0
         self._push_frame()
         self.elapsed_frames = 0

@@ -5,7 +5,7 @@ step one after another; a second core needs a second process. The driver keeps e
 of the contract and all episode bookkeeping; a worker only resets and steps the games of
 its slots when the driver asks, writing each slot's observation and what its step gave
 into arrays that both processes map (`SlotArrays`). A seeded reset restores
-the same seed state (`envs.seed_state`, made once per seed in the worker's own process) as
+the same episode start (`envs.episode_start`, made once per seed in the worker's own process) as
 the driver's own games do, so an episode is the same function of its seed wherever it is
 stepped.
 
@@ -33,7 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from breakout_core.contract import Contract
-from breakout_core.envs import AleGame, new_emulator, seed_state
+from breakout_core.envs import AleGame, episode_start, new_emulator
 
 
 def step_games(games: Sequence[AleGame], slots: Sequence[int], actions: Sequence[int], out: SlotArrays) -> None:
@@ -47,9 +47,9 @@ def step_games(games: Sequence[AleGame], slots: Sequence[int], actions: Sequence
 
 
 def reset_game(game: AleGame, contract: Contract, seed: int | None) -> int:
-    """Start a game from seed `seed`'s state (None: where its emulator is); the emulator
-    frames already in its episode."""
-    game.reset(None if seed is None else seed_state(contract, seed))
+    """Start a game from seed `seed`'s episode start (None: ALE's reset where its emulator
+    is); the emulator frames already in its episode."""
+    game.reset(None if seed is None else episode_start(contract, seed))
     return game.episode_frames()
 
 

@@ -18,7 +18,8 @@ from breakout_core.contract import CONTRACTS, Contract
 from breakout_core.cores import usable_cores
 from breakout_core.driver import (GAME_OVER, STOPPED, WORKER_MIN_EPISODES, EpisodeDriver, evaluation_driver,
                                   make_vector_env, play_seeds)
-from breakout_core.envs import AleGame, new_emulator, seed_state
+from breakout_core.envs import (LAST_ACTION_CLEARING_DRAW, LAST_ACTION_CLEARING_SEED, AleGame, episode_start,
+                                new_emulator)
 from breakout_core.game_worker import GameWorkerError
 
 V3 = CONTRACTS["breakout-v3"]
@@ -52,17 +53,34 @@ def test_a_game_is_the_native_vector_envs_game_frame_by_frame(sticky):
         env.close()
 
 
-def test_a_restored_seed_state_plays_as_a_fresh_seeded_load():
-    fresh = AleGame(V3, new_emulator(V3, 123))
-    fresh.reset()
-    restored = AleGame(V3, new_emulator(V3, 0))
-    restored.reset(seed_state(V3, 999))  # another game first
-    for action in range(50):
-        restored.step(action % 4)
-    restored.reset(seed_state(V3, 123))
-    for action in np.random.default_rng(0).integers(0, 4, 300):
-        assert fresh.step(int(action)) == restored.step(int(action))
+@pytest.mark.parametrize("contract", [V3, V3.replace(repeat_action_probability=0.0), V3.replace(fire_on_reset=False)],
+                         ids=["v3", "no-sticky", "no-reset-fire"])
+def test_an_episode_start_plays_as_a_fresh_seeded_load_whatever_came_before(contract):
+    """ALE keeps the last action played out of its saved states, and sticky actions may repeat
+    it: the game before (ending on FIRE, RIGHT or LEFT held) must not reach the next one."""
+    restored = AleGame(contract, new_emulator(contract, 0))
+    restored.reset(episode_start(contract, 999))
+    for last_action, seed in zip((1, 2, 3, 1, 2, 3), (123, 5, 77777, 40, 6, 2**31 - 1)):
+        for _ in range(20):
+            restored.step(last_action)
+        fresh = AleGame(contract, new_emulator(contract, seed))
+        fresh.reset()
+        restored.reset(episode_start(contract, seed))
         assert np.array_equal(fresh.obs, restored.obs)
+        for action in np.random.default_rng(seed).integers(0, 4, 200):
+            assert fresh.step(int(action)) == restored.step(int(action))
+            assert np.array_equal(fresh.obs, restored.obs)
+            assert (fresh.lives, fresh.episode_frames()) == (restored.lives, restored.episode_frames())
+
+
+def test_the_last_action_clearing_draw_is_the_generators_first():
+    """The NOOP frame that clears the last action keeps nothing only if seed 0's first draw is
+    above every contract's repeat probability (ALE's std::mt19937 seeds as numpy's MT19937)."""
+    generator = np.random.MT19937()
+    generator.state = {"bit_generator": "MT19937",
+                       "state": {"key": np.random.RandomState(LAST_ACTION_CLEARING_SEED).get_state()[1], "pos": 624}}
+    assert generator.random_raw() / 2**32 == LAST_ACTION_CLEARING_DRAW
+    assert all(c.repeat_action_probability < LAST_ACTION_CLEARING_DRAW for c in CONTRACTS.values())
 
 
 class Scripted:
