@@ -80,10 +80,12 @@ _STARTS_MAX = 4_096  # ~14 KB each (plus a 33.6 KB screen without a FIRE at the 
 
 @lru_cache(maxsize=None)
 def _last_action_clearer(contract: Contract) -> ALEState:
-    if contract.repeat_action_probability >= LAST_ACTION_CLEARING_DRAW:
-        raise ValueError(f"sticky actions at {contract.repeat_action_probability} would keep the last action "
-                         f"through the NOOP frame that clears it (its draw is {LAST_ACTION_CLEARING_DRAW:.3f})")
-    return new_emulator(contract, LAST_ACTION_CLEARING_SEED).cloneState(include_rng=True)
+    ale = new_emulator(contract, LAST_ACTION_CLEARING_SEED)
+    used = ale.getFloat("repeat_action_probability")  # as ALE keeps it: 6 significant digits
+    if used >= LAST_ACTION_CLEARING_DRAW:
+        raise ValueError(f"sticky actions at {used} would keep the last action through the NOOP frame that "
+                         f"clears it (its draw is {LAST_ACTION_CLEARING_DRAW:.7f})")
+    return ale.cloneState(include_rng=True)
 
 
 def episode_start(contract: Contract, seed: int) -> EpisodeStart:

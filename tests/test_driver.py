@@ -81,6 +81,9 @@ def test_the_last_action_clearing_draw_is_the_generators_first():
                        "state": {"key": np.random.RandomState(LAST_ACTION_CLEARING_SEED).get_state()[1], "pos": 624}}
     assert generator.random_raw() / 2**32 == LAST_ACTION_CLEARING_DRAW
     assert all(c.repeat_action_probability < LAST_ACTION_CLEARING_DRAW for c in CONTRACTS.values())
+    # ALE keeps the probability to 6 significant digits: 0.5488135 is read as 0.548814, above the draw
+    with pytest.raises(ValueError, match="would keep the last action"):
+        episode_start(V3.replace(repeat_action_probability=0.5488135), 1)
 
 
 class Scripted:
