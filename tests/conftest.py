@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable
 
 import pytest
+
+# The suite runs two tests at once (`-n 2`), and CI has two cores: a torch process with more threads
+# than free cores slows several times over (its threads wait on each other at every op), so this
+# process and every one the tests start default to one torch thread. Set before torch is imported.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture

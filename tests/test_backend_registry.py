@@ -52,8 +52,7 @@ main(sys.argv[1:])
 
 def _runner(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     code = REGISTER.format(tests=str(Path(__file__).parent))
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={"OMP_NUM_THREADS": "1", **__import__("os").environ})
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.slow
