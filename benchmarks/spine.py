@@ -27,20 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from breakout_core.contract import CONTRACTS, Contract
-from breakout_core.driver import EpisodeDriver, make_vector_env
+from breakout_core.driver import EpisodeDriver, bare_stepping_rate
 from breakout_core.evaluator import evaluate
 from breakout_core.policies import RandomPolicy
-
-
-def bare_stepping_rate(env, steps: int) -> float:
-    """Random actions straight into the env (its own autoreset), created beforehand."""
-    n = env.num_envs
-    env.reset()
-    rng = np.random.default_rng(0)
-    started = time.perf_counter()
-    for _ in range(steps):
-        env.step(rng.integers(0, 4, n))
-    return steps * n / (time.perf_counter() - started)
 
 
 def evaluator_rate(contract: Contract, seeds: list[int], batch: int, driver=None) -> float:
@@ -117,18 +106,16 @@ def main() -> None:
     args = parser.parse_args()
     contract = CONTRACTS[args.contract]
     seeds = list(range(1000, 1000 + args.seeds))
-    env = make_vector_env(contract, args.batch)
     alone = EpisodeDriver(contract, args.batch)
     split = EpisodeDriver(contract, args.batch, processes=2)
     for driver in (alone, split):  # warm-up: imports, each seed's first ROM load in each process
         evaluator_rate(contract, seeds, args.batch, driver=driver)
     rates: dict[str, list[float]] = {"bare": [], "alone": [], "split": [], "cold": []}
     for _ in range(args.repeats):  # interleaved, so drift in the machine's load hits all four
-        rates["bare"].append(bare_stepping_rate(env, 1500))
+        rates["bare"].append(bare_stepping_rate(contract, args.batch, 1500))
         rates["alone"].append(evaluator_rate(contract, seeds, args.batch, driver=alone))
         rates["split"].append(evaluator_rate(contract, seeds, args.batch, driver=split))
         rates["cold"].append(evaluator_rate(contract, seeds, args.batch))
-    env.close()
     split.close()
     median = {name: statistics.median(values) for name, values in rates.items()}
     in_round = {name: [r / b for r, b in zip(values, rates["bare"])] for name, values in rates.items()}
