@@ -60,7 +60,7 @@ class EpisodeStart:
 
     ALE keeps the last action played outside its saved states, and a reset makes it NOOP; so
     `restore` first plays one NOOP frame whose draw keeps nothing (from `_last_action_clearer`),
-    then restores the state: 0.8-1.1 ms against 11-12 ms for ALE's reset, which emulates some 70
+    then restores the state: 0.5-1.1 ms against 11-12 ms for ALE's reset, which emulates some 70
     frames (on a 2-core AMD EPYC, `benchmarks/spine.py`).
     """
 
