@@ -72,6 +72,9 @@ class Contract:
 ADDED_LATER = {"serve_after_life_loss": False}  # field -> the default that leaves hashes as they were
 FIRE = 1  # the action index that serves (envs.ACTION_NAMES)
 MAX_EPISODE_SEED = 2**31 - 1  # an episode seed seeds ALE's sticky-action generator, a C int
+# sticky actions at most this likely: an episode start clears the last action with one NOOP frame whose
+# sticky draw is 0.549 (envs.episode_start)
+MAX_REPEAT_ACTION_PROBABILITY = 0.5
 
 CONTRACTS: dict[str, Contract] = {
     "breakout-v2": Contract(),

@@ -9,7 +9,7 @@ from typing import Annotated, Literal, Union
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
                       model_validator)
 
-from breakout_core.contract import MAX_EPISODE_SEED
+from breakout_core.contract import MAX_EPISODE_SEED, MAX_REPEAT_ACTION_PROBABILITY
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"  # safe as a file name and a SQL string
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
@@ -84,7 +84,7 @@ class ContractSpec(StrictModel):
     name: str = "breakout-v3"
     max_episode_frames: int | None = Field(default=None, gt=0)
     noop_start_max: int | None = Field(default=None, ge=0)
-    repeat_action_probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    repeat_action_probability: float | None = Field(default=None, ge=0.0, le=MAX_REPEAT_ACTION_PROBABILITY)
     serve_after_life_loss: bool | None = Field(default=None, description="a forced FIRE after each lost life")
     other_contracts: Literal["refused", "deliberate"] = Field(
         default="refused", description="checkpoints trained under another contract: refused when the spec loads, "

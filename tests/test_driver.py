@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from breakout_core import driver as driver_module
-from breakout_core.contract import CONTRACTS, Contract
+from breakout_core.contract import CONTRACTS, MAX_REPEAT_ACTION_PROBABILITY, Contract
 from breakout_core.cores import usable_cores
 from breakout_core.driver import (GAME_OVER, STOPPED, WORKER_MIN_EPISODES, EpisodeDriver, evaluation_driver,
                                   make_vector_env, play_seeds)
@@ -80,7 +80,8 @@ def test_the_last_action_clearing_draw_is_the_generators_first():
     generator.state = {"bit_generator": "MT19937",
                        "state": {"key": np.random.RandomState(LAST_ACTION_CLEARING_SEED).get_state()[1], "pos": 624}}
     assert generator.random_raw() / 2**32 == LAST_ACTION_CLEARING_DRAW
-    assert all(c.repeat_action_probability < LAST_ACTION_CLEARING_DRAW for c in CONTRACTS.values())
+    assert MAX_REPEAT_ACTION_PROBABILITY < LAST_ACTION_CLEARING_DRAW
+    assert all(c.repeat_action_probability <= MAX_REPEAT_ACTION_PROBABILITY for c in CONTRACTS.values())
     # ALE keeps the probability to 6 significant digits: 0.5488135 is read as 0.548814, above the draw
     with pytest.raises(ValueError, match="would keep the last action"):
         episode_start(V3.replace(repeat_action_probability=0.5488135), 1)
