@@ -8,8 +8,8 @@ loop, the play page) goes through it; none of them implements a rule of the cont
   its whole trajectory is a function of (contract, policy, seed): the same alone, in any
   batch, in any slot, after any other episode, in any process. The state is made once per
   seed and process (a ROM load and a reset) and restored for each later episode of that
-  seed, at a tenth of the cost of ALE's reset. Without sticky actions the seed does not reach the emulator, and
-  every episode starts from one state.
+  seed, at a tenth of the cost of ALE's reset. Without sticky actions the seed does not
+  reach the emulator, and every episode starts from one state.
 - The no-op start: 0..noop_start_max forced NOOP agent steps, the count drawn from the seed.
 - The serve after a lost life, when the contract asks for it: one forced FIRE agent step.
 - Lives, scores, lengths, action counts and how each episode ended are kept per slot.

@@ -4,10 +4,11 @@
 its emulator state can be saved and restored: the episode driver (`breakout_core.driver`)
 starts every seeded episode by restoring the state that a seeded ROM load leaves after
 ALE's reset (`episode_start`), which ale-py's native vector env cannot do (it has no
-clone/restore). Its preprocessing is the native vector env's, step for step (tests compare the two frame by frame): the action is
-repeated `frame_skip` emulator frames, sticky actions applied by the emulator inside each
-frame; the last two frames are max-pooled, turned to grayscale with the emulator's own
-palette and resized with OpenCV's INTER_AREA; the newest frame goes last in the stack.
+clone/restore). Its preprocessing is the native vector env's, step for step (tests compare
+the two frame by frame): the action is repeated `frame_skip` emulator frames, sticky
+actions applied by the emulator inside each frame; the last two frames are max-pooled,
+turned to grayscale with the emulator's own palette and resized with OpenCV's INTER_AREA;
+the newest frame goes last in the stack.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ SMALL_THROUGHPUT = dict(total_transitions=200, warmup_transitions=50, learning_s
 
 def shrink(name: str, tmp_path: Path) -> Path:
     """The repository spec `name` with every count cut down (one training seed, one timing, one
-    torch thread); its method (measurements, sweeps, modes, verdicts) unchanged. Episodes are capped at 1,000
-    frames so an evaluated checkpoint that never serves ends quickly."""
+    torch thread); its method (measurements, sweeps, modes, verdicts) unchanged. Episodes are
+    capped at 1,000 frames so an evaluated checkpoint that never serves ends quickly."""
     spec = yaml.safe_load((SPECS / f"{name}.yaml").read_text())
     spec.setdefault("contract", {})["max_episode_frames"] = 1_000
     for m in spec["measurements"]:
