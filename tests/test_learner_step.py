@@ -1,7 +1,11 @@
 """The faster gradient steps (compiled TD loss, channels_last, fused Adam) compute what the
 plain step computes: the same loss, Q-values, targets and gradients on fixed inputs, and
-the same weights after an optimizer step, within float tolerance."""
+the same weights after an optimizer step, within float tolerance; the allocator setting
+that keeps freed memory does what it is for, in a process of its own."""
 
+import platform
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -69,3 +73,59 @@ def test_compiled_trainer_state_loads_into_a_plain_trainer(tmp_path):
     assert plain.updates == 1
     for a, b in zip(plain.online.parameters(), compiled.online.parameters()):
         assert torch.equal(a, b)
+
+
+# Each run is a process of its own: the allocator setting is process-wide and cannot be undone.
+# Two 10 MiB blocks taken and freed together: under glibc's default the freed top of the heap
+# exceeds its trim threshold and goes back to the OS, to be faulted in again next time.
+FAULTS_PER_ROUND = """
+import resource, sys
+import numpy as np
+from breakout_core.contract import Contract
+from breakout_core.train_config import TrainConfig
+from breakout_core.trainer import Trainer
+Trainer(TrainConfig(torch_threads=1, keep_freed_memory=sys.argv[1] == "keep"), Contract(), "unused")
+def blocks():
+    a, b = np.ones(10 << 20, np.uint8), np.ones(10 << 20, np.uint8)
+    del a, b
+blocks()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    blocks()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
+"""
+
+
+def _faults_per_round(mode: str) -> float:
+    out = subprocess.run([sys.executable, "-c", FAULTS_PER_ROUND, mode], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return float(out.stdout)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the allocator setting is glibc's")
+def test_a_trainer_keeps_freed_memory_for_reuse():
+    """A trainer with the setting (the default) leaves its process reusing freed blocks: no page
+    is faulted in again. Without it, glibc returns them and faults them back every round."""
+    assert _faults_per_round("keep") == 0
+    assert _faults_per_round("default") > 100
+
+
+def test_a_training_without_the_setting_is_refused_in_a_process_that_set_it():
+    code = """
+from dataclasses import replace
+from breakout_core.contract import Contract
+from breakout_core.train_config import TrainConfig
+from breakout_core.trainer import Trainer
+config = TrainConfig(batch_size=32, torch_threads=1)
+Trainer(config, Contract(), "unused")
+try:
+    Trainer(replace(config, keep_freed_memory=False), Contract(), "unused")
+except ValueError as exc:
+    print(exc)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    if platform.libc_ver()[0] == "glibc":
+        assert "keep_freed_memory is false, but an earlier training in this process set it" in out.stdout
+    else:  # nothing was set, so nothing is refused
+        assert out.stdout == ""
