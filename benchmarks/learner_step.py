@@ -11,6 +11,10 @@
 2. Variants of the whole step (memory format, fused Adam, torch.compile, one online forward
    over obs and next obs together, bf16 autocast), each against the plain step (NCHW, plain
    Adam, eager), interleaved over rounds in this one process; ratios are plain / variant time.
+
+Every trainer here shares one process, and with it glibc malloc's thresholds: all keep freed
+memory (the trainer's default) unless --default-malloc. That setting is compared between
+processes, in vs_cleanrl.py.
 """
 
 from __future__ import annotations
@@ -126,14 +130,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--contract", default="breakout-v3", choices=sorted(CONTRACTS))
     parser.add_argument("--no-variants", action="store_true", help="the profile only")
+    parser.add_argument("--default-malloc", action="store_true",
+                        help="leave glibc malloc's thresholds at their defaults (keep_freed_memory false); the "
+                             "setting is process-wide, so it is compared between processes, in vs_cleanrl.py")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     contract = CONTRACTS[args.contract]
     plain = TrainConfig(algorithm=args.algorithm, batch_size=args.batch, torch_threads=args.threads,
-                        channels_last=False, fused_adam=False)
+                        channels_last=False, fused_adam=False, keep_freed_memory=not args.default_malloc)
     replay = random_replay(plain, contract)
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
-          f"{torch.get_num_threads()} threads; {args.algorithm}, batch {args.batch}")
+          f"{torch.get_num_threads()} threads; {args.algorithm}, batch {args.batch}; malloc "
+          f"{'defaults' if args.default_malloc else 'keeping freed memory'}")
 
     profiled = {"plain (NCHW, Adam)": plain, "channels_last + fused Adam": replace(plain, channels_last=True, fused_adam=True)}
     flops = step_flops(Trainer(plain, contract, "/nonexistent-unused"), replay)

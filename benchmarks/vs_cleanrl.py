@@ -19,6 +19,9 @@ contract through the episode driver with a Huber loss clipped at norm 10.
 
 Each round runs CleanRL, then every train-kind variant, each in its own process; the ratio
 is variant / CleanRL within the round, and the medians and spread over rounds are printed.
+Variants: plain (NCHW, plain Adam, glibc malloc's defaults), allocator (plain, keeping freed
+memory), fast (channels_last + fused Adam), fast_allocator (both), compiled (all, and
+torch.compile of the TD loss).
 """
 
 from __future__ import annotations
@@ -36,9 +39,11 @@ from pathlib import Path
 import duckdb
 
 VARIANTS = {  # train-kind fields that differ between the project's variants
-    "plain": {"channels_last": False, "fused_adam": False},
-    "fast": {"channels_last": True, "fused_adam": True},
-    "compiled": {"channels_last": True, "fused_adam": True, "compile": True},
+    "plain": {"channels_last": False, "fused_adam": False, "keep_freed_memory": False},
+    "allocator": {"channels_last": False, "fused_adam": False, "keep_freed_memory": True},
+    "fast": {"channels_last": True, "fused_adam": True, "keep_freed_memory": False},
+    "fast_allocator": {"channels_last": True, "fused_adam": True, "keep_freed_memory": True},
+    "compiled": {"channels_last": True, "fused_adam": True, "keep_freed_memory": True, "compile": True},
 }
 
 
@@ -98,7 +103,7 @@ def main() -> None:
     parser.add_argument("--buffer", type=int, default=20_000)
     parser.add_argument("--threads", type=int, default=2, help="the train kind's torch threads (CleanRL: torch's default)")
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS),
-                        help="train-kind variants to run (repeatable); default: plain and fast")
+                        help="train-kind variants to run (repeatable); default: plain, fast and fast_allocator")
     args = parser.parse_args()
     if not args.cleanrl_script.is_file():
         sys.exit(f"{args.cleanrl_script}: no such file (CleanRL's cleanrl/dqn_atari.py)")
@@ -106,7 +111,7 @@ def main() -> None:
         sys.exit(f"{args.cleanrl_script}: cleanrl_utils/ is not beside its cleanrl/ folder")
     if args.transitions <= args.learning_starts + 100:
         sys.exit(f"--transitions {args.transitions} must be over --learning-starts {args.learning_starts} + 100")
-    variants = args.variant or ["plain", "fast"]
+    variants = args.variant or ["plain", "fast", "fast_allocator"]
     rates: dict[str, list[float]] = {"cleanrl": [], **{v: [] for v in variants}}
     walls: dict[str, list[float]] = {k: [] for k in rates}
     with tempfile.TemporaryDirectory(prefix="vs_cleanrl_") as tmp:
