@@ -128,10 +128,10 @@ def main() -> None:
                 print(f"round {r + 1}: train kind {v} {rate:.0f} transitions/s ({wall:.0f} s wall), "
                       f"x{rate / rates['cleanrl'][-1]:.2f} CleanRL", flush=True)
     print(f"\n{args.transitions} transitions, {args.learning_starts} before learning, {args.rounds} rounds")
-    print(f"{'cleanrl':12s} {statistics.median(rates['cleanrl']):6.0f} transitions/s (median)")
+    print(f"{'cleanrl':14s} {statistics.median(rates['cleanrl']):6.0f} transitions/s (median)")
     for v in variants:
         ratios = [a / b for a, b in zip(rates[v], rates["cleanrl"])]
-        print(f"{v:12s} {statistics.median(rates[v]):6.0f} transitions/s  x{statistics.median(ratios):.2f} CleanRL "
+        print(f"{v:14s} {statistics.median(rates[v]):6.0f} transitions/s  x{statistics.median(ratios):.2f} CleanRL "
               f"(rounds {min(ratios):.2f}-{max(ratios):.2f}); wall x{statistics.median(walls['cleanrl']) / statistics.median(walls[v]):.2f}")
 
 

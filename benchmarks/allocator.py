@@ -1,0 +1,66 @@
+"""The allocator setting (`keep_freed_memory`): page faults and milliseconds per gradient step.
+
+    python benchmarks/allocator.py [--pairs 6] [--steps 100] [--threads 2]
+
+The setting is process-wide and cannot be undone, so each side runs in a process of its own:
+glibc malloc's defaults, then the setting, alternating over --pairs pairs. Each process builds
+the trainer (DQN, batch 32, channels_last + fused Adam) on a replay of random frames, takes 5
+steps of warm-up, then times --steps calls of `Trainer._update` and counts the minor page
+faults of each. The ratio is default ms / kept ms within a pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+ONE_SIDE = """
+import json, resource, statistics, sys, time
+from breakout_core.contract import CONTRACTS
+from breakout_core.train_config import TrainConfig
+from breakout_core.trainer import Trainer, random_replay
+keep, steps, threads = sys.argv[1] == "keep", int(sys.argv[2]), int(sys.argv[3])
+config = TrainConfig(algorithm="dqn", batch_size=32, torch_threads=threads, channels_last=True, fused_adam=True,
+                     keep_freed_memory=keep)
+contract = CONTRACTS["breakout-v3"]
+trainer, replay = Trainer(config, contract, "/nonexistent-unused"), random_replay(config, contract)
+for _ in range(5):
+    trainer._update(replay, want_diagnostics=False)
+faults, ms = [], []
+for _ in range(steps):
+    before, started = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+    trainer._update(replay, want_diagnostics=False)
+    ms.append((time.perf_counter() - started) * 1e3)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(json.dumps({"ms": statistics.median(ms), "faults": statistics.mean(faults)}))
+"""
+
+
+def one_side(mode: str, steps: int, threads: int) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", ONE_SIDE, mode, str(steps), str(threads)], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"the {mode} side failed (exit {out.returncode}): {out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=100, help="timed gradient steps per process")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    ratios = []
+    for pair in range(args.pairs):
+        default, kept = one_side("default", args.steps, args.threads), one_side("keep", args.steps, args.threads)
+        ratios.append(default["ms"] / kept["ms"])
+        print(f"pair {pair + 1}: glibc defaults {default['ms']:6.2f} ms, {default['faults']:7.1f} faults/step; "
+              f"keeping freed memory {kept['ms']:6.2f} ms, {kept['faults']:6.1f} faults/step; x{ratios[-1]:.2f}",
+              flush=True)
+    print(f"\nx{statistics.median(ratios):.2f} (median of {args.pairs} pairs; {min(ratios):.2f}-{max(ratios):.2f})")
+
+
+if __name__ == "__main__":
+    main()
