@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--no-variants", action="store_true", help="the profile only")
     parser.add_argument("--default-malloc", action="store_true",
                         help="leave glibc malloc's thresholds at their defaults (keep_freed_memory false); the "
-                             "setting is process-wide, so it is compared between processes, in vs_cleanrl.py")
+                             "setting is process-wide, so it is compared between processes, in allocator.py and vs_cleanrl.py")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     contract = CONTRACTS[args.contract]

@@ -61,7 +61,7 @@ def cleanrl_rate(python: str, script: Path, args: argparse.Namespace, workdir: P
     out = subprocess.run([python, "-c", launcher], cwd=workdir, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
     if out.returncode != 0:
-        sys.exit(f"CleanRL failed (exit {out.returncode}): {out.stderr.strip().splitlines()[-1:]}")
+        sys.exit(f"CleanRL failed (exit {out.returncode}): {(out.stderr.strip().splitlines() or [''])[-1]}")
     sps = re.findall(r"^SPS: (\d+)", out.stdout, flags=re.M)
     if not sps:
         sys.exit("CleanRL printed no 'SPS:' line: is --transitions past --learning-starts?")
@@ -87,7 +87,7 @@ def train_kind_rate(variant: str, args: argparse.Namespace, workdir: Path) -> tu
                           "--runs-dir", str(workdir / "runs")], cwd=workdir, capture_output=True, text=True)
     wall = time.perf_counter() - started
     if out.returncode != 0:
-        sys.exit(f"the train kind failed (exit {out.returncode}): {out.stderr.strip().splitlines()[-1:]}")
+        sys.exit(f"the train kind failed (exit {out.returncode}): {(out.stderr.strip().splitlines() or [''])[-1]}")
     with duckdb.connect(str(db), read_only=True) as con:
         rate = con.execute("SELECT transitions_per_s FROM train_results ORDER BY attempt DESC LIMIT 1").fetchone()[0]
     return float(rate), wall
@@ -105,6 +105,8 @@ def main() -> None:
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS),
                         help="train-kind variants to run (repeatable); default: plain, fast and fast_allocator")
     args = parser.parse_args()
+    if min(args.rounds, args.threads) < 1:
+        parser.error("--rounds and --threads must be at least 1")
     if not args.cleanrl_script.is_file():
         sys.exit(f"{args.cleanrl_script}: no such file (CleanRL's cleanrl/dqn_atari.py)")
     if not (args.cleanrl_script.parent.parent / "cleanrl_utils").is_dir():

@@ -14,7 +14,6 @@ freed: once set, the setting stays for the life of the process.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import platform
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
@@ -36,6 +35,7 @@ def keep_freed_memory() -> None:
     global _kept
     if _kept or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    mallopt = ctypes.CDLL(None).mallopt  # the process's own C library
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     # the trim threshold alone would pin glibc's mmap threshold at its 128 KiB start: far more faults
-    _kept = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    _kept = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))

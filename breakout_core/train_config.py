@@ -13,6 +13,9 @@ from typing import Any, Literal, get_args
 Algorithm = Literal["dqn", "double", "dueling"]  # dueling = dueling head + double targets
 ALGORITHMS = get_args(Algorithm)
 MAX_TRAINING_SEED = 2**32 - 1  # numpy and torch take 32-bit seeds
+# Settings that last for the whole process once a trainer applies them: a process trains
+# with one value of each (the trainer refuses another), so a run cannot sweep or mix them.
+PROCESS_WIDE_SETTINGS = ("keep_freed_memory",)
 
 
 def setting(default: Any, description: str, **bounds: Any) -> Any:

@@ -179,7 +179,8 @@ def _run_on_ray(jobs: list[PairJob], ctx: "RunContext", executor: Executor) -> N
         try:
             records, files = ray.get(done[0])
         except (ray.exceptions.RayError) as exc:
-            failed.append(f"{job.pair.label} ({exc.__class__.__name__}: {str(exc).splitlines()[0]})")
+            cause = getattr(exc, "cause", None) or exc  # a task's own exception, under Ray's header
+            failed.append(f"{job.pair.label} ({cause.__class__.__name__}: {(str(cause).splitlines() or [''])[0]})")
             ctx.progress.console.log(f"{job.measurement} · {job.pair.label}: failed on Ray, nothing stored for it")
         else:
             _store_whole(ctx, _received(job, records, files))

@@ -10,6 +10,7 @@ from typing import Annotated, Union
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from runner.kinds import KINDS
+from runner.kinds.train import process_wide_problems
 from runner.deploy_checks import deploy_problems
 from runner.runtime_specs import ArtifactSpec, RuntimeConfig
 from runner.spec_base import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
@@ -69,6 +70,7 @@ def reference_problems(spec: Spec, context: dict | None = None) -> list[tuple[tu
             elif metric in kind.comparison_metrics and v.baseline is None:
                 problems.append((("verdicts", i, "deployment_worthy_when", metric),
                                  f"{metric} compares the candidate with a baseline; this verdict names none"))
+    problems += process_wide_problems(spec.measurements)
     unreadable = file_problems(spec, context)
     bad_files = {loc for loc, _ in unreadable}  # a file that cannot be read has no contract to compare
     return problems + deploy_problems(spec, context) + unreadable + contract_problems(spec, context, bad_files)

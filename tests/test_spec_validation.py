@@ -413,3 +413,33 @@ def test_a_training_starting_from_a_checkpoint_of_another_contract_is_refused(ch
     missing = write_spec(TRAIN_SWEEP.replace("    total_transitions: 1000\n",
                                              "    total_transitions: 1000\n    start_from: nowhere.pt\n"))
     assert any("start_from: no checkpoint file" in p and "nowhere.pt" in p for p in _problems(missing))
+
+
+PROCESS_WIDE = """\
+name: malloc
+measurements:
+  - kind: throughput
+    name: tp
+    total_transitions: 2000
+    modes: [learner]
+  - kind: train
+    name: tr
+    total_transitions: 1000
+    keep_freed_memory: false
+"""
+
+
+def test_a_process_wide_setting_takes_one_value_per_run(write_spec):
+    """keep_freed_memory lasts for the process once a training applies it, and a run is one
+    process: a spec that would train with both values is refused before anything runs, where
+    it would otherwise fail between two trainings."""
+    one_value = "the setting lasts for the whole process once a training applies it, so a run takes one value"
+    mixed = write_spec(PROCESS_WIDE)
+    assert _problems(mixed) == [f"{mixed}:10: measurements[1].keep_freed_memory: keep_freed_memory is false here but "
+                                f"true in measurement 'tp': {one_value}: run one spec per value and compare the runs"]
+    for name, sweep in (("tp", "[true, false]"), ("tr", "[false, true]")):
+        swept = write_spec(PROCESS_WIDE.replace("    keep_freed_memory: false\n", "").replace(
+            f"    name: {name}\n", f"    name: {name}\n    sweep: {{keep_freed_memory: {sweep}}}\n"))
+        assert [p for p in _problems(swept) if f"sweep 'keep_freed_memory': {one_value}" in p], name
+    agreeing = PROCESS_WIDE.replace("    modes: [learner]\n", "    modes: [learner]\n    keep_freed_memory: false\n")
+    assert load_spec(write_spec(agreeing)).spec.measurements[0].keep_freed_memory is False

@@ -28,9 +28,9 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.kinds.train import SWEEPABLE, TrainSettings
+from runner.kinds.train import TrainSettings, check_training_sweep
 from runner.spec_base import Name
-from runner.sweeps import check_sweep, expand_sweep
+from runner.sweeps import expand_sweep
 
 Mode = Literal["full", "collect", "explore", "learner", "env"]
 
@@ -55,7 +55,7 @@ class ThroughputMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "ThroughputMeasurement":
-        check_sweep(self.sweep, SWEEPABLE)
+        check_training_sweep(self.sweep)
         if self.warmup_transitions >= self.total_transitions:
             raise ValueError("warmup_transitions must be below total_transitions")
         for trial in expand_sweep(self.sweep):

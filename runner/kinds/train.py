@@ -16,13 +16,14 @@ wrote past that checkpoint are superseded in the *_valid views.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from breakout_core.hashing import file_sha256
-from breakout_core.train_config import MAX_TRAINING_SEED, TrainConfig
+from breakout_core.train_config import MAX_TRAINING_SEED, PROCESS_WIDE_SETTINGS, TrainConfig
 from runner.kinds.base import Kind, RunContext, Section
 from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, checks_files, seed_list, spec_relative
 from runner.sweeps import check_sweep, expand_sweep
@@ -87,6 +88,34 @@ class TrainSettings(_declared_settings()):
 
 
 SWEEPABLE = tuple(TrainSettings.model_fields)
+ONE_VALUE_PER_RUN = ("the setting lasts for the whole process once a training applies it, so a run takes one value: "
+                     "run one spec per value and compare the runs")
+
+
+def check_training_sweep(sweep: dict[str, list[Any]]) -> None:
+    """Raise ValueError unless `sweep` lists training fields only, none of them process-wide."""
+    check_sweep(sweep, SWEEPABLE)
+    for key in PROCESS_WIDE_SETTINGS:
+        if key in sweep:
+            raise ValueError(f"sweep {key!r}: {ONE_VALUE_PER_RUN}")
+
+
+def process_wide_problems(measurements: list) -> list[tuple[tuple, str]]:
+    """(location, message) for each training measurement whose process-wide setting differs
+    from the first training measurement's: one run is one process."""
+    problems = []
+    for key in PROCESS_WIDE_SETTINGS:
+        first = None
+        for i, m in enumerate(measurements):
+            if not isinstance(m, TrainSettings):
+                continue
+            if first is None:
+                first = m
+            elif getattr(m, key) != getattr(first, key):
+                here, there = (json.dumps(getattr(x, key)) for x in (m, first))  # as YAML spells them
+                problems.append((("measurements", i, key),
+                                 f"{key} is {here} here but {there} in measurement {first.name!r}: {ONE_VALUE_PER_RUN}"))
+    return problems
 
 
 class CheckpointEvaluation(StrictModel):
@@ -149,7 +178,7 @@ class TrainMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "TrainMeasurement":
-        check_sweep(self.sweep, SWEEPABLE)
+        check_training_sweep(self.sweep)
         if "seed" in self.sweep and self.seeds is not None:
             raise ValueError("both `seeds` and a sweep over `seed`: list the training seeds once, in `seeds`")
         if isinstance(self.seeds, int) and self.seed + self.seeds - 1 > MAX_TRAINING_SEED:
