@@ -51,8 +51,8 @@ class TrainConfig:
     fused_adam: bool = setting(True, "Adam's fused kernel, where the torch build has it")
     keep_freed_memory: bool = setting(
         True, "glibc malloc keeps freed blocks for reuse rather than returning them to the OS, so a gradient step "
-              "does not fault its tensors' pages in anew each time; process-wide and lasting: false is refused after "
-              "a training in the same process set it")
+              "does not fault its tensors' pages in anew each time; glibc only. Process-wide and lasting: one value "
+              "per run, neither swept nor mixed between measurements")
     compile: bool = setting(False, "torch.compile the TD loss (inductor); costs seconds to a minute at the first "
                                    "gradient step")
     diagnostics_every: int = setting(1_000, "transitions between diagnostics records (loss, Q, TD error, norms)",
