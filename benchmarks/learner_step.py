@@ -12,6 +12,10 @@
    over obs and next obs together, bf16 autocast), each against the plain step (NCHW, plain
    Adam, eager), interleaved over rounds in this one process; ratios are plain / variant time.
 
+3. With --ops: torch's profiler over the channels_last + fused Adam step, each op's own CPU
+   time per step, largest first: the kernels themselves against the framework's work around
+   them (copies, elementwise ops, the optimizer).
+
 Every trainer here shares one process, and with it glibc malloc's thresholds: all keep freed
 memory (the trainer's default) unless --default-malloc. That setting is compared between
 processes, in vs_cleanrl.py.
@@ -91,6 +95,17 @@ def step_ms(trainer: Trainer, replay, steps: int) -> float:
     return statistics.median(times)
 
 
+def op_times(trainer: Trainer, replay, steps: int) -> list[tuple[str, float, int]]:
+    """(op, own CPU ms per step, calls per step) of every op over `steps` steps, costliest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            trainer._update(replay, want_diagnostics=False)
+    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    return [(e.key, e.self_cpu_time_total / 1e3 / steps, e.count // steps) for e in ops]
+
+
 def step_flops(trainer: Trainer, replay) -> int:
     counter = FlopCounterMode(display=False)
     with counter:
@@ -130,6 +145,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--contract", default="breakout-v3", choices=sorted(CONTRACTS))
     parser.add_argument("--no-variants", action="store_true", help="the profile only")
+    parser.add_argument("--ops", action="store_true", help="also each op's own CPU time per step (torch's profiler)")
     parser.add_argument("--default-malloc", action="store_true",
                         help="leave glibc malloc's thresholds at their defaults (keep_freed_memory false); the "
                              "setting is process-wide, so it is compared between processes, in allocator.py and vs_cleanrl.py")
@@ -170,6 +186,13 @@ def main() -> None:
     print(f"{'sum of phases':18s}" + "".join(f"{sums[n]:24.2f} ms     " for n in names))
     print(f"{'whole _update':18s}" + "".join(f"{statistics.median(whole[n]):24.2f} ms     " for n in names))
     print(f"{'GFLOP/s':18s}" + "".join(f"{flops / statistics.median(whole[n]) / 1e6:27.1f}   " for n in names))
+    if args.ops:
+        ops = op_times(trainers["channels_last + fused Adam"], replay, args.steps * args.rounds)
+        print(f"\n3. ops of the channels_last + fused Adam step: own CPU ms per step, "
+              f"{args.steps * args.rounds} steps under torch's profiler")
+        for name, ms, calls in ops[:14]:
+            print(f"{name:40s} {ms:7.2f} ms  {calls:3d} calls")
+        print(f"{'all ops':40s} {sum(ms for _, ms, _ in ops):7.2f} ms")
     if args.no_variants:
         return
 
