@@ -18,7 +18,7 @@
 
 Every trainer here shares one process, and with it glibc malloc's thresholds: all keep freed
 memory (the trainer's default) unless --default-malloc. That setting is compared between
-processes, in vs_cleanrl.py.
+processes, in allocator.py and vs_cleanrl.py.
 """
 
 from __future__ import annotations

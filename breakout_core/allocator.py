@@ -2,8 +2,8 @@
 
 A gradient step allocates and frees tensors of 0.1-7 MB (batches, activations, gradients).
 Under glibc's default, blocks that size are often handed back to the kernel when freed and
-faulted in again, zeroed page by page, at the next step: about 1,500 page faults per step
-here, and a fault costs microseconds in a virtual machine. Raising the mmap threshold
+faulted in again, zeroed page by page, at the next step: hundreds to a few thousand page
+faults per step (docs/learner_speed.md), and a fault costs microseconds in a virtual machine. Raising the mmap threshold
 (blocks up to it come from the heap) and the trim threshold (free heap up to it is kept)
 makes every later step reuse the first step's memory. Nothing computed changes.
 
@@ -24,15 +24,16 @@ TRIM_THRESHOLD = 128 << 20
 _kept = False
 
 
-def keeping_freed_memory() -> bool:
-    """Whether this process has set the thresholds (`keep_freed_memory`)."""
-    return _kept
-
-
-def keep_freed_memory() -> None:
-    """Set the thresholds for this process, where its C library is glibc (elsewhere nothing
-    changes, and `keeping_freed_memory` stays false)."""
+def apply(keep: bool) -> None:
+    """Set the thresholds for this process when `keep` (where its C library is glibc; elsewhere
+    nothing changes). Raise ValueError for `keep` false in a process where they were set: glibc
+    cannot undo them, so that training would not run under the defaults it asks for."""
     global _kept
+    if not keep:
+        if _kept:
+            raise ValueError("keep_freed_memory is false, but an earlier training in this process set it, and glibc "
+                             "cannot undo it: train with it false in a process of its own")
+        return
     if _kept or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return
     mallopt = ctypes.CDLL(None).mallopt  # the process's own C library

@@ -86,11 +86,7 @@ class Trainer:
         self.out_dir = Path(out_dir)
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
-        if config.keep_freed_memory:
-            allocator.keep_freed_memory()
-        elif allocator.keeping_freed_memory():
-            raise ValueError("keep_freed_memory is false, but an earlier training in this process set it, and glibc "
-                             "cannot undo it: train with it false in a process of its own")
+        allocator.apply(config.keep_freed_memory)
         torch.manual_seed(config.seed)
         self.device = torch.device(config.learner_device)
         arch = "dueling" if config.algorithm == "dueling" else "nature"
