@@ -443,3 +443,24 @@ def test_a_process_wide_setting_takes_one_value_per_run(write_spec):
         assert [p for p in _problems(swept) if f"sweep 'keep_freed_memory': {one_value}" in p], name
     agreeing = PROCESS_WIDE.replace("    modes: [learner]\n", "    modes: [learner]\n    keep_freed_memory: false\n")
     assert load_spec(write_spec(agreeing)).spec.measurements[0].keep_freed_memory is False
+
+
+def test_a_bad_value_in_a_sweep_names_its_field_and_value(write_spec):
+    """A swept value is checked as its trial's setting; the error says which field and value,
+    or which trial where the trial's settings disagree with each other."""
+    base = PROCESS_WIDE.replace("    keep_freed_memory: false\n", "")
+    cases = {
+        "    sweep: {channels_last: [true, maybe]}\n": "measurements[0]: sweep 'channels_last' value 'maybe': "
+                                                        "Input should be a valid boolean",
+        "    sweep: {batch_size: [32, -1]}\n": "measurements[0]: sweep 'batch_size' value -1: "
+                                              "Input should be greater than or equal to 1",
+        "    sweep: {total_transitions: [2000, 500]}\n": "measurements[0]: warmup_transitions (1000) must be below "
+                                                         "total_transitions (500 in a trial of the sweep)",
+    }
+    for sweep, message in cases.items():
+        path = write_spec(base.replace("    name: tp\n", "    name: tp\n" + sweep))
+        assert _problems(path) == [f"{path}:3: {message}"], sweep
+    crossing = write_spec(base.replace("    name: tr\n", "    name: tr\n    checkpoint_at: [900]\n"
+                                                          "    sweep: {total_transitions: [1000, 800]}\n"))
+    assert _problems(crossing) == [f"{crossing}:7: measurements[1]: sweep trial total_transitions=800: "
+                                   "checkpoint_at [900] beyond total_transitions 800"]

@@ -55,11 +55,11 @@ class ThroughputMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "ThroughputMeasurement":
-        check_training_sweep(self.sweep)
-        if self.warmup_transitions >= self.total_transitions:
-            raise ValueError("warmup_transitions must be below total_transitions")
-        for trial in expand_sweep(self.sweep):
-            self.settings_for(trial.overrides)
+        check_training_sweep(self.sweep, self.settings_for)
+        shortest = min(self.settings_for(trial.overrides).total_transitions for trial in expand_sweep(self.sweep))
+        if self.warmup_transitions >= shortest:
+            raise ValueError(f"warmup_transitions ({self.warmup_transitions}) must be below total_transitions "
+                             f"({shortest}{' in a trial of the sweep' if shortest != self.total_transitions else ''})")
         return self
 
     def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from breakout_core.hashing import file_sha256
 from breakout_core.train_config import MAX_TRAINING_SEED, PROCESS_WIDE_SETTINGS, TrainConfig
@@ -92,12 +92,23 @@ ONE_VALUE_PER_RUN = ("the setting lasts for the whole process once a training ap
                      "run one spec per value and compare the runs")
 
 
-def check_training_sweep(sweep: dict[str, list[Any]]) -> None:
-    """Raise ValueError unless `sweep` lists training fields only, none of them process-wide."""
+def check_training_sweep(sweep: dict[str, list[Any]], settings_for: Callable[[dict[str, Any]], Any]) -> None:
+    """Raise ValueError unless `sweep` lists training fields only, none of them process-wide, and
+    every trial's settings (`settings_for(overrides)`) are valid; the error names the swept field
+    and value, or the trial where no single value is at fault."""
     check_sweep(sweep, SWEEPABLE)
     for key in PROCESS_WIDE_SETTINGS:
         if key in sweep:
             raise ValueError(f"sweep {key!r}: {ONE_VALUE_PER_RUN}")
+    for trial in expand_sweep(sweep):
+        try:
+            settings_for(trial.overrides)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = error["loc"][0] if error["loc"] else None
+            where = f"sweep {field!r} value {trial.overrides[field]!r}" if field in trial.overrides else \
+                f"sweep trial {trial.name}"
+            raise ValueError(f"{where}: {error['msg'].removeprefix('Value error, ')}") from None
 
 
 def process_wide_problems(measurements: list) -> list[tuple[tuple, str]]:
@@ -178,13 +189,11 @@ class TrainMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "TrainMeasurement":
-        check_training_sweep(self.sweep)
+        check_training_sweep(self.sweep, self.settings_for)
         if "seed" in self.sweep and self.seeds is not None:
             raise ValueError("both `seeds` and a sweep over `seed`: list the training seeds once, in `seeds`")
         if isinstance(self.seeds, int) and self.seed + self.seeds - 1 > MAX_TRAINING_SEED:
             raise ValueError(f"seeds: {self.seeds} seeds from seed {self.seed} go past {MAX_TRAINING_SEED}")
-        for trial in expand_sweep(self.sweep):
-            self.settings_for(trial.overrides)
         return self
 
     def training_seeds(self) -> list[int]:
