@@ -18,6 +18,8 @@ import statistics
 import subprocess
 import sys
 
+from breakout_core.messages import process_failure
+
 ONE_SIDE = """
 import json, resource, statistics, sys, time
 from breakout_core.contract import CONTRACTS
@@ -43,7 +45,7 @@ print(json.dumps({"ms": statistics.median(ms), "faults": statistics.median(fault
 def one_side(mode: str, steps: int, threads: int) -> dict[str, float]:
     out = subprocess.run([sys.executable, "-c", ONE_SIDE, mode, str(steps), str(threads)], capture_output=True, text=True)
     if out.returncode != 0:
-        sys.exit(f"the {mode} side failed (exit {out.returncode}): {(out.stderr.strip().splitlines() or [''])[-1]}")
+        sys.exit(process_failure(f"the {mode} side", out))
     return json.loads(out.stdout)
 
 

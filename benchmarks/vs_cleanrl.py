@@ -38,6 +38,8 @@ from pathlib import Path
 
 import duckdb
 
+from breakout_core.messages import process_failure
+
 VARIANTS = {  # train-kind fields that differ between the project's variants
     "plain": {"channels_last": False, "fused_adam": False, "keep_freed_memory": False},
     "allocator": {"channels_last": False, "fused_adam": False, "keep_freed_memory": True},
@@ -61,7 +63,7 @@ def cleanrl_rate(python: str, script: Path, args: argparse.Namespace, workdir: P
     out = subprocess.run([python, "-c", launcher], cwd=workdir, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
     if out.returncode != 0:
-        sys.exit(f"CleanRL failed (exit {out.returncode}): {(out.stderr.strip().splitlines() or [''])[-1]}")
+        sys.exit(process_failure("CleanRL", out))
     sps = re.findall(r"^SPS: (\d+)", out.stdout, flags=re.M)
     if not sps:
         sys.exit("CleanRL printed no 'SPS:' line: is --transitions past --learning-starts?")
@@ -87,7 +89,7 @@ def train_kind_rate(variant: str, args: argparse.Namespace, workdir: Path) -> tu
                           "--runs-dir", str(workdir / "runs")], cwd=workdir, capture_output=True, text=True)
     wall = time.perf_counter() - started
     if out.returncode != 0:
-        sys.exit(f"the train kind failed (exit {out.returncode}): {(out.stderr.strip().splitlines() or [''])[-1]}")
+        sys.exit(process_failure("the train kind", out))
     with duckdb.connect(str(db), read_only=True) as con:
         rate = con.execute("SELECT transitions_per_s FROM train_results ORDER BY attempt DESC LIMIT 1").fetchone()[0]
     return float(rate), wall

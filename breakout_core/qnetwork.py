@@ -14,6 +14,7 @@ from torch import nn
 
 from breakout_core.contract import Contract
 from breakout_core.envs import NUM_ACTIONS
+from breakout_core.messages import described
 
 CHECKPOINT_FORMAT = "breakout-dqn-checkpoint/1"
 ARCHITECTURES = ("nature", "dueling")
@@ -84,8 +85,7 @@ def load_checkpoint(path: str | Path) -> tuple[QNetwork, dict[str, Any]]:
         raise ValueError(f"{path}: not a readable checkpoint (it holds Python objects a weights-only load "
                          "refuses)") from None
     except Exception as exc:  # torch raises several types for a corrupt or foreign file
-        reason = str(exc).splitlines()[0] if str(exc) else "unreadable"
-        raise ValueError(f"{path}: not a readable checkpoint ({exc.__class__.__name__}: {reason})") from None
+        raise ValueError(f"{path}: not a readable checkpoint ({described(exc, 'unreadable')})") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path}: not a {CHECKPOINT_FORMAT} file")
     network = QNetwork(payload["architecture"])

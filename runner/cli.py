@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from breakout_core.contract import CONTRACTS
+from breakout_core.messages import first_line
 
 EXIT_USAGE = 2  # a spec or an argument is wrong
 EXIT_FAILED = 1  # the run itself failed, or the database refused
@@ -182,7 +183,7 @@ def _print_query(db: Path | None, query: str, as_csv: bool = False) -> None:
     except StoreError as exc:
         _fail(str(exc))
     except duckdb.Error as exc:
-        _fail(f"SQL: {str(exc).splitlines()[0]}", EXIT_USAGE)
+        _fail(f"SQL: {first_line(exc)}", EXIT_USAGE)
     if as_csv:
         import csv
 
@@ -367,7 +368,7 @@ def import_command(in_dir: Path, db: Path | None) -> None:
     except StoreError as exc:
         _fail(str(exc))
     except duckdb.Error as exc:
-        _fail(f"{in_dir}: cannot import ({str(exc).splitlines()[0]})")
+        _fail(f"{in_dir}: cannot import ({first_line(exc)})")
     click.echo(f"imported run {run_id}: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
 
 

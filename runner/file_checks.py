@@ -7,6 +7,8 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from breakout_core.messages import described
+
 WHAT = {"checkpoint": "a PyTorch checkpoint", "fixed_states": "a fixed-states .npz file", "onnx": "an ONNX model"}
 
 
@@ -50,7 +52,7 @@ def _onnx_problem(path: Path) -> str | None:
     try:
         model = onnx.load_model(str(path), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - protobuf and onnx raise several types for a foreign file
-        return f"{path}: not an ONNX model ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else 'unparsable'})"
+        return f"{path}: not an ONNX model ({described(exc, 'unparsable')})"
     if not model.graph.node:
         return f"{path}: not an ONNX model (no graph in it)"
     return None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from breakout_core.messages import described
 from runner.train_pairs import Pair, PairJob, Record, final_checkpoint, score_pair, train_pair
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ def _run_on_ray(jobs: list[PairJob], ctx: "RunContext", executor: Executor) -> N
             records, files = ray.get(done[0])
         except (ray.exceptions.RayError) as exc:
             cause = getattr(exc, "cause", None) or exc  # a task's own exception, under Ray's header
-            failed.append(f"{job.pair.label} ({cause.__class__.__name__}: {(str(cause).splitlines() or [''])[0]})")
+            failed.append(f"{job.pair.label} ({described(cause)})")
             ctx.progress.console.log(f"{job.measurement} · {job.pair.label}: failed on Ray, nothing stored for it")
         else:
             _store_whole(ctx, _received(job, records, files))

@@ -6,6 +6,7 @@ import html
 import json
 from pathlib import Path
 
+from breakout_core.messages import described
 from runner.kinds.base import Section
 from runner.report_html import render_page, table_html
 from runner.store import Store, StoreError
@@ -81,7 +82,7 @@ def build_run_report(store: Store, out_dir: Path, run_id: str | None = None, spe
 
             spec = Spec.model_validate(yaml.safe_load(run["spec_text"]), context={"check_files": False})
         except Exception as exc:  # a spec the current code no longer accepts: show rows, not charts
-            spec, spec_problem = None, f"{exc.__class__.__name__}: {str(exc).splitlines()[0]}"
+            spec, spec_problem = None, described(exc)
         sections = [_verdict_section(verdict_rows(con, run_id))]
         if spec is not None:
             for m in spec.measurements:

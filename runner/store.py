@@ -22,6 +22,8 @@ from typing import Callable, Iterator, Sequence
 
 import duckdb
 
+from breakout_core.messages import first_line
+
 from runner import schema
 
 DEFAULT_DB = "results.duckdb"
@@ -192,7 +194,7 @@ class Store:
                 if not _is_lock_error(exc):
                     raise StoreError(f"{self.path}: cannot open ({exc})") from None
                 self._still_busy(deadline, since, notices,
-                                 f"another process to release it: {str(exc).splitlines()[0]}")
+                                 f"another process to release it: {first_line(exc)}")
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
             except duckdb.Error as exc:

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from breakout_core.messages import first_line
+
 MAX_ALIASES = 50
 _CORE = "tag:yaml.org,2002:"
 ALLOWED_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "merge")}
@@ -119,7 +121,7 @@ def load_yaml(path: str | Path) -> YamlSource:
         raise SpecSourceError(f"{path}:{line}: invalid YAML: character U+{code:04X} is not allowed "
                               "(control characters cannot appear in a spec)") from None
     except yaml.YAMLError as exc:
-        raise SpecSourceError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+        raise SpecSourceError(f"{path}: invalid YAML: {first_line(exc)}") from None
     except RecursionError:
         raise SpecSourceError(f"{path}: invalid YAML: nested too deeply for a spec") from None
     finally:

@@ -1,0 +1,26 @@
+"""Quoting a library's or another process's message inside a one-line error.
+
+Library messages often run over several lines (DuckDB's SQL errors, YAML's marks, protobuf's
+dumps), and some are empty; a one-line error quotes the line that says what went wrong.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+
+def first_line(message: object, empty: str = "no message") -> str:
+    """The first non-blank line of `message` (an exception or a text), or `empty`."""
+    return next((line.strip() for line in str(message).splitlines() if line.strip()), empty)
+
+
+def described(exc: BaseException, empty: str = "no message") -> str:
+    """An exception as its type and the first line of its message: 'ValueError: bad value'."""
+    return f"{exc.__class__.__name__}: {first_line(exc, empty)}"
+
+
+def process_failure(what: str, finished: subprocess.CompletedProcess) -> str:
+    """Why a process failed, in one line: its exit status and the last line of its stderr,
+    where a Python process says what ended it."""
+    lines = [line.strip() for line in (finished.stderr or "").splitlines() if line.strip()]
+    return f"{what} failed (exit {finished.returncode}): {lines[-1] if lines else 'no message'}"
