@@ -445,22 +445,50 @@ def test_a_process_wide_setting_takes_one_value_per_run(write_spec):
     assert load_spec(write_spec(agreeing)).spec.measurements[0].keep_freed_memory is False
 
 
+AGREEING = PROCESS_WIDE.replace("    keep_freed_memory: false\n", "")  # a throughput (line 3) and a train (line 7)
+
+
 def test_a_bad_value_in_a_sweep_names_its_field_and_value(write_spec):
     """A swept value is checked as its trial's setting; the error says which field and value,
     or which trial where the trial's settings disagree with each other."""
-    base = PROCESS_WIDE.replace("    keep_freed_memory: false\n", "")
+    base = AGREEING
     cases = {
-        "    sweep: {channels_last: [true, maybe]}\n": "measurements[0]: sweep 'channels_last' value 'maybe': "
+        "    sweep: {channels_last: [true, maybe]}\n": "measurements[0]: sweep 'channels_last' value \"maybe\": "
                                                         "Input should be a valid boolean",
         "    sweep: {batch_size: [32, -1]}\n": "measurements[0]: sweep 'batch_size' value -1: "
                                               "Input should be greater than or equal to 1",
-        "    sweep: {total_transitions: [2000, 500]}\n": "measurements[0]: warmup_transitions (1000) must be below "
-                                                         "total_transitions (500 in a trial of the sweep)",
+        "    sweep: {total_transitions: [2000, 500]}\n": "measurements[0]: warmup_transitions 1000 must be below "
+                                                         "total_transitions 500 (sweep 'total_transitions' value 500)",
+        "    sweep: {epsilon_start: [null]}\n": "measurements[0]: sweep 'epsilon_start' value null: "
+                                                "Input should be a valid number",
     }
     for sweep, message in cases.items():
         path = write_spec(base.replace("    name: tp\n", "    name: tp\n" + sweep))
         assert _problems(path) == [f"{path}:3: {message}"], sweep
     crossing = write_spec(base.replace("    name: tr\n", "    name: tr\n    checkpoint_at: [900]\n"
                                                           "    sweep: {total_transitions: [1000, 800]}\n"))
-    assert _problems(crossing) == [f"{crossing}:7: measurements[1]: sweep trial total_transitions=800: "
+    assert _problems(crossing) == [f"{crossing}:7: measurements[1]: sweep trial 'total_transitions=800': "
                                    "checkpoint_at [900] beyond total_transitions 800"]
+
+
+def test_gif_checkpoints_are_checked_as_gif_at_and_kept_in_every_trial(write_spec):
+    """A GIF needs its checkpoint: gif.at is checked against each trial's length under its own
+    name, and a sweep over checkpoint_at adds to the GIF's checkpoints rather than dropping them."""
+    gif = AGREEING.replace("    total_transitions: 1000\n", "    total_transitions: 1000\n    gif: {seed: 1, at: [900]}\n")
+    short = write_spec(gif.replace("    gif:", "    sweep: {total_transitions: [1000, 800]}\n    gif:"))
+    assert _problems(short) == [f"{short}:7: measurements[1]: gif.at [900] beyond total_transitions 800 "
+                                "(sweep 'total_transitions' value 800)"]
+    negative = write_spec(gif.replace("at: [900]", "at: [0]"))
+    assert _problems(negative) == [f"{negative}:10: measurements[1].gif.at[0]: Input should be greater than 0"]
+    swept = load_spec(write_spec(gif.replace("    gif:", "    sweep: {checkpoint_at: [[100], [200]]}\n    gif:")))
+    train = swept.spec.measurements[1]
+    assert [train.pair_config(pair).checkpoint_at for pair in train.pairs()] == [(100, 900), (200, 900)]
+
+
+def test_a_sweep_over_seed_trains_each_trial_with_its_own_seed(write_spec):
+    """Without `seeds:`, a sweep over seed is what gives a trial its training seed: each pair
+    trains, and is stored, under the seed its trial lists (not the base seed)."""
+    loaded = load_spec(write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    sweep: {seed: [1, 2]}\n")))
+    train = loaded.spec.measurements[1]
+    assert [(pair.label, pair.training_seed, train.pair_config(pair).seed) for pair in train.pairs()] == [
+        ("seed=1", 1, 1), ("seed=2", 2, 2)]

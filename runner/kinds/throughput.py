@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.kinds.train import TrainSettings, check_training_sweep
+from runner.kinds.train import TrainSettings, check_training_sweep, swept_value
 from runner.spec_base import Name
 from runner.sweeps import expand_sweep
 
@@ -56,10 +56,12 @@ class ThroughputMeasurement(TrainSettings):
     @model_validator(mode="after")
     def _sweep_valid(self) -> "ThroughputMeasurement":
         check_training_sweep(self.sweep, self.settings_for)
-        shortest = min(self.settings_for(trial.overrides).total_transitions for trial in expand_sweep(self.sweep))
-        if self.warmup_transitions >= shortest:
-            raise ValueError(f"warmup_transitions ({self.warmup_transitions}) must be below total_transitions "
-                             f"({shortest}{' in a trial of the sweep' if shortest != self.total_transitions else ''})")
+        for trial in expand_sweep(self.sweep):
+            total = self.settings_for(trial.overrides).total_transitions
+            if self.warmup_transitions >= total:
+                where = f" ({swept_value('total_transitions', total)})" if "total_transitions" in trial.overrides else ""
+                raise ValueError(f"warmup_transitions {self.warmup_transitions} must be below total_transitions "
+                                 f"{total}{where}")
         return self
 
     def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Annotated, Any, Callable, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -106,9 +106,15 @@ def check_training_sweep(sweep: dict[str, list[Any]], settings_for: Callable[[di
         except ValidationError as exc:
             error = exc.errors()[0]
             field = error["loc"][0] if error["loc"] else None
-            where = f"sweep {field!r} value {trial.overrides[field]!r}" if field in trial.overrides else \
-                f"sweep trial {trial.name}"
-            raise ValueError(f"{where}: {error['msg'].removeprefix('Value error, ')}") from None
+            message = error["msg"].removeprefix("Value error, ")
+            if field in trial.overrides:
+                raise ValueError(f"{swept_value(field, trial.overrides[field])}: {message}") from None
+            raise ValueError(f"sweep trial {trial.name!r}: {message}" if trial.overrides else message) from None
+
+
+def swept_value(field: str, value: Any) -> str:
+    """Where a sweep lists a value, with the value as YAML spells it."""
+    return f"sweep {field!r} value {json.dumps(value)}"
 
 
 def process_wide_problems(measurements: list) -> list[tuple[tuple, str]]:
@@ -142,7 +148,7 @@ class GifStrip(StrictModel):
     """One GIF per listed transition count: that checkpoint playing one fixed seed at epsilon 0."""
 
     seed: int = Field(ge=0, le=MAX_SEED)
-    at: list[int] = Field(min_length=1)
+    at: list[Annotated[int, Field(gt=0)]] = Field(min_length=1, description="transition counts, each a checkpoint")
 
 
 class TrainMeasurement(TrainSettings):
@@ -189,6 +195,13 @@ class TrainMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "TrainMeasurement":
+        if self.gif is not None:  # before the trials, whose checkpoints include the GIFs'
+            for trial in expand_sweep(self.sweep):
+                total = trial.overrides.get("total_transitions", self.total_transitions)
+                late = [at for at in self.gif.at if isinstance(total, int) and at > total]
+                if late:
+                    where = f" ({swept_value('total_transitions', total)})" if "total_transitions" in trial.overrides else ""
+                    raise ValueError(f"gif.at {late} beyond total_transitions {total}{where}")
         check_training_sweep(self.sweep, self.settings_for)
         if "seed" in self.sweep and self.seeds is not None:
             raise ValueError("both `seeds` and a sweep over `seed`: list the training seeds once, in `seeds`")
@@ -196,9 +209,11 @@ class TrainMeasurement(TrainSettings):
             raise ValueError(f"seeds: {self.seeds} seeds from seed {self.seed} go past {MAX_TRAINING_SEED}")
         return self
 
-    def training_seeds(self) -> list[int]:
+    def training_seeds(self, overrides: dict[str, Any] | None = None) -> list[int]:
+        """The training seeds each trial trains with (a trial's own, given its `overrides`): those
+        `seeds` lists, or else the one its sweep or `seed` gives."""
         if self.seeds is None:
-            return [self.seed]
+            return [(overrides or {}).get("seed", self.seed)]
         if isinstance(self.seeds, int):
             return [self.seed + i for i in range(self.seeds)]
         return list(self.seeds)
@@ -206,13 +221,14 @@ class TrainMeasurement(TrainSettings):
     def pairs(self) -> list[Pair]:
         """Every (trial, training seed) pair, trial by trial."""
         return [Pair(trial.name, trial.overrides, seed, trial.name if self.seeds is None else f"{trial.name},seed={seed}")
-                for trial in expand_sweep(self.sweep) for seed in self.training_seeds()]
+                for trial in expand_sweep(self.sweep) for seed in self.training_seeds(trial.overrides)]
 
     def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:
-        base = self.model_dump(include=set(TrainSettings.model_fields))
-        if self.gif is not None:  # every GIF needs its checkpoint
-            base["checkpoint_at"] = sorted(set(base["checkpoint_at"]) | set(self.gif.at))
-        return TrainSettings.model_validate({**base, **overrides})
+        values = {**self.model_dump(include=set(TrainSettings.model_fields)), **overrides}
+        marks = values["checkpoint_at"]
+        if self.gif is not None and isinstance(marks, list) and all(isinstance(m, int) for m in marks):
+            values["checkpoint_at"] = sorted(set(marks) | set(self.gif.at))  # every GIF needs its checkpoint
+        return TrainSettings.model_validate(values)
 
     def pair_config(self, pair: Pair):
         return self.settings_for({**pair.overrides, "seed": pair.training_seed}).to_config()
