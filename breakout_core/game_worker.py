@@ -34,6 +34,7 @@ import numpy as np
 
 from breakout_core.contract import Contract
 from breakout_core.envs import AleGame, episode_start, new_emulator
+from breakout_core.messages import last_line
 
 
 def step_games(games: Sequence[AleGame], slots: Sequence[int], actions: Sequence[int], out: SlotArrays) -> None:
@@ -173,7 +174,7 @@ class GameWorker:
             raise
         if status == "error":
             self.close()
-            raise GameWorkerError(f"the game worker for slots {self.slots} failed: {payload.strip().splitlines()[-1]}")
+            raise GameWorkerError(f"the game worker for slots {self.slots} failed: {last_line(payload)}")
         return payload
 
     def _gone(self) -> GameWorkerError:

@@ -19,8 +19,12 @@ def described(exc: BaseException, empty: str = "no message") -> str:
     return f"{exc.__class__.__name__}: {first_line(exc, empty)}"
 
 
+def last_line(text: str, empty: str = "no message") -> str:
+    """The last non-blank line of `text`: where a Python traceback, or a Python process's
+    stderr, says what ended it."""
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), empty)
+
+
 def process_failure(what: str, finished: subprocess.CompletedProcess) -> str:
-    """Why a process failed, in one line: its exit status and the last line of its stderr,
-    where a Python process says what ended it."""
-    lines = [line.strip() for line in (finished.stderr or "").splitlines() if line.strip()]
-    return f"{what} failed (exit {finished.returncode}): {lines[-1] if lines else 'no message'}"
+    """Why a process failed, in one line: its exit status and the last line of its stderr."""
+    return f"{what} failed (exit {finished.returncode}): {last_line(finished.stderr or '')}"

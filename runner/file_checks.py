@@ -40,7 +40,7 @@ def file_problem(path: Path, kind: str) -> str | None:
         except ValueError as exc:
             return str(exc)
         except Exception as exc:  # noqa: BLE001 - a checkpoint of the right format missing its parts
-            return f"{path}: not {WHAT[kind]} that can be read ({exc.__class__.__name__}: {exc})"
+            return f"{path}: not {WHAT[kind]} that can be read ({described(exc)})"
     if kind == "fixed_states" and not all(n.endswith(".npy") for n in names):
         return f"{path}: not {WHAT[kind]} (a zip archive of other files than .npy arrays)"
     return None

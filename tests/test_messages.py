@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-from breakout_core.messages import described, first_line, process_failure
+from breakout_core.messages import described, first_line, last_line, process_failure
 
 
 def test_first_line_skips_blank_lines_and_names_an_empty_message():
@@ -22,3 +22,14 @@ def test_process_failure_quotes_the_last_line_of_a_real_process_stderr():
     assert process_failure("the learner side", finished) == "the learner side failed (exit 1): replay too small"
     silent = subprocess.run([sys.executable, "-c", "import sys; sys.exit(3)"], capture_output=True, text=True)
     assert process_failure("CleanRL", silent) == "CleanRL failed (exit 3): no message"
+
+
+def test_last_line_is_where_a_traceback_says_what_ended_it():
+    try:
+        raise ValueError("slot 3 has no episode")
+    except ValueError:
+        import traceback
+
+        text = traceback.format_exc()
+    assert last_line(text) == "ValueError: slot 3 has no episode"
+    assert last_line("\n \n") == "no message"
