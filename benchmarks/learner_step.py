@@ -15,6 +15,9 @@
 3. With --ops: torch's profiler over the channels_last + fused Adam step, each op's own CPU
    time per step, largest first: the kernels themselves against the framework's work around
    them (copies, elementwise ops, the optimizer).
+4. With --floor: that step's kernels timed alone (each layer forward and backward on its own
+   input, the gradient-free forwards, the optimizer step), interleaved with the whole step over
+   rounds: the step's floor on this machine, and how far above it the step runs.
 
 Every trainer here shares one process, and with it glibc malloc's thresholds: all keep freed
 memory (the trainer's default) unless --default-malloc. That setting is compared between
@@ -27,9 +30,11 @@ import argparse
 import statistics
 import time
 from dataclasses import replace
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from breakout_core.contract import CONTRACTS
@@ -85,14 +90,59 @@ def phase_times(trainer: Trainer, replay, steps: int) -> dict[str, list[float]]:
     return times
 
 
+def median_ms(run: Callable[[], object], times: int) -> float:
+    """Median milliseconds of `run()` over `times` calls."""
+    taken = []
+    for _ in range(times):
+        t = time.perf_counter()
+        run()
+        taken.append(_ms(t))
+    return statistics.median(taken)
+
+
 def step_ms(trainer: Trainer, replay, steps: int) -> float:
     """Median milliseconds of the trainer's own `_update` over `steps` steps."""
-    times = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        trainer._update(replay, want_diagnostics=False)
-        times.append(_ms(t))
-    return statistics.median(times)
+    return median_ms(lambda: trainer._update(replay, want_diagnostics=False), steps)
+
+
+def layer_inputs(trainer: Trainer, replay) -> list[tuple[nn.Module, torch.Tensor]]:
+    """Each convolution and linear layer of the online network, in the order a forward runs
+    them, with the input it gets in a forward on a sampled batch."""
+    captured: list[tuple[nn.Module, torch.Tensor]] = []
+    hooks = [m.register_forward_pre_hook(lambda module, args: captured.append((module, args[0].detach().clone())))
+             for m in trainer.online.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    obs = trainer._batch_inputs(replay.sample(trainer.config.batch_size))[0]
+    with torch.no_grad():
+        trainer.online(obs)
+    for hook in hooks:
+        hook.remove()
+    return captured
+
+
+def kernels_ms(trainer: Trainer, layers: list[tuple[nn.Module, torch.Tensor]], times: int) -> float:
+    """The step's kernels alone, each on its own input with hot caches: every layer's forward
+    and backward (the input's gradient too, but for the first layer's, as in the step), its
+    gradient-free forwards on the next observations (one, the target's, for DQN; two for
+    Double DQN), and the optimizer's step. Nothing else of a step (sampling, copies,
+    activations, the loss, clipping, autograd's work) is in it."""
+    forwards = 1 if trainer.config.algorithm == "dqn" else 2
+    total = 0.0
+    for i, (layer, x) in enumerate(layers):
+        x = x.requires_grad_(i > 0)
+
+        def forward() -> None:
+            with torch.no_grad():
+                layer(x)
+
+        def forward_backward() -> None:
+            layer.zero_grad(set_to_none=True)
+            y = layer(x)
+            y.backward(torch.ones_like(y))
+
+        total += forwards * median_ms(forward, times) + median_ms(forward_backward, times)
+    for p in trainer.online.parameters():
+        p.grad = torch.zeros_like(p)
+    return total + median_ms(trainer.optimizer.step, times)
 
 
 def op_times(trainer: Trainer, replay, steps: int) -> list[tuple[str, float, int]]:
@@ -146,6 +196,9 @@ def main() -> None:
     parser.add_argument("--contract", default="breakout-v3", choices=sorted(CONTRACTS))
     parser.add_argument("--no-variants", action="store_true", help="the profile only")
     parser.add_argument("--ops", action="store_true", help="also each op's own CPU time per step (torch's profiler)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also the step's kernels timed alone, interleaved with the whole step: how far the step "
+                             "lies above what its convolutions, matmuls and optimizer cost by themselves")
     parser.add_argument("--default-malloc", action="store_true",
                         help="leave glibc malloc's thresholds at their defaults (keep_freed_memory false); the "
                              "setting is process-wide, so it is compared between processes, in allocator.py and vs_cleanrl.py")
@@ -193,6 +246,19 @@ def main() -> None:
         for name, ms, calls in ops[:14]:
             print(f"{name:40s} {ms:7.2f} ms  {calls:3d} calls")
         print(f"{'all ops':40s} {sum(ms for _, ms, _ in ops):7.2f} ms")
+    if args.floor:
+        fast = trainers["channels_last + fused Adam"]
+        layers = layer_inputs(fast, replay)
+        print(f"\n4. the channels_last + fused Adam step against its kernels alone (hot caches), medians of "
+              f"{args.steps} per round, interleaved")
+        ratios = []
+        for k in range(args.rounds):
+            whole_ms, alone_ms = step_ms(fast, replay, args.steps), kernels_ms(fast, layers, args.steps)
+            ratios.append(whole_ms / alone_ms)
+            print(f"round {k + 1}: whole _update {whole_ms:6.2f} ms, kernels alone {alone_ms:6.2f} ms "
+                  f"({flops / alone_ms / 1e6:5.1f} GFLOP/s), gap {whole_ms - alone_ms:5.2f} ms, "
+                  f"x{whole_ms / alone_ms:.2f}")
+        print(f"whole / kernels alone: x{statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")
     if args.no_variants:
         return
 
