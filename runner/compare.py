@@ -9,9 +9,10 @@ significance:
                Welch's t CI of the difference of the mean scores
   parity       deterministic: any change in action agreement, or a change of max |dQ|
                beyond the candidate's tolerance, is a change
-  throughput,  a sweep's seeds are the repeats of a setting (Welch's t CI of the difference
-  training     of the means: a bootstrap over a few repeats is far too narrow); one value
-               per run cannot show significance and is marked so
+  throughput,  a sweep's seeds are the repeats of a setting (a paired t CI of the mean
+  training     same-seed difference when both runs trained the same seeds, else Welch's t CI
+               of the difference of the means: a bootstrap over a few repeats is far too
+               narrow); one value per run cannot show significance and is marked so
 A significant change is marked better or worse only when it is also beyond `factor`
 (asv's default 1.1); parity, which has no noise, is judged by its tolerance alone.
 
@@ -464,8 +465,9 @@ def _by_seed(values: dict[str, float]) -> dict[str, dict[str, float]]:
 def _over_seeds(measurement: str, metric: str, a: dict[str, float], b: dict[str, float], *, lower_is_better: bool,
                 machine_bound: bool, suffix: str = "") -> list[Row]:
     """Where a sweep repeats a setting over seeds, the seeds are the repeats: one row per setting,
-    its significance from the seeds' values (paired by seed when both runs trained the same seeds)."""
-    from breakout_core.stats import paired_bootstrap_ci
+    its significance from the seeds' values by a t interval, paired by seed when both runs trained
+    the same seeds (a bootstrap over a handful of seeds covers far less than it claims)."""
+    from breakout_core.stats import trimmed_mean_interval
 
     ga, gb = _by_seed(a), _by_seed(b)
     rows = []
@@ -480,10 +482,10 @@ def _over_seeds(measurement: str, metric: str, a: dict[str, float], b: dict[str,
                                      machine_bound=machine_bound, note="seeds differ between the runs"))
             continue
         seeds = sorted(sa)
-        ci = paired_bootstrap_ci(np.asarray([sb[s] - sa[s] for s in seeds]))
+        ci = trimmed_mean_interval(np.asarray([sb[s] - sa[s] for s in seeds]))
         rows.append(Row(measurement, subject, metric, float(np.mean([sa[s] for s in seeds])),
                         float(np.mean([sb[s] for s in seeds])), lower_is_better,
-                        f"paired bootstrap {ci.confidence:.0%} CI of the mean same-seed difference B − A "
+                        f"paired {ci.method} {ci.confidence:.0%} CI of the mean same-seed difference B − A "
                         f"[{ci.low:.4g}, {ci.high:.4g}] ({len(seeds)} seeds)", ci.low > 0 or ci.high < 0,
                         machine_bound=machine_bound))
     return rows

@@ -286,6 +286,24 @@ def test_verdicts_are_grouped_by_host_and_contract(store, tmp_path):
     assert result.output.count("host box · contract") == 2
 
 
+def test_two_seeds_that_agree_in_sign_are_not_a_significant_change(store):
+    """Over a seed sweep both runs trained, the same-seed differences are judged by a t interval:
+    two differences of one sign (+20 and +49 transitions/s) are far from significant, where a
+    bootstrap over them would have called the change certain (its interval is their range)."""
+    spec = ("name: tr\nmeasurements:\n  - kind: train\n    name: tr\n    total_transitions: 2000\n"
+            "    sweep: {seed: [1, 2]}\n")
+    for run_id, rates in (("A", (100.0, 101.0)), ("B", (120.0, 150.0))):
+        add_run(store, run_id, spec)
+        store.append_rows("train_results", [{
+            "run_id": run_id, "measurement": "tr", "trial": f"seed={seed}", "attempt": 0, "transitions": 2000,
+            "updates": 250, "target_syncs": 2, "wall_s": 2000 / rate, "transitions_per_s": rate}
+            for seed, rate in zip((1, 2), rates)])
+    row = next(r for r in compare_runs(store, "A", "B").rows
+               if r.subject == "base over 2 seeds" and r.metric == "transitions_per_s")
+    assert row.test.startswith("paired Student t 95% CI of the mean same-seed difference B − A") and "(2 seeds)" in row.test
+    assert row.mark == NO_CHANGE
+
+
 def test_a_sweep_over_seeds_gives_training_its_repeats(store):
     spec = ("name: tr\nmeasurements:\n  - kind: train\n    name: tr\n    total_transitions: 2000\n"
             "    sweep: {seed: [1, 2, 3, 4, 5]}\n")
