@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="timed steps per variant per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--contract", default="breakout-v3", choices=sorted(CONTRACTS))
-    parser.add_argument("--no-variants", action="store_true", help="the profile only")
+    parser.add_argument("--no-variants", action="store_true", help="skip section 2 (the variants)")
     parser.add_argument("--ops", action="store_true", help="also each op's own CPU time per step (torch's profiler)")
     parser.add_argument("--floor", action="store_true",
                         help="also the step's kernels timed alone, interleaved with the whole step: how far the step "

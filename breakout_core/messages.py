@@ -10,8 +10,13 @@ import subprocess
 
 
 def first_line(message: object, empty: str = "no message") -> str:
-    """The first non-blank line of `message` (an exception or a text), or `empty`."""
-    return next((line.strip() for line in str(message).splitlines() if line.strip()), empty)
+    """The first non-blank line of `message` (an exception or a text), or `empty`; with the line
+    after it where it ends in a colon, as torch's 'Error(s) in loading state_dict for QNetwork:'
+    does before saying which keys."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    if not lines:
+        return empty
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
 def described(exc: BaseException, empty: str = "no message") -> str:

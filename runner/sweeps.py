@@ -18,12 +18,16 @@ def _text(value: Any) -> str:
 
 
 def check_sweep(sweep: dict[str, list[Any]], fields: list[str] | tuple[str, ...]) -> None:
-    """Raise ValueError unless every key of `sweep` is one of `fields` and lists a value."""
+    """Raise ValueError unless every key of `sweep` is one of `fields` and lists distinct values
+    (as trial names spell them: two values of one name would be one trial twice)."""
     for key, values in sweep.items():
         if key not in fields:
             raise ValueError(f"sweep key {key!r} is not a training field; fields: {', '.join(fields)}")
         if not values:
             raise ValueError(f"sweep {key!r} lists no values")
+        names = [_text(v) for v in values]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"sweep {key!r} lists {', '.join(twice)} more than once: each value is one trial")
 
 
 def expand_sweep(sweep: dict[str, list[Any]]) -> list[Trial]:

@@ -8,6 +8,9 @@ def test_first_line_skips_blank_lines_and_names_an_empty_message():
     assert first_line(ValueError("\n  Parser Error: syntax error at or near \"SELEC\"\nLINE 1: SELEC 1\n")) == \
         'Parser Error: syntax error at or near "SELEC"'
     assert first_line(RuntimeError()) == "no message"
+    assert first_line(RuntimeError('Error(s) in loading state_dict for QNetwork:\n\tMissing key(s) in state_dict: '
+                                   '"torso.0.weight".\n\tUnexpected key(s) in state_dict: "x".')) == \
+        'Error(s) in loading state_dict for QNetwork: Missing key(s) in state_dict: "torso.0.weight".'
     assert first_line("   \n", empty="unreadable") == "unreadable"
 
 

@@ -461,6 +461,8 @@ def test_a_bad_value_in_a_sweep_names_its_field_and_value(write_spec):
                                                          "total_transitions 500 (sweep 'total_transitions' value 500)",
         "    sweep: {epsilon_start: [null]}\n": "measurements[0]: sweep 'epsilon_start' value null: "
                                                 "Input should be a valid number",
+        "    sweep: {learning_rate: [0.0001, 1.0e-4]}\n": "measurements[0]: sweep 'learning_rate' lists 0.0001 "
+                                                          "more than once: each value is one trial",
     }
     for sweep, message in cases.items():
         path = write_spec(base.replace("    name: tp\n", "    name: tp\n" + sweep))
@@ -478,6 +480,9 @@ def test_gif_checkpoints_are_checked_as_gif_at_and_kept_in_every_trial(write_spe
     short = write_spec(gif.replace("    gif:", "    sweep: {total_transitions: [1000, 800]}\n    gif:"))
     assert _problems(short) == [f"{short}:7: measurements[1]: gif.at [900] beyond total_transitions 800 "
                                 "(sweep 'total_transitions' value 800)"]
+    bad_total = write_spec(gif.replace("    gif:", "    sweep: {total_transitions: [1000, -1]}\n    gif:"))
+    assert _problems(bad_total) == [f"{bad_total}:7: measurements[1]: sweep 'total_transitions' value -1: "
+                                    "Input should be greater than 0"]
     negative = write_spec(gif.replace("at: [900]", "at: [0]"))
     assert _problems(negative) == [f"{negative}:10: measurements[1].gif.at[0]: Input should be greater than 0"]
     swept = load_spec(write_spec(gif.replace("    gif:", "    sweep: {checkpoint_at: [[100], [200]]}\n    gif:")))

@@ -198,7 +198,9 @@ class TrainMeasurement(TrainSettings):
         if self.gif is not None:  # before the trials, whose checkpoints include the GIFs'
             for trial in expand_sweep(self.sweep):
                 total = trial.overrides.get("total_transitions", self.total_transitions)
-                late = [at for at in self.gif.at if isinstance(total, int) and at > total]
+                if type(total) is not int or total < 1:
+                    continue  # not a length: the sweep's own check says so
+                late = [at for at in self.gif.at if at > total]
                 if late:
                     where = f" ({swept_value('total_transitions', total)})" if "total_transitions" in trial.overrides else ""
                     raise ValueError(f"gif.at {late} beyond total_transitions {total}{where}")
@@ -386,6 +388,7 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
     # a Ray task trains its pair whole in its worker's own folder: it cannot go on from a state
     # or a checkpoint here, which a worker on another node does not have
     on_ray = executor.name == "ray"
+    _refuse_pairs_not_made(m, ctx)
     jobs = []
     for pair in m.pairs():
         attempts, finished, stored_dir, unscored, latest = _stored(ctx, m.name, pair)
@@ -428,6 +431,23 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
     run_pairs(jobs, ctx, executor, on_checkpoint)
     for pair in m.pairs():
         _after_training(m, ctx, pair)
+
+
+def _refuse_pairs_not_made(m: TrainMeasurement, ctx: RunContext) -> None:
+    """A run resumed with trainings stored under (trial, training seed) pairs that the spec does
+    not make (a sweep over seed stored while every trial trained the base seed) would train its
+    pairs again beside those rows, in the same folders, and mix two sets of agents in one run."""
+    from runner.execute import NothingToResume
+
+    made = {(pair.trial, pair.training_seed) for pair in m.pairs()}
+    with ctx.store.reader() as con:
+        stored = con.execute("SELECT DISTINCT trial, training_seed FROM train_attempts WHERE run_id = ? AND "
+                             "measurement = ? ORDER BY ALL", [ctx.run_id, m.name]).fetchall()
+    strangers = [f"{trial} with training seed {seed}" for trial, seed in stored if (trial, seed) not in made]
+    if strangers:
+        raise NothingToResume(
+            f"measurement {m.name!r}: run {ctx.run_id} holds trainings this spec does not make "
+            f"({', '.join(strangers)}); resuming would train again beside them: run the spec without --resume")
 
 
 def _refuse_changed_start(ctx: RunContext, measurement: str, path: str, sha256: str) -> None:
