@@ -235,7 +235,8 @@ def test_one_training_seed_per_arm_reads_inconclusive(tmp_path):
     ({"verdicts": [dict(TINY["verdicts"][0], deployment_worthy_when={"score_mean_diff": "> 0"})]},
      "score_mean_diff is one difference between single draws: judge its interval over training seeds"),
     ({"verdicts": [dict(TINY["verdicts"][0], deployment_worthy_when={"last20_mean_diff": "> 0"})]},
-     "last20_mean_diff is one difference between single draws"),
+     "last20_mean_diff is one difference between single draws, and training episodes have no interval over "
+     "training seeds: judge the greedy scores', score_mean_diff_ci_low or score_iqm_diff_ci_low"),
     ({"measurements": [dict(TINY["measurements"][0], score_seeds=None)]},
      "judges scores over training seeds: give measurement 'seeds_lr' `score_seeds`"),
     ({"measurements": [dict(TINY["measurements"][0], sweep={"seed": [1, 2]})], "verdicts": []},

@@ -236,9 +236,13 @@ class TrainMeasurement(TrainSettings):
         return self.settings_for({**pair.overrides, "seed": pair.training_seed}).to_config()
 
     def metric_problem(self, metric: str) -> str | None:
-        if metric in RAW_COMPARISONS:
+        if metric in COMPARED:
             return (f"{metric} is one difference between single draws: judge its interval over training seeds, "
-                    f"{INTERVAL_OF.get(metric, metric)}_ci_low or _ci_high")
+                    f"{metric}_ci_low or _ci_high")
+        if metric in EPISODE_DIFFERENCES:
+            return (f"{metric} is one difference between single draws, and training episodes have no interval over "
+                    "training seeds: judge the greedy scores', score_mean_diff_ci_low or score_iqm_diff_ci_low "
+                    "(with `score_seeds`)")
         if metric in SCORE_METRICS and self.score_seeds is None:
             return f"{metric} judges scores over training seeds: give measurement {self.name!r} `score_seeds`"
         return None
@@ -553,11 +557,11 @@ LEARNING_METRICS = ("last20_mean", "last20_median", "last20_trend", "transitions
 INTERVALS = ("_ci_low", "_ci_high")
 SCORE_METRICS = tuple(f"score_{name}{bound}" for name in ("mean", "iqm") for bound in ("",) + INTERVALS)
 # comparisons over training seeds, judged by their intervals; the raw values are evidence only
-INTERVAL_OF = {f"{name}_diff": f"score_{name}_diff" for name in LEARNING_METRICS[:3]}
+EPISODE_DIFFERENCES = tuple(f"{name}_diff" for name in LEARNING_METRICS[:3])
 COMPARED = ("score_mean_diff", "score_iqm_diff", "probability_of_improvement", "transitions_per_s_speedup")
 COMPARISON_METRICS = tuple(name + bound for name in COMPARED for bound in INTERVALS)
 SCORE_METRICS += tuple(name for name in COMPARISON_METRICS if not name.startswith("transitions_per_s"))
-RAW_COMPARISONS = COMPARED + tuple(INTERVAL_OF)
+RAW_COMPARISONS = COMPARED + EPISODE_DIFFERENCES
 METRIC_NAMES = HEALTH_METRICS + LEARNING_METRICS + SCORE_METRICS[:6] + COMPARISON_METRICS + RAW_COMPARISONS
 ONE_SEED = "one training seed per arm"
 
