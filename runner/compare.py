@@ -454,6 +454,8 @@ def _by_seed(values: dict[str, float]) -> dict[str, dict[str, float]]:
     """{trial without its seed: {seed: value}} for the trials of a sweep over `seed`."""
     groups: dict[str, dict[str, float]] = {}
     for trial, value in values.items():
+        if value is None or not math.isfinite(value):
+            continue  # not measured (a NULL rate, a NaN mean): no repeat to judge
         parts = trial.split(",")
         seed = next((p for p in parts if p.startswith("seed=")), None)
         if seed is not None:
@@ -466,8 +468,10 @@ def _over_seeds(measurement: str, metric: str, a: dict[str, float], b: dict[str,
                 machine_bound: bool, suffix: str = "") -> list[Row]:
     """Where a sweep repeats a setting over seeds, the seeds are the repeats: one row per setting,
     its significance from the seeds' values by a t interval, paired by seed when both runs trained
-    the same seeds (a bootstrap over a handful of seeds covers far less than it claims)."""
-    from breakout_core.stats import trimmed_mean_interval
+    the same seeds (a bootstrap over a handful of seeds covers far less than it claims). A paired
+    interval needs MIN_SEEDS_FOR_INTERVAL seeds, as a verdict over seeds does, and differences
+    that vary: equal ones (whole-number scores can give them) leave a t interval of zero width."""
+    from breakout_core.stats import MIN_SEEDS_FOR_INTERVAL, trimmed_mean_interval
 
     ga, gb = _by_seed(a), _by_seed(b)
     rows = []
@@ -482,11 +486,20 @@ def _over_seeds(measurement: str, metric: str, a: dict[str, float], b: dict[str,
                                      machine_bound=machine_bound, note="seeds differ between the runs"))
             continue
         seeds = sorted(sa)
-        ci = trimmed_mean_interval(np.asarray([sb[s] - sa[s] for s in seeds]))
+        differences = np.asarray([sb[s] - sa[s] for s in seeds])
+        significant: bool | None = None
+        if len(seeds) < MIN_SEEDS_FOR_INTERVAL:
+            test = f"{len(seeds)} seeds: an interval over seeds needs at least {MIN_SEEDS_FOR_INTERVAL}"
+        elif np.ptp(differences) == 0 and differences[0] != 0:
+            test = (f"every seed moved by {differences[0]:.4g} ({len(seeds)} seeds): differences that do not vary "
+                    "give a t interval no width")
+        else:
+            ci = trimmed_mean_interval(differences)
+            test = (f"paired {ci.method} {ci.confidence:.0%} CI of the mean same-seed difference B − A "
+                    f"[{ci.low:.4g}, {ci.high:.4g}] ({len(seeds)} seeds)")
+            significant = ci.low > 0 or ci.high < 0
         rows.append(Row(measurement, subject, metric, float(np.mean([sa[s] for s in seeds])),
-                        float(np.mean([sb[s] for s in seeds])), lower_is_better,
-                        f"paired {ci.method} {ci.confidence:.0%} CI of the mean same-seed difference B − A "
-                        f"[{ci.low:.4g}, {ci.high:.4g}] ({len(seeds)} seeds)", ci.low > 0 or ci.high < 0,
+                        float(np.mean([sb[s] for s in seeds])), lower_is_better, test, significant,
                         machine_bound=machine_bound))
     return rows
 

@@ -73,6 +73,9 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
             console.print(f"run {run_id} goes on under its own contract {own.name} ({own.hash}), not {contract.name} "
                           f"({contract.hash}), what this spec text builds today", highlight=False)
         contract = own
+        for measurement in spec.measurements:  # before any of them goes on
+            if problem := KINDS[measurement.kind].resume_problem(measurement, store, run_id):
+                raise NothingToResume(problem)
         store.reopen_run(run_id)
     else:
         run_id = new_run_id()

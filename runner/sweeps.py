@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +26,16 @@ def check_sweep(sweep: dict[str, list[Any]], fields: list[str] | tuple[str, ...]
             raise ValueError(f"sweep key {key!r} is not a training field; fields: {', '.join(fields)}")
         if not values:
             raise ValueError(f"sweep {key!r} lists no values")
-        names = [_text(v) for v in values]
-        if twice := sorted({n for n in names if names.count(n) > 1}):
-            raise ValueError(f"sweep {key!r} lists {', '.join(twice)} more than once: each value is one trial")
+        named: dict[str, list[Any]] = {}
+        for value in values:
+            named.setdefault(_text(value), []).append(value)
+        for name, written in named.items():
+            if len(written) > 1:
+                shown = [json.dumps(v) for v in written]
+                if len(set(shown)) == 1:
+                    raise ValueError(f"sweep {key!r} lists {shown[0]} more than once: each value is one trial")
+                raise ValueError(f"sweep {key!r} values {' and '.join(shown)} share one trial name, {key}={name} "
+                                 "(a float is named to 6 significant digits): each value is one trial")
 
 
 def expand_sweep(sweep: dict[str, list[Any]]) -> list[Trial]:

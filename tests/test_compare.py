@@ -286,22 +286,35 @@ def test_verdicts_are_grouped_by_host_and_contract(store, tmp_path):
     assert result.output.count("host box · contract") == 2
 
 
-def test_two_seeds_that_agree_in_sign_are_not_a_significant_change(store):
-    """Over a seed sweep both runs trained, the same-seed differences are judged by a t interval:
-    two differences of one sign (+20 and +49 transitions/s) are far from significant, where a
-    bootstrap over them would have called the change certain (its interval is their range)."""
-    spec = ("name: tr\nmeasurements:\n  - kind: train\n    name: tr\n    total_transitions: 2000\n"
-            "    sweep: {seed: [1, 2]}\n")
-    for run_id, rates in (("A", (100.0, 101.0)), ("B", (120.0, 150.0))):
-        add_run(store, run_id, spec)
-        store.append_rows("train_results", [{
-            "run_id": run_id, "measurement": "tr", "trial": f"seed={seed}", "attempt": 0, "transitions": 2000,
-            "updates": 250, "target_syncs": 2, "wall_s": 2000 / rate, "transitions_per_s": rate}
-            for seed, rate in zip((1, 2), rates)])
-    row = next(r for r in compare_runs(store, "A", "B").rows
-               if r.subject == "base over 2 seeds" and r.metric == "transitions_per_s")
-    assert row.test.startswith("paired Student t 95% CI of the mean same-seed difference B − A") and "(2 seeds)" in row.test
-    assert row.mark == NO_CHANGE
+def test_a_few_seeds_that_agree_in_sign_are_not_a_certain_change(store):
+    """Over a seed sweep both runs trained, the same-seed differences are judged by a paired t
+    interval, and only from 3 seeds on: two seeds of one sign (+20, +49 transitions/s) are not
+    testable, where a bootstrap would have called the change certain (its interval is their
+    range); equal differences give no interval either; 3 varying ones get a wide t interval."""
+    def compared(rates_a, rates_b):
+        seeds = range(1, len(rates_a) + 1)
+        spec = ("name: tr\nmeasurements:\n  - kind: train\n    name: tr\n    total_transitions: 2000\n"
+                f"    sweep: {{seed: {list(seeds)}}}\n")
+        for run_id, rates in (("A", rates_a), ("B", rates_b)):
+            add_run(store, run_id, spec)
+            store.append_rows("train_results", [{
+                "run_id": run_id, "measurement": "tr", "trial": f"seed={seed}", "attempt": 0, "transitions": 2000,
+                "updates": 250, "target_syncs": 2, "wall_s": 2000 / rate, "transitions_per_s": rate}
+                for seed, rate in zip(seeds, rates)])
+        row = next(r for r in compare_runs(store, "A", "B").rows
+                   if r.subject == f"base over {len(rates_a)} seeds" and r.metric == "transitions_per_s")
+        with store.writer() as con:
+            con.execute("DELETE FROM train_results")
+            con.execute("DELETE FROM runs")
+        return row
+
+    two = compared((100.0, 101.0), (120.0, 150.0))
+    assert two.test == "2 seeds: an interval over seeds needs at least 3" and two.mark == NOT_TESTABLE
+    equal = compared((100.0, 110.0, 120.0), (130.0, 140.0, 150.0))
+    assert equal.test.startswith("every seed moved by 30 (3 seeds)") and equal.mark == NOT_TESTABLE
+    three = compared((100.0, 101.0, 102.0), (120.0, 150.0, 104.0))
+    assert three.test.startswith("paired Student t 95% CI of the mean same-seed difference B − A [")
+    assert "(3 seeds)" in three.test and three.mark == NO_CHANGE
 
 
 def test_a_sweep_over_seeds_gives_training_its_repeats(store):

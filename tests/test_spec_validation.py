@@ -463,6 +463,9 @@ def test_a_bad_value_in_a_sweep_names_its_field_and_value(write_spec):
                                                 "Input should be a valid number",
         "    sweep: {learning_rate: [0.0001, 1.0e-4]}\n": "measurements[0]: sweep 'learning_rate' lists 0.0001 "
                                                           "more than once: each value is one trial",
+        "    sweep: {gamma: [0.9999991, 0.9999992]}\n": "measurements[0]: sweep 'gamma' values 0.9999991 and 0.9999992 "
+                                                        "share one trial name, gamma=0.999999 (a float is named to 6 "
+                                                        "significant digits): each value is one trial",
     }
     for sweep, message in cases.items():
         path = write_spec(base.replace("    name: tp\n", "    name: tp\n" + sweep))

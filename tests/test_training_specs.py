@@ -335,17 +335,20 @@ def test_a_pair_refuses_a_start_file_replaced_after_its_job_was_made(tmp_path):
 
 def test_a_resume_refuses_trainings_the_spec_does_not_make(tmp_path, write_spec):
     """A seed sweep stored while every trial trained the base seed (as the runner once did) is not
-    resumed under the trials' own seeds, which would train them again beside the old rows."""
-    spec = write_spec("name: seedsweep\nmeasurements:\n  - kind: train\n    name: tr\n    seed: 7\n"
-                      "    total_transitions: 300\n    replay_capacity: 1000\n    sweep: {seed: [1, 2]}\n")
+    resumed under the trials' own seeds, which would train them again beside the old rows; the
+    refusal comes before any measurement goes on, and leaves the run as it was."""
+    spec = write_spec("name: seedsweep\nmeasurements:\n"
+                      "  - kind: train\n    name: first\n    total_transitions: 300\n    replay_capacity: 1000\n"
+                      "  - kind: train\n    name: tr\n    seed: 7\n    total_transitions: 300\n"
+                      "    replay_capacity: 1000\n    sweep: {seed: [1, 2]}\n")
     run_id, con, _ = run_spec(spec, tmp_path, "--no-report")
-    assert con.execute("SELECT trial, training_seed FROM train_attempts ORDER BY ALL").fetchall() == [
-        ("seed=1", 1), ("seed=2", 2)]
+    assert con.execute("SELECT trial, training_seed FROM train_attempts WHERE measurement = 'tr' ORDER BY ALL"
+                       ).fetchall() == [("seed=1", 1), ("seed=2", 2)]
     con.close()
     with duckdb.connect(str(tmp_path / "results.duckdb")) as writer:  # as the run was stored before
         for table in ("train_attempts", "train_results", "train_episodes", "train_checkpoints"):
-            writer.execute(f"UPDATE {table} SET training_seed = 7")
-        writer.execute("DELETE FROM train_results WHERE trial = 'seed=2'")
+            writer.execute(f"UPDATE {table} SET training_seed = 7 WHERE measurement = 'tr'")
+        writer.execute("DELETE FROM train_results")  # every pair unfinished: 'first' would go on first
         writer.execute("UPDATE runs SET status = 'interrupted' WHERE run_id = ?", [run_id])
         attempts = writer.execute("SELECT count(*) FROM train_attempts").fetchone()[0]
     refused = runner("run", str(spec), "--db", "results.duckdb", "--no-report", "--resume", cwd=tmp_path)
@@ -354,3 +357,4 @@ def test_a_resume_refuses_trainings_the_spec_does_not_make(tmp_path, write_spec)
             "seed=2 with training seed 7)") in refused.stderr
     with duckdb.connect(str(tmp_path / "results.duckdb"), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM train_attempts").fetchone()[0] == attempts
+        assert con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == "interrupted"

@@ -70,6 +70,10 @@ def no_metric_problem(measurement: Any, metric: str) -> str | None:
     return None
 
 
+def no_resume_problem(measurement: Any, store: "Store", run_id: str) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Kind:
     name: str
@@ -87,6 +91,9 @@ class Kind:
     references: Callable[[Any], References] = no_references  # runtimes, artifacts, measurements it names
     outputs: Callable[[Any], list[str]] = no_outputs  # artifacts it writes
     metric_problem: Callable[[Any, str], str | None] = no_metric_problem  # why a verdict may not use a metric here
+    # why `runner run --resume` may not go on with what the run stored for it (asked of every
+    # measurement before any of them resumes)
+    resume_problem: Callable[[Any, "Store", str], str | None] = no_resume_problem
 
     def __post_init__(self) -> None:
         from runner import schema

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -28,6 +28,9 @@ from runner.kinds.base import Kind, RunContext, Section
 from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, checks_files, seed_list, spec_relative
 from runner.sweeps import check_sweep, expand_sweep
 from runner.train_pairs import Pair, PairJob
+
+if TYPE_CHECKING:
+    from runner.store import Store
 
 
 def _declared_settings() -> type[StrictModel]:
@@ -392,7 +395,6 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
     # a Ray task trains its pair whole in its worker's own folder: it cannot go on from a state
     # or a checkpoint here, which a worker on another node does not have
     on_ray = executor.name == "ray"
-    _refuse_pairs_not_made(m, ctx)
     jobs = []
     for pair in m.pairs():
         attempts, finished, stored_dir, unscored, latest = _stored(ctx, m.name, pair)
@@ -437,20 +439,19 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
         _after_training(m, ctx, pair)
 
 
-def _refuse_pairs_not_made(m: TrainMeasurement, ctx: RunContext) -> None:
-    """A run resumed with trainings stored under (trial, training seed) pairs that the spec does
-    not make (a sweep over seed stored while every trial trained the base seed) would train its
-    pairs again beside those rows, in the same folders, and mix two sets of agents in one run."""
-    from runner.execute import NothingToResume
-
+def pairs_not_made(m: TrainMeasurement, store: Store, run_id: str) -> str | None:
+    """Why a run cannot be resumed when it holds trainings under (trial, training seed) pairs
+    that the spec does not make (a sweep over seed stored while every trial trained the base
+    seed): it would train its pairs again beside those rows, in the same folders, and mix two
+    sets of agents in one run."""
     made = {(pair.trial, pair.training_seed) for pair in m.pairs()}
-    with ctx.store.reader() as con:
+    with store.reader() as con:
         stored = con.execute("SELECT DISTINCT trial, training_seed FROM train_attempts WHERE run_id = ? AND "
-                             "measurement = ? ORDER BY ALL", [ctx.run_id, m.name]).fetchall()
+                             "measurement = ? ORDER BY ALL", [run_id, m.name]).fetchall()
     strangers = [f"{trial} with training seed {seed}" for trial, seed in stored if (trial, seed) not in made]
-    if strangers:
-        raise NothingToResume(
-            f"measurement {m.name!r}: run {ctx.run_id} holds trainings this spec does not make "
+    if not strangers:
+        return None
+    return (f"measurement {m.name!r}: run {run_id} holds trainings this spec does not make "
             f"({', '.join(strangers)}); resuming would train again beside them: run the spec without --resume")
 
 
@@ -751,4 +752,5 @@ KIND = Kind(
     needs_baseline=False,
     comparison_metrics=COMPARISON_METRICS + RAW_COMPARISONS,
     metric_problem=TrainMeasurement.metric_problem,
+    resume_problem=pairs_not_made,
 )
