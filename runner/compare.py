@@ -10,9 +10,10 @@ significance:
   parity       deterministic: any change in action agreement, or a change of max |dQ|
                beyond the candidate's tolerance, is a change
   throughput,  a sweep's seeds are the repeats of a setting (a paired t CI of the mean
-  training     same-seed difference when both runs trained the same seeds, else Welch's t CI
-               of the difference of the means: a bootstrap over a few repeats is far too
-               narrow); one value per run cannot show significance and is marked so
+  training     same-seed difference, from 3 seeds on, when both runs trained the same seeds,
+               else Welch's t CI of the difference of the means: a bootstrap over a few
+               repeats is far too narrow); one value per run, or too few seeds, cannot show
+               significance and is marked so
 A significant change is marked better or worse only when it is also beyond `factor`
 (asv's default 1.1); parity, which has no noise, is judged by its tolerance alone.
 
