@@ -482,9 +482,16 @@ def _over_seeds(measurement: str, metric: str, a: dict[str, float], b: dict[str,
             continue  # one seed: its trial's own row says all there is
         subject = f"{group} over {max(len(sa), len(sb))} seeds{suffix}"
         if sorted(sa) != sorted(sb) or len(sa) < 2:
-            rows.append(_samples_row(measurement, subject, metric, np.asarray(list(sa.values())),
-                                     np.asarray(list(sb.values())), lower_is_better=lower_is_better,
-                                     machine_bound=machine_bound, note="seeds differ between the runs"))
+            va, vb = np.asarray(list(sa.values())), np.asarray(list(sb.values()))
+            row = _samples_row(measurement, subject, metric, va, vb, lower_is_better=lower_is_better,
+                               machine_bound=machine_bound, note="seeds differ between the runs")
+            if row.significant is not None and min(len(va), len(vb)) < MIN_SEEDS_FOR_INTERVAL:
+                row.test, row.significant = (f"{len(va)} vs {len(vb)} seeds: an interval over seeds needs at least "
+                                             f"{MIN_SEEDS_FOR_INTERVAL} in each run"), None
+            elif row.significant is not None and np.ptp(va) == 0 and np.ptp(vb) == 0 and va[0] != vb[0]:
+                row.test, row.significant = ("neither run's seeds vary: a t interval has no width "
+                                             f"({len(va)} vs {len(vb)} seeds)"), None
+            rows.append(row)
             continue
         seeds = sorted(sa)
         differences = np.asarray([sb[s] - sa[s] for s in seeds])

@@ -290,12 +290,13 @@ def test_a_few_seeds_that_agree_in_sign_are_not_a_certain_change(store):
     """Over a seed sweep both runs trained, the same-seed differences are judged by a paired t
     interval, and only from 3 seeds on: two seeds of one sign (+20, +49 transitions/s) are not
     testable, where a bootstrap would have called the change certain (its interval is their
-    range); equal differences give no interval either; 3 varying ones get a wide t interval."""
-    def compared(rates_a, rates_b):
-        seeds = range(1, len(rates_a) + 1)
-        spec = ("name: tr\nmeasurements:\n  - kind: train\n    name: tr\n    total_transitions: 2000\n"
-                f"    sweep: {{seed: {list(seeds)}}}\n")
-        for run_id, rates in (("A", rates_a), ("B", rates_b)):
+    range); equal differences give no interval either; 3 varying ones get a wide t interval.
+    Runs that trained different seeds are compared by Welch's interval under the same rules."""
+    def compared(rates_a, rates_b, first_seed_b=1):
+        for run_id, rates, first in (("A", rates_a, 1), ("B", rates_b, first_seed_b)):
+            seeds = range(first, first + len(rates))
+            spec = ("name: tr\nmeasurements:\n  - kind: train\n    name: tr\n    total_transitions: 2000\n"
+                    f"    sweep: {{seed: {list(seeds)}}}\n")
             add_run(store, run_id, spec)
             store.append_rows("train_results", [{
                 "run_id": run_id, "measurement": "tr", "trial": f"seed={seed}", "attempt": 0, "transitions": 2000,
@@ -315,6 +316,12 @@ def test_a_few_seeds_that_agree_in_sign_are_not_a_certain_change(store):
     three = compared((100.0, 101.0, 102.0), (120.0, 150.0, 104.0))
     assert three.test.startswith("paired Student t 95% CI of the mean same-seed difference B − A [")
     assert "(3 seeds)" in three.test and three.mark == NO_CHANGE
+    # runs that trained other seeds: Welch's interval, under the same rules
+    other_two = compared((100.0, 101.0), (120.0, 150.0), first_seed_b=11)
+    assert other_two.test == "2 vs 2 seeds: an interval over seeds needs at least 3 in each run"
+    assert other_two.mark == NOT_TESTABLE
+    flat = compared((100.0, 100.0, 100.0), (130.0, 130.0, 130.0), first_seed_b=11)
+    assert flat.test == "neither run's seeds vary: a t interval has no width (3 vs 3 seeds)" and flat.mark == NOT_TESTABLE
 
 
 def test_a_sweep_over_seeds_gives_training_its_repeats(store):
