@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.kinds.train import TrainSettings, check_training_sweep, swept_value
+from runner.kinds.train import TrainSettings, check_training_sweep, where_swept
 from runner.spec_base import Name
 from runner.sweeps import expand_sweep
 
@@ -59,9 +59,8 @@ class ThroughputMeasurement(TrainSettings):
         for trial in expand_sweep(self.sweep):
             total = self.settings_for(trial.overrides).total_transitions
             if self.warmup_transitions >= total:
-                where = f" ({swept_value('total_transitions', total)})" if "total_transitions" in trial.overrides else ""
                 raise ValueError(f"warmup_transitions {self.warmup_transitions} must be below total_transitions "
-                                 f"{total}{where}")
+                                 f"{total}{where_swept(trial, 'total_transitions')}")
         return self
 
     def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:

@@ -26,7 +26,7 @@ from breakout_core.hashing import file_sha256
 from breakout_core.train_config import MAX_TRAINING_SEED, PROCESS_WIDE_SETTINGS, TrainConfig
 from runner.kinds.base import Kind, RunContext, Section
 from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, checks_files, seed_list, spec_relative
-from runner.sweeps import check_sweep, expand_sweep
+from runner.sweeps import Trial, check_sweep, expand_sweep
 from runner.train_pairs import Pair, PairJob
 
 if TYPE_CHECKING:
@@ -120,6 +120,11 @@ def swept_value(field: str, value: Any) -> str:
     return f"sweep {field!r} value {json.dumps(value)}"
 
 
+def where_swept(trial: Trial, field: str) -> str:
+    """' (sweep 'field' value v)' where the trial's sweep sets `field`, else nothing."""
+    return f" ({swept_value(field, trial.overrides[field])})" if field in trial.overrides else ""
+
+
 def process_wide_problems(measurements: list) -> list[tuple[tuple, str]]:
     """(location, message) for each training measurement whose process-wide setting differs
     from the first training measurement's: one run is one process."""
@@ -205,8 +210,8 @@ class TrainMeasurement(TrainSettings):
                     continue  # not a length: the sweep's own check says so
                 late = [at for at in self.gif.at if at > total]
                 if late:
-                    where = f" ({swept_value('total_transitions', total)})" if "total_transitions" in trial.overrides else ""
-                    raise ValueError(f"gif.at {late} beyond total_transitions {total}{where}")
+                    raise ValueError(f"gif.at {late} beyond total_transitions {total}"
+                                     f"{where_swept(trial, 'total_transitions')}")
         check_training_sweep(self.sweep, self.settings_for)
         if "seed" in self.sweep and self.seeds is not None:
             raise ValueError("both `seeds` and a sweep over `seed`: list the training seeds once, in `seeds`")
