@@ -55,12 +55,10 @@ class ThroughputMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "ThroughputMeasurement":
-        check_training_sweep(self.sweep, self.settings_for)
-        for trial in expand_sweep(self.sweep):
-            total = self.settings_for(trial.overrides).total_transitions
-            if self.warmup_transitions >= total:
+        for trial, settings in check_training_sweep(self.sweep, self.settings_for):
+            if self.warmup_transitions >= settings.total_transitions:
                 raise ValueError(f"warmup_transitions {self.warmup_transitions} must be below total_transitions "
-                                 f"{total}{where_swept(trial, 'total_transitions')}")
+                                 f"{settings.total_transitions}{where_swept(trial, 'total_transitions')}")
         return self
 
     def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:

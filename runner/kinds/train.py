@@ -95,17 +95,20 @@ ONE_VALUE_PER_RUN = ("the setting lasts for the whole process once a training ap
                      "run one spec per value and compare the runs")
 
 
-def check_training_sweep(sweep: dict[str, list[Any]], settings_for: Callable[[dict[str, Any]], Any]) -> None:
-    """Raise ValueError unless `sweep` lists training fields only, none of them process-wide, and
-    every trial's settings (`settings_for(overrides)`) are valid; the error names the swept field
-    and value, or the trial where no single value is at fault."""
+def check_training_sweep(sweep: dict[str, list[Any]], settings_for: Callable[[dict[str, Any]], TrainSettings]
+                         ) -> list[tuple[Trial, TrainSettings]]:
+    """Every trial of `sweep` with its settings (`settings_for(overrides)`); raise ValueError
+    unless the sweep lists training fields only, none of them process-wide, and every trial's
+    settings are valid: the error names the swept field and value, or the trial where no single
+    value is at fault."""
     check_sweep(sweep, SWEEPABLE)
     for key in PROCESS_WIDE_SETTINGS:
         if key in sweep:
             raise ValueError(f"sweep {key!r}: {ONE_VALUE_PER_RUN}")
+    checked = []
     for trial in expand_sweep(sweep):
         try:
-            settings_for(trial.overrides)
+            checked.append((trial, settings_for(trial.overrides)))
         except ValidationError as exc:
             error = exc.errors()[0]
             field = error["loc"][0] if error["loc"] else None
@@ -113,6 +116,7 @@ def check_training_sweep(sweep: dict[str, list[Any]], settings_for: Callable[[di
             if field in trial.overrides:
                 raise ValueError(f"{swept_value(field, trial.overrides[field])}: {message}") from None
             raise ValueError(f"sweep trial {trial.name!r}: {message}" if trial.overrides else message) from None
+    return checked
 
 
 def swept_value(field: str, value: Any) -> str:
