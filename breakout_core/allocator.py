@@ -3,9 +3,10 @@
 A gradient step allocates and frees tensors of 0.1-7 MB (batches, activations, gradients).
 Under glibc's default, blocks that size are often handed back to the kernel when freed and
 faulted in again, zeroed page by page, at the next step: hundreds to a few thousand page
-faults per step (docs/learner_speed.md), and a fault costs microseconds in a virtual machine. Raising the mmap threshold
-(blocks up to it come from the heap) and the trim threshold (free heap up to it is kept)
-makes every later step reuse the first step's memory. Nothing computed changes.
+faults per step (docs/learner_speed.md), and a fault costs microseconds in a virtual machine.
+Raising the mmap threshold (blocks up to it come from the heap) and the trim threshold (free
+heap up to it is kept) makes every later step reuse the first step's memory. Nothing computed
+changes.
 
 glibc has no call that restores its default, which moves the mmap threshold as blocks are
 freed: once set, the setting stays for the life of the process.
