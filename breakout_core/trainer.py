@@ -136,6 +136,7 @@ class Trainer:
         self.online.load_state_dict(payload["online"])
         self.target.load_state_dict(payload["target"])
         self.optimizer.load_state_dict(payload["optimizer"])
+        _lay_out_moments_like_weights(self.optimizer)
         self.transitions, self.updates = payload["transitions"], payload["updates"]
         self.target_syncs, self.resumes = payload["target_syncs"], payload["resumes"] + 1
         if "initial" in payload:  # a state saved by an older runner: this attempt's seeded weights stand in
@@ -347,6 +348,17 @@ def learner_rate(config: TrainConfig, contract: Contract, *, updates: int = 40, 
     for _ in range(updates):
         trainer._update(replay, want_diagnostics=False)
     return updates / (time.perf_counter() - started)
+
+
+def _lay_out_moments_like_weights(optimizer: torch.optim.Optimizer) -> None:
+    """Give each of Adam's moments its weight's memory layout. A state saved under the other
+    layout (channels_last on or off) loads its moments as they were saved, and the fused kernel
+    pairs a weight with its gradient and moments by memory position, not by index: each weight
+    would be updated with another weight's moments, silently."""
+    for weight, state in optimizer.state.items():
+        for key, value in state.items():
+            if torch.is_tensor(value) and value.shape == weight.shape and value.stride() != weight.stride():
+                state[key] = torch.empty_like(weight).copy_(value)
 
 
 def _adam(params, lr: float, fused: bool) -> torch.optim.Optimizer:

@@ -1,7 +1,8 @@
 """The faster gradient steps (compiled TD loss, channels_last, fused Adam) compute what the
 plain step computes: the same loss, Q-values, targets and gradients on fixed inputs, and
-the same weights after an optimizer step, within float tolerance; the allocator setting
-that keeps freed memory does what it is for, in a process of its own."""
+the same weights after an optimizer step, within float tolerance; a state saved under one
+memory layout resumes under the other; the allocator setting that keeps freed memory does
+what it is for, in a process of its own."""
 
 import platform
 import subprocess
@@ -73,6 +74,28 @@ def test_compiled_trainer_state_loads_into_a_plain_trainer(tmp_path):
     assert plain.updates == 1
     for a, b in zip(plain.online.parameters(), compiled.online.parameters()):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("saved_channels_last", [True, False])
+def test_a_state_resumes_under_the_other_memory_layout(tmp_path, saved_channels_last):
+    """Adam's moments take the weights' layout on loading: the fused kernel pairs them by memory
+    position, so a state saved with channels_last on and resumed with it off (or the other way)
+    must step as the trainer that saved it would."""
+    contract = Contract()
+    config = replace(PLAIN, fused_adam=True)
+    replay = random_replay(config, contract)
+    saver = Trainer(replace(config, channels_last=saved_channels_last), contract, tmp_path)
+    for _ in range(3):
+        saver._update(replay, want_diagnostics=False)
+    saver.save_state((0, 0.0), 0.0)
+    resumed = Trainer(replace(config, channels_last=not saved_channels_last), contract, tmp_path)
+    resumed.load_state()
+    for weight, state in resumed.optimizer.state.items():
+        assert state["exp_avg"].stride() == weight.stride()
+    batch = replay.sample(config.batch_size)
+    expected, got = _step(saver, batch)[4], _step(resumed, batch)[4]
+    for w_got, w in zip(got, expected):
+        torch.testing.assert_close(w_got, w, rtol=1e-4, atol=1e-6)
 
 
 # Each run is a process of its own: the allocator setting is process-wide and cannot be undone.
