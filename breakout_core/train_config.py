@@ -49,6 +49,9 @@ class TrainConfig:
     torch_threads: int | None = setting(None, "torch's intra-op threads; unset leaves torch's default", ge=1, le=256)
     channels_last: bool = setting(False, "the networks and batches in channels_last memory format")
     fused_adam: bool = setting(True, "Adam's fused kernel, where the torch build has it")
+    input_major_linear: bool = setting(
+        True, "the fully connected weights held (in, out) while training, so each one's gradient is the faster "
+              "matrix product; checkpoints and states keep torch's (out, in)")
     keep_freed_memory: bool = setting(
         True, "glibc malloc keeps freed blocks for reuse rather than returning them to the OS, so a gradient step "
               "does not fault its tensors' pages in anew each time; glibc only. Process-wide and lasting: one value "

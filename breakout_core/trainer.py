@@ -22,6 +22,8 @@ from breakout_core import allocator
 from breakout_core.contract import Contract
 from breakout_core.driver import EpisodeDriver
 from breakout_core.envs import NUM_ACTIONS
+from breakout_core.input_major import (
+    input_major_weights, optimizer_state_transposed_at, transposed_at, with_input_major_linears)
 from breakout_core.qnetwork import QNetwork, load_checkpoint, save_checkpoint
 from breakout_core.replay import FrameReplay, ReplayBatch
 from breakout_core.train_config import TrainConfig
@@ -94,10 +96,15 @@ class Trainer:
         self.target = QNetwork(arch).to(self.device)
         self.target.load_state_dict(self.online.state_dict())
         self.target.eval()
+        if config.input_major_linear:
+            with_input_major_linears(self.online)
+            with_input_major_linears(self.target)
         if config.channels_last:
             self.online = self.online.to(memory_format=torch.channels_last)
             self.target = self.target.to(memory_format=torch.channels_last)
         self.optimizer = _adam(self.online.parameters(), config.learning_rate, config.fused_adam)
+        # saved states hold these weights' moments and initial values in nn.Linear's layout
+        self._input_major = input_major_weights(self.online.parameters(), self.online)
         # compiled lazily, at the first update; the modules and their state_dict keys stay as they are
         self._loss_fn = torch.compile(self._td_loss) if config.compile else self._td_loss
         self.initial = [p.detach().clone() for p in self.online.parameters()]  # weights_moved is measured from here
@@ -119,9 +126,10 @@ class Trainer:
         payload = {
             "format": STATE_FORMAT, "config": asdict(self.config), "contract_hash": self.contract.hash,
             "online": self.online.state_dict(), "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(), "transitions": self.transitions,
-            "updates": self.updates, "target_syncs": self.target_syncs, "resumes": self.resumes,
-            "initial": self.initial, "measured": list(measured), "wall_s": wall_s,
+            "optimizer": optimizer_state_transposed_at(self.optimizer.state_dict(), self._input_major),
+            "transitions": self.transitions, "updates": self.updates, "target_syncs": self.target_syncs,
+            "resumes": self.resumes,
+            "initial": transposed_at(self.initial, self._input_major), "measured": list(measured), "wall_s": wall_s,
         }
         tmp = self.state_path().with_suffix(".tmp")
         torch.save(payload, tmp)
@@ -135,12 +143,12 @@ class Trainer:
             raise ValueError(f"{self.state_path()}: saved under contract {payload['contract_hash']}, not {self.contract.hash}")
         self.online.load_state_dict(payload["online"])
         self.target.load_state_dict(payload["target"])
-        self.optimizer.load_state_dict(payload["optimizer"])
+        self.optimizer.load_state_dict(optimizer_state_transposed_at(payload["optimizer"], self._input_major))
         _lay_out_moments_like_weights(self.optimizer)
         self.transitions, self.updates = payload["transitions"], payload["updates"]
         self.target_syncs, self.resumes = payload["target_syncs"], payload["resumes"] + 1
         if "initial" in payload:  # a state saved by an older runner: this attempt's seeded weights stand in
-            self.initial = [t.to(self.device) for t in payload["initial"]]
+            self.initial = transposed_at([t.to(self.device) for t in payload["initial"]], self._input_major)
             self.measured, self.wall_s = (int(payload["measured"][0]), float(payload["measured"][1])), payload["wall_s"]
         self.rng = np.random.default_rng([self.config.seed, self.resumes])
 

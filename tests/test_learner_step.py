@@ -1,8 +1,8 @@
-"""The faster gradient steps (compiled TD loss, channels_last, fused Adam) compute what the
-plain step computes: the same loss, Q-values, targets and gradients on fixed inputs, and
-the same weights after an optimizer step, within float tolerance; a state saved under one
-memory layout resumes under the other; the allocator setting that keeps freed memory does
-what it is for, in a process of its own."""
+"""The faster gradient steps (compiled TD loss, channels_last, fused Adam, input-major linear
+weights) compute what the plain step computes: the same loss, Q-values, targets and gradients
+on fixed inputs, and the same weights after an optimizer step, within float tolerance; a state
+saved under one memory layout resumes under the other; the allocator setting that keeps freed
+memory does what it is for, in a process of its own."""
 
 import platform
 import subprocess
@@ -13,24 +13,31 @@ import pytest
 import torch
 
 from breakout_core.contract import Contract
+from breakout_core.input_major import transposed_at
 from breakout_core.train_config import TrainConfig
 from breakout_core.trainer import Trainer, random_replay
 
-PLAIN = TrainConfig(batch_size=16, torch_threads=1, channels_last=False, fused_adam=False, compile=False)
+PLAIN = TrainConfig(batch_size=16, torch_threads=1, channels_last=False, fused_adam=False, input_major_linear=False,
+                    compile=False)
 FASTER = {
     "compile": dict(compile=True),
+    "input-major linear": dict(input_major_linear=True),
     "channels_last + fused Adam": dict(channels_last=True, fused_adam=True),
-    "compile + channels_last + fused Adam": dict(compile=True, channels_last=True, fused_adam=True),
+    "channels_last + fused Adam + input-major linear": dict(channels_last=True, fused_adam=True, input_major_linear=True),
+    "compile + channels_last + fused Adam + input-major linear": dict(
+        compile=True, channels_last=True, fused_adam=True, input_major_linear=True),
 }
 
 
 def _step(trainer: Trainer, batch) -> tuple[torch.Tensor, ...]:
+    """Loss, Q-values, targets, gradients and the weights after the step; gradients and weights
+    in nn.Linear's layout whatever the trainer holds."""
     loss, q, target = trainer._loss_fn(*trainer._batch_inputs(batch))
     trainer.optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    grads = [p.grad.detach().clone() for p in trainer.online.parameters()]
+    grads = transposed_at([p.grad.detach() for p in trainer.online.parameters()], trainer._input_major)
     trainer.optimizer.step()
-    return loss.detach(), q.detach(), target, grads, [p.detach().clone() for p in trainer.online.parameters()]
+    return loss.detach(), q.detach(), target, grads, [w.clone() for w in trainer.online.state_dict().values()]
 
 
 @pytest.mark.parametrize("algorithm", ["dqn", "double"])
@@ -76,22 +83,25 @@ def test_compiled_trainer_state_loads_into_a_plain_trainer(tmp_path):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("saved_channels_last", [True, False])
-def test_a_state_resumes_under_the_other_memory_layout(tmp_path, saved_channels_last):
-    """Adam's moments take the weights' layout on loading: the fused kernel pairs them by memory
-    position, so a state saved with channels_last on and resumed with it off (or the other way)
-    must step as the trainer that saved it would."""
+@pytest.mark.parametrize("saved_with", [True, False])
+@pytest.mark.parametrize("layout", ["channels_last", "input_major_linear"])
+def test_a_state_resumes_under_the_other_memory_layout(tmp_path, layout, saved_with):
+    """A state saved with a layout setting on resumes with it off, and the other way, and steps as
+    the trainer that saved it would: weights, Adam's moments and initial weights are saved in one
+    layout and take the resuming trainer's. (The fused Adam pairs a weight with its moments by
+    memory position, so moments in another layout would update each weight with another's.)"""
     contract = Contract()
     config = replace(PLAIN, fused_adam=True)
     replay = random_replay(config, contract)
-    saver = Trainer(replace(config, channels_last=saved_channels_last), contract, tmp_path)
+    saver = Trainer(replace(config, **{layout: saved_with}), contract, tmp_path)
     for _ in range(3):
         saver._update(replay, want_diagnostics=False)
     saver.save_state((0, 0.0), 0.0)
-    resumed = Trainer(replace(config, channels_last=not saved_channels_last), contract, tmp_path)
+    resumed = Trainer(replace(config, **{layout: not saved_with}), contract, tmp_path)
     resumed.load_state()
     for weight, state in resumed.optimizer.state.items():
-        assert state["exp_avg"].stride() == weight.stride()
+        assert state["exp_avg"].shape == weight.shape and state["exp_avg"].stride() == weight.stride()
+    assert [t.shape for t in resumed.initial] == [p.shape for p in resumed.online.parameters()]
     batch = replay.sample(config.batch_size)
     expected, got = _step(saver, batch)[4], _step(resumed, batch)[4]
     for w_got, w in zip(got, expected):
