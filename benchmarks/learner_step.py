@@ -8,13 +8,13 @@
    the next obs, the target forward, the loss, backward, gradient clipping, the optimizer and
    the diagnostics. The whole `Trainer._update` is timed beside it, so the phases' sum can be
    checked against it. FLOPs are counted by torch's FlopCounterMode on one step.
-2. Variants of the whole step (memory format, fused Adam, torch.compile, one online forward
-   over obs and next obs together, bf16 autocast), each against the plain step (NCHW, plain
-   Adam, eager), interleaved over rounds in this one process; ratios are plain / variant time.
-
-3. With --ops: torch's profiler over the channels_last + fused Adam step, each op's own CPU
-   time per step, largest first: the kernels themselves against the framework's work around
-   them (copies, elementwise ops, the optimizer).
+2. Variants of the whole step (memory format, fused Adam, input-major linear weights,
+   torch.compile, one online forward over obs and next obs together, bf16 autocast), each
+   against the plain step (NCHW, plain Adam, nn.Linear's weight layout, eager), interleaved
+   over rounds in this one process; ratios are plain / variant time.
+3. With --ops: torch's profiler over the fast step (channels_last + fused Adam + input-major
+   linear weights), each op's own CPU time per step, largest first: the kernels themselves
+   against the framework's work around them (copies, elementwise ops, the optimizer).
 4. With --floor: that step's kernels timed alone (each layer forward and backward on its own
    input, the gradient-free forwards, the optimizer step), interleaved with the whole step over
    rounds: the step's floor on this machine, and how far above it the step runs.
@@ -38,9 +38,11 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from breakout_core.contract import CONTRACTS
+from breakout_core.input_major import InputMajorLinear
 from breakout_core.train_config import TrainConfig
 from breakout_core.trainer import Trainer, random_replay
 
+FAST = "channels_last + fused Adam + input-major"  # the fastest step measured: the profile's second column
 PHASES = ("sample", "online_fwd_obs", "online_fwd_next", "target_fwd_next", "loss", "backward", "clip",
           "optimizer", "diagnostics")
 
@@ -110,7 +112,7 @@ def layer_inputs(trainer: Trainer, replay) -> list[tuple[nn.Module, torch.Tensor
     them, with the input it gets in a forward on a sampled batch."""
     captured: list[tuple[nn.Module, torch.Tensor]] = []
     hooks = [m.register_forward_pre_hook(lambda module, args: captured.append((module, args[0].detach().clone())))
-             for m in trainer.online.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+             for m in trainer.online.modules() if isinstance(m, (nn.Conv2d, nn.Linear, InputMajorLinear))]
     obs = trainer._batch_inputs(replay.sample(trainer.config.batch_size))[0]
     with torch.no_grad():
         trainer.online(obs)
@@ -206,13 +208,15 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     contract = CONTRACTS[args.contract]
     plain = TrainConfig(algorithm=args.algorithm, batch_size=args.batch, torch_threads=args.threads,
-                        channels_last=False, fused_adam=False, keep_freed_memory=not args.default_malloc)
+                        channels_last=False, fused_adam=False, input_major_linear=False,
+                        keep_freed_memory=not args.default_malloc)
     replay = random_replay(plain, contract)
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
           f"{torch.get_num_threads()} threads; {args.algorithm}, batch {args.batch}; malloc "
           f"{'defaults' if args.default_malloc else 'keeping freed memory'}")
 
-    profiled = {"plain (NCHW, Adam)": plain, "channels_last + fused Adam": replace(plain, channels_last=True, fused_adam=True)}
+    profiled = {"plain (NCHW, Adam)": plain,
+                FAST: replace(plain, channels_last=True, fused_adam=True, input_major_linear=True)}
     flops = step_flops(Trainer(plain, contract, "/nonexistent-unused"), replay)
     print(f"\n1. profile: {flops / 1e9:.2f} GFLOP per step (FlopCounterMode); phases in ms, median of "
           f"{args.steps} steps x {args.rounds} rounds, whole _update timed beside them")
@@ -227,29 +231,29 @@ def main() -> None:
                 phases[name][p] += values
             whole[name].append(step_ms(trainer, replay, args.steps))
     names = list(profiled)
-    print(f"{'phase':18s}" + "".join(f"{n:>30s}" for n in names))
+    print(f"{'phase':18s}" + "".join(f"{n:>44s}" for n in names))
     sums = {n: 0.0 for n in names}
     for p in PHASES:
         row = ""
         for n in names:
             ms = statistics.median(phases[n][p])
             sums[n] += ms
-            row += f"{ms:24.2f} ms {ms / statistics.median(whole[n]) * 100:3.0f}%"
+            row += f"{ms:38.2f} ms {ms / statistics.median(whole[n]) * 100:3.0f}%"
         print(f"{p:18s}{row}")
-    print(f"{'sum of phases':18s}" + "".join(f"{sums[n]:24.2f} ms     " for n in names))
-    print(f"{'whole _update':18s}" + "".join(f"{statistics.median(whole[n]):24.2f} ms     " for n in names))
-    print(f"{'GFLOP/s':18s}" + "".join(f"{flops / statistics.median(whole[n]) / 1e6:27.1f}   " for n in names))
+    print(f"{'sum of phases':18s}" + "".join(f"{sums[n]:38.2f} ms     " for n in names))
+    print(f"{'whole _update':18s}" + "".join(f"{statistics.median(whole[n]):38.2f} ms     " for n in names))
+    print(f"{'GFLOP/s':18s}" + "".join(f"{flops / statistics.median(whole[n]) / 1e6:41.1f}   " for n in names))
     if args.ops:
-        ops = op_times(trainers["channels_last + fused Adam"], replay, args.steps * args.rounds)
-        print(f"\n3. ops of the channels_last + fused Adam step: own CPU ms per step, "
+        ops = op_times(trainers[FAST], replay, args.steps * args.rounds)
+        print(f"\n3. ops of the {FAST} step: own CPU ms per step, "
               f"{args.steps * args.rounds} steps under torch's profiler")
         for name, ms, calls in ops[:14]:
             print(f"{name:40s} {ms:7.2f} ms  {calls:3d} calls")
         print(f"{'all ops':40s} {sum(ms for _, ms, _ in ops):7.2f} ms")
     if args.floor:
-        fast = trainers["channels_last + fused Adam"]
+        fast = trainers[FAST]
         layers = layer_inputs(fast, replay)
-        print(f"\n4. the channels_last + fused Adam step against its kernels alone (hot caches), medians of "
+        print(f"\n4. the {FAST} step against its kernels alone (hot caches), medians of "
               f"{args.steps} per round, interleaved")
         ratios = []
         for k in range(args.rounds):
@@ -266,6 +270,8 @@ def main() -> None:
         "channels_last": (Trainer, replace(plain, channels_last=True)),
         "fused Adam": (Trainer, replace(plain, fused_adam=True)),
         "channels_last + fused Adam": (Trainer, replace(plain, channels_last=True, fused_adam=True)),
+        "input-major linear": (Trainer, replace(plain, input_major_linear=True)),
+        FAST: (Trainer, replace(plain, channels_last=True, fused_adam=True, input_major_linear=True)),
         "compile": (Trainer, replace(plain, compile=True)),
         "compile + fused Adam": (Trainer, replace(plain, compile=True, fused_adam=True)),
         "compile + channels_last + fused Adam": (Trainer, replace(plain, compile=True, channels_last=True, fused_adam=True)),
@@ -292,13 +298,16 @@ def main() -> None:
             ratios[name].append(base / ms)
     print(f"\n2. variants: speed relative to the plain step (plain ms / variant ms), per round, "
           f"{args.steps} steps each, interleaved")
-    print(f"{'plain':40s} {statistics.median(medians['plain']):6.2f} ms  "
+    print(f"{'plain':48s} {statistics.median(medians['plain']):6.2f} ms  "
           f"{flops / statistics.median(medians['plain']) / 1e6:5.1f} GFLOP/s")
     for name in variants:
         ms = statistics.median(medians[name])
         spread = f"{min(ratios[name]):.2f}-{max(ratios[name]):.2f}"
-        print(f"{name:40s} {ms:6.2f} ms  {flops / ms / 1e6:5.1f} GFLOP/s  x{statistics.median(ratios[name]):.2f} "
+        print(f"{name:48s} {ms:6.2f} ms  {flops / ms / 1e6:5.1f} GFLOP/s  x{statistics.median(ratios[name]):.2f} "
               f"(rounds {spread})")
+    paired = [a / b for a, b in zip(medians["channels_last + fused Adam"], medians[FAST])]
+    print(f"input-major linear weights on the channels_last + fused Adam step: x{statistics.median(paired):.3f} "
+          f"(rounds {min(paired):.3f}-{max(paired):.3f}, faster in {sum(r > 1 for r in paired)} of {len(paired)})")
 
 
 if __name__ == "__main__":

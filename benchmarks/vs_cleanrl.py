@@ -19,9 +19,11 @@ contract through the episode driver with a Huber loss clipped at norm 10.
 
 Each round runs CleanRL, then every train-kind variant, each in its own process; the ratio
 is variant / CleanRL within the round, and the medians and spread over rounds are printed.
-Variants: plain (NCHW, plain Adam, glibc malloc's defaults), allocator (plain, keeping freed
-memory), fast (channels_last + fused Adam), fast_allocator (both), compiled (all, and
-torch.compile of the TD loss).
+Variants: plain (NCHW, plain Adam, nn.Linear's weight layout, glibc malloc's defaults),
+allocator (plain, keeping freed memory), fast (channels_last + fused Adam), fast_allocator
+(both), fast_input_major (fast_allocator with the fully connected weights held input-major:
+the train kind's defaults with channels_last), compiled (all, and torch.compile of the TD
+loss).
 """
 
 from __future__ import annotations
@@ -41,11 +43,15 @@ import duckdb
 from breakout_core.messages import process_failure
 
 VARIANTS = {  # train-kind fields that differ between the project's variants
-    "plain": {"channels_last": False, "fused_adam": False, "keep_freed_memory": False},
-    "allocator": {"channels_last": False, "fused_adam": False, "keep_freed_memory": True},
-    "fast": {"channels_last": True, "fused_adam": True, "keep_freed_memory": False},
-    "fast_allocator": {"channels_last": True, "fused_adam": True, "keep_freed_memory": True},
-    "compiled": {"channels_last": True, "fused_adam": True, "keep_freed_memory": True, "compile": True},
+    "plain": {"channels_last": False, "fused_adam": False, "input_major_linear": False, "keep_freed_memory": False},
+    "allocator": {"channels_last": False, "fused_adam": False, "input_major_linear": False, "keep_freed_memory": True},
+    "fast": {"channels_last": True, "fused_adam": True, "input_major_linear": False, "keep_freed_memory": False},
+    "fast_allocator": {"channels_last": True, "fused_adam": True, "input_major_linear": False,
+                       "keep_freed_memory": True},
+    "fast_input_major": {"channels_last": True, "fused_adam": True, "input_major_linear": True,
+                         "keep_freed_memory": True},
+    "compiled": {"channels_last": True, "fused_adam": True, "input_major_linear": True, "keep_freed_memory": True,
+                 "compile": True},
 }
 
 
@@ -105,7 +111,8 @@ def main() -> None:
     parser.add_argument("--buffer", type=int, default=20_000)
     parser.add_argument("--threads", type=int, default=2, help="the train kind's torch threads (CleanRL: torch's default)")
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS),
-                        help="train-kind variants to run (repeatable); default: plain, fast and fast_allocator")
+                        help="train-kind variants to run (repeatable); default: plain, fast_allocator and "
+                             "fast_input_major")
     args = parser.parse_args()
     if min(args.rounds, args.threads) < 1:
         parser.error("--rounds and --threads must be at least 1")
@@ -115,7 +122,7 @@ def main() -> None:
         sys.exit(f"{args.cleanrl_script}: cleanrl_utils/ is not beside its cleanrl/ folder")
     if args.transitions <= args.learning_starts + 100:
         sys.exit(f"--transitions {args.transitions} must be over --learning-starts {args.learning_starts} + 100")
-    variants = args.variant or ["plain", "fast", "fast_allocator"]
+    variants = args.variant or ["plain", "fast_allocator", "fast_input_major"]
     rates: dict[str, list[float]] = {"cleanrl": [], **{v: [] for v in variants}}
     walls: dict[str, list[float]] = {k: [] for k in rates}
     with tempfile.TemporaryDirectory(prefix="vs_cleanrl_") as tmp:
@@ -132,10 +139,11 @@ def main() -> None:
                 print(f"round {r + 1}: train kind {v} {rate:.0f} transitions/s ({wall:.0f} s wall), "
                       f"x{rate / rates['cleanrl'][-1]:.2f} CleanRL", flush=True)
     print(f"\n{args.transitions} transitions, {args.learning_starts} before learning, {args.rounds} rounds")
-    print(f"{'cleanrl':14s} {statistics.median(rates['cleanrl']):6.0f} transitions/s (median)")
+    width = max(map(len, ["cleanrl", *variants]))
+    print(f"{'cleanrl':{width}s} {statistics.median(rates['cleanrl']):6.0f} transitions/s (median)")
     for v in variants:
         ratios = [a / b for a, b in zip(rates[v], rates["cleanrl"])]
-        print(f"{v:14s} {statistics.median(rates[v]):6.0f} transitions/s  x{statistics.median(ratios):.2f} CleanRL "
+        print(f"{v:{width}s} {statistics.median(rates[v]):6.0f} transitions/s  x{statistics.median(ratios):.2f} CleanRL "
               f"(rounds {min(ratios):.2f}-{max(ratios):.2f}); wall x{statistics.median(walls['cleanrl']) / statistics.median(walls[v]):.2f}")
 
 
