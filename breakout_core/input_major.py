@@ -8,8 +8,9 @@ out contiguous. A transposed view of an (out, in) weight would take it too, but 
 Adam copies a non-contiguous weight, its gradient and moments in and out at every step,
 and loses more than the product gains (docs/learner_speed.md, section 8).
 
-The layers' state_dict speaks nn.Linear's (out, in) layout, so checkpoints, training states
-and target syncs look the same with the layout on or off.
+The layers' state_dict speaks nn.Linear's (out, in) layout, so checkpoints (byte for byte),
+training states and target syncs look the same with the layout on or off; its weight is a
+copy, not an alias of the layer's.
 """
 
 from __future__ import annotations
@@ -37,13 +38,16 @@ class InputMajorLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
+        """The weight goes out as an (out, in) copy, with keep_vars too: editing it in place
+        does not reach the layer, as it would an nn.Linear's."""
         super()._save_to_state_dict(destination, prefix, keep_vars)
-        weight = destination[prefix + "weight"]
-        destination[prefix + "weight"] = weight.t() if keep_vars else weight.t().contiguous()
+        destination[prefix + "weight"] = destination[prefix + "weight"].detach().t().contiguous()
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         key = prefix + "weight"
-        if key in state_dict:  # load_state_dict hands each module its own copy of the dict
+        # load_state_dict hands each module its own copy of the dict; a tensor that is not 2-D
+        # goes in as it is, for torch's own size-mismatch message
+        if key in state_dict and state_dict[key].dim() == 2:
             state_dict[key] = state_dict[key].t()
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 

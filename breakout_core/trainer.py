@@ -143,7 +143,11 @@ class Trainer:
             raise ValueError(f"{self.state_path()}: saved under contract {payload['contract_hash']}, not {self.contract.hash}")
         self.online.load_state_dict(payload["online"])
         self.target.load_state_dict(payload["target"])
+        # the saved param_groups carry the saver's Adam kernel (fused or not), which is this trainer's setting
+        kernels = [{k: group[k] for k in ("fused", "foreach") if k in group} for group in self.optimizer.param_groups]
         self.optimizer.load_state_dict(optimizer_state_transposed_at(payload["optimizer"], self._input_major))
+        for group, kernel in zip(self.optimizer.param_groups, kernels):
+            group.update(kernel)
         _lay_out_moments_like_weights(self.optimizer)
         self.transitions, self.updates = payload["transitions"], payload["updates"]
         self.target_syncs, self.resumes = payload["target_syncs"], payload["resumes"] + 1

@@ -39,6 +39,14 @@ def test_a_network_with_input_major_linears_is_the_same_network(architecture):
     for got, want in zip(grads, (p.grad for p in plain.parameters())):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
+    # with keep_vars too, as copies: editing one does not reach the layer
+    kept = converted.state_dict(keep_vars=True)
+    assert all(torch.equal(kept[key], value) for key, value in state.items())
+    fc1 = next(key for key in kept if key.endswith("0.weight") and not key.startswith("torso"))
+    copy.deepcopy(kept)[fc1].zero_()
+    kept[fc1].zero_()
+    assert torch.count_nonzero(converted.state_dict()[fc1]) > 0
+
     # it loads nn.Linear's state_dict
     other = QNetwork(architecture)
     converted.load_state_dict(other.state_dict())

@@ -108,6 +108,22 @@ def test_a_state_resumes_under_the_other_memory_layout(tmp_path, layout, saved_w
         torch.testing.assert_close(w_got, w, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("saved_fused", [True, False])
+def test_a_resumed_trainer_keeps_its_own_adam_kernel(tmp_path, saved_fused):
+    """The saved optimizer state names the saver's kernel; the resuming trainer's setting wins."""
+    contract = Contract()
+    replay = random_replay(PLAIN, contract)
+    saver = Trainer(replace(PLAIN, fused_adam=saved_fused), contract, tmp_path)
+    saver._update(replay, want_diagnostics=False)
+    saver.save_state((0, 0.0), 0.0)
+    resumed = Trainer(replace(PLAIN, fused_adam=not saved_fused), contract, tmp_path)
+    resumed.load_state()
+    assert bool(resumed.optimizer.param_groups[0]["fused"]) is (not saved_fused)
+    batch = replay.sample(PLAIN.batch_size)
+    for w_got, w in zip(_step(resumed, batch)[4], _step(saver, batch)[4]):
+        torch.testing.assert_close(w_got, w, rtol=1e-4, atol=1e-6)
+
+
 # Each run is a process of its own: the allocator setting is process-wide and cannot be undone.
 # Two 10 MiB blocks taken and freed together: under glibc's default the freed top of the heap
 # exceeds its trim threshold and goes back to the OS, to be faulted in again next time.
