@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from breakout_core.contract import Contract
-from runner.spec import LoadedSpec
+from runner.spec import LoadedSpec, settings_as_written
 
 if TYPE_CHECKING:
     from runner.pair_executors import Executor
@@ -81,7 +81,8 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
         run_id = new_run_id()
         store.begin_run({
             "run_id": run_id, "spec_name": spec.name, "spec_path": str(loaded.path), "spec_hash": loaded.hash,
-            "spec_text": loaded.text, "contract_hash": contract.hash, "contract": json.dumps(contract.to_dict()),
+            "spec_text": loaded.text, "spec_settings": json.dumps(settings_as_written(loaded.text)),
+            "contract_hash": contract.hash, "contract": json.dumps(contract.to_dict()),
             **provenance(loaded.path),
         })
     progress = Progress(

@@ -233,6 +233,16 @@ def load_spec(path: str | Path, *, will_exist=()) -> LoadedSpec:
     return LoadedSpec(spec=spec, path=source.path, text=source.text)
 
 
+def settings_as_written(text: str) -> dict:
+    """The spec in `text` with every default filled in and its paths as written, not resolved
+    against a folder: what a run stores as the settings it ran, so that `runner compare` sets
+    side by side runs made in two checkouts. Raises ValidationError for a spec this runner
+    does not accept."""
+    import yaml
+
+    return Spec.model_validate(yaml.safe_load(text) or {}, context={"check_files": False}).model_dump(mode="json")
+
+
 def _partial_problems(data: dict, context: dict) -> list[tuple[tuple, str]]:
     """The reference problems of the parts of a spec that validate on their own, so that one
     pass reports a field's error and a name that points nowhere elsewhere in the file.

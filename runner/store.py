@@ -87,6 +87,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE runs ADD COLUMN heartbeat_at TIMESTAMPTZ;
         """,
     ),
+    (
+        "0004_runs_spec_settings",  # the spec as it ran, every default filled in by the runner that ran it
+        """
+        ALTER TABLE runs ADD COLUMN spec_settings JSON;
+        """,
+    ),
 ]
 
 VIEWS = [

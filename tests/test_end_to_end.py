@@ -14,6 +14,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from runner.spec import settings_as_written
+
 TINY = """\
 name: tiny_eval
 contract:
@@ -55,6 +57,10 @@ def test_run_sql_report_and_verdicts(tmp_path, checkpoint, write_spec):
 
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == "done"
+        # the spec as it ran, every default filled in, for `runner compare` across commits
+        text, settings = con.execute("SELECT spec_text, spec_settings FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        assert json.loads(settings) == settings_as_written(text)
+        assert json.loads(settings)["policies"]["dqn"]["path"] == "model.pt"  # as written, whatever the checkout
         rows = con.execute("SELECT policy, count(*), min(seed), max(seed) FROM episodes WHERE run_id = ? "
                            "GROUP BY policy ORDER BY policy", [run_id]).fetchall()
         assert rows == [("dqn", 4, 4, 7), ("random", 4, 4, 7)]
