@@ -18,8 +18,11 @@ A significant change is marked better or worse only when it is also beyond `fact
 (asv's default 1.1); parity, which has no noise, is judged by its tolerance alone.
 
 Two values are not comparable when the question changed: another contract, another
-model file (artifact sha256), other measurement or runtime settings. Host, CPU, GPU and
-package versions are shown and flagged; a timing taken on another machine is marked
+model file (artifact sha256), other measurement or runtime settings. Settings are those each
+run stored as it began (runs.spec_settings, every default filled in by the runner that ran
+it); where either run predates them, both are read from their spec text with this runner's
+defaults, and the environment's "settings" row is flagged when the commits differ. Host, CPU,
+GPU and package versions are shown and flagged; a timing taken on another machine is marked
 "different machine", never better or worse.
 """
 
@@ -76,7 +79,8 @@ class RunSide:
     cpu: str | None
     gpu: str | None
     packages: dict
-    spec: dict  # the spec as stored with the run, defaults filled in where the current code still reads it
+    spec: dict  # the spec as the run ran it, or (settings_as_run False) its text with this runner's defaults
+    settings_as_run: bool  # False when either run predates stored settings: both are then read from their text
 
     def measurement(self, name: str) -> dict | None:
         return next((m for m in self.spec.get("measurements", []) if m.get("name") == name), None)
@@ -167,31 +171,32 @@ def resolve_runs(con, run_a: str | None, run_b: str | None, spec_name: str | Non
 
 
 def _sides(con, id_a: str, id_b: str) -> tuple[RunSide, RunSide]:
-    rows, texts = [], []
+    rows, texts, stored = [], [], []
     for run_id in (id_a, id_b):
         row = con.execute("SELECT run_id, spec_name, status, started_at, git_commit, contract_hash, host, cpu, gpu, "
-                          "packages, spec_text FROM runs WHERE run_id = ?", [run_id]).fetchone()
+                          "packages, spec_text, spec_settings FROM runs WHERE run_id = ?", [run_id]).fetchone()
         if row is None:
             raise CompareError(f"no run {run_id!r} in this database")
-        *head, packages, text = row
+        *head, packages, text, settings = row
         rows.append((head, json.loads(packages or "{}")))
         texts.append(text)
-    trees = _spec_trees(*texts)
-    return tuple(RunSide(*head, packages=packages, spec=tree) for (head, packages), tree in zip(rows, trees))
+        stored.append(json.loads(settings) if settings else None)
+    trees = stored if all(stored) else _spec_trees(*texts)
+    return tuple(RunSide(*head, packages=packages, spec=tree, settings_as_run=all(stored))
+                 for (head, packages), tree in zip(rows, trees))
 
 
 def _spec_trees(text_a: str, text_b: str) -> tuple[dict, dict]:
-    """Both stored specs with their defaults filled in (so an omitted default equals a written one);
-    both as written when the current code no longer accepts one of them."""
+    """Both stored specs with this runner's defaults filled in (so an omitted default equals a
+    written one); both as written when the current code no longer accepts one of them."""
     import yaml
 
-    from runner.spec import Spec
+    from runner.spec import settings_as_written
 
-    raw = [yaml.safe_load(text) or {} for text in (text_a, text_b)]
     try:
-        return tuple(Spec.model_validate(r, context={"check_files": False}).model_dump(mode="json") for r in raw)
+        return settings_as_written(text_a), settings_as_written(text_b)
     except Exception:  # noqa: BLE001 - an older spec: its written fields are still comparable
-        return raw[0], raw[1]
+        return yaml.safe_load(text_a) or {}, yaml.safe_load(text_b) or {}
 
 
 def _environment(a: RunSide, b: RunSide) -> list[tuple[str, str, str, bool]]:
@@ -200,6 +205,10 @@ def _environment(a: RunSide, b: RunSide) -> list[tuple[str, str, str, bool]]:
         va, vb = a.packages.get(name), b.packages.get(name)
         rows.append((name, str(va), str(vb), va != vb))
     rows.append(("commit", str(a.git_commit), str(b.git_commit), False))  # what a comparison usually asks about
+    # Read with this runner's defaults, two runs of different commits would hide a default that
+    # changed between them.
+    read = "as run" if a.settings_as_run else "spec text, this runner's defaults"
+    rows.append(("settings", read, read, not a.settings_as_run and a.git_commit != b.git_commit))
     return rows
 
 

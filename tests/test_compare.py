@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from runner.cli import main
 from runner.compare import (BETTER, DIFFERENT_MACHINE, NO_CHANGE, NOT_COMPARABLE, NOT_TESTABLE, WORSE, CompareError,
                             compare_runs)
+from runner.spec import settings_as_written
 from runner.store import Store, utcnow
 
 SHA = "a" * 64
@@ -33,11 +34,14 @@ def eval_spec(policies: list[str]) -> str:
 
 
 def add_run(store: Store, run_id: str, spec_text: str, *, host: str = "box", contract: str = "c2",
-            packages: dict | None = None) -> str:
+            packages: dict | None = None, commit: str = "abc", settings: dict | None = None) -> str:
+    """A finished run; `settings` is the spec as it ran, stored as a runner that keeps it does
+    (None: a run stored before settings were kept)."""
     name = spec_text.split("\n", 1)[0].removeprefix("name: ")
     store.begin_run({"run_id": run_id, "spec_name": name, "spec_hash": "h", "spec_text": spec_text,
+                     "spec_settings": None if settings is None else json.dumps(settings),
                      "contract_hash": contract, "host": host, "cpu": "cpu x", "gpu": "none",
-                     "packages": json.dumps(packages or {"onnxruntime": "1.0"}), "git_commit": "abc"})
+                     "packages": json.dumps(packages or {"onnxruntime": "1.0"}), "git_commit": commit})
     store.finish_run(run_id, "done")
     return run_id
 
@@ -173,6 +177,35 @@ def test_changed_contract_or_settings_read_not_comparable(store):
     assert "contract differs" in only(compare_runs(store, "A", "B"), "p50_ms").problem
     row = only(compare_runs(store, "A", "C"), "p50_ms")
     assert row.mark == NOT_COMPARABLE and "iterations 200 → 400" in row.problem
+
+
+def test_settings_are_read_as_the_runs_stored_them(store):
+    """Two runs of one spec text whose defaults differed when they ran (here the iterations, as
+    a runner whose default changed would have filled them in) answer different questions."""
+    rng = np.random.default_rng(9)
+    text = latency_spec(["ort"])
+    ran_with_400 = settings_as_written(text)
+    ran_with_400["measurements"][0]["iterations"] = 400
+    add_latency(store, add_run(store, "A", text, settings=settings_as_written(text)), {"ort": latencies(rng)})
+    add_latency(store, add_run(store, "B", text, commit="def", settings=ran_with_400), {"ort": latencies(rng)})
+    comparison = compare_runs(store, "A", "B")
+    row = only(comparison, "p50_ms")
+    assert row.mark == NOT_COMPARABLE and "iterations 200 → 400" in row.problem
+    assert ("settings", "as run", "as run", False) in comparison.environment
+
+
+@pytest.mark.parametrize("commit_b, flagged", [("abc", False), ("def", True)])
+def test_runs_stored_before_settings_were_kept_are_flagged_across_commits(store, commit_b, flagged):
+    """Without stored settings both specs are read from their text with this runner's defaults,
+    which cannot show a default that changed between two commits: the row says so."""
+    rng = np.random.default_rng(10)
+    text = latency_spec(["ort"])
+    add_latency(store, add_run(store, "A", text), {"ort": latencies(rng)})
+    add_latency(store, add_run(store, "B", text, commit=commit_b, settings=settings_as_written(text)), {"ort": latencies(rng)})
+    comparison = compare_runs(store, "A", "B")
+    filled = "spec text, this runner's defaults"
+    assert ("settings", filled, filled, flagged) in comparison.environment
+    assert only(comparison, "p50_ms").problem is None
 
 
 def test_latency_inputs_are_compared_by_content_not_path(store):
