@@ -21,9 +21,9 @@ Two values are not comparable when the question changed: another contract, anoth
 model file (artifact sha256), other measurement or runtime settings. Settings are those each
 run stored as it began (runs.spec_settings, every default filled in by the runner that ran
 it); where either run predates them, both are read from their spec text with this runner's
-defaults, and the environment's "settings" row is flagged when the commits differ. Host, CPU,
-GPU and package versions are shown and flagged; a timing taken on another machine is marked
-"different machine", never better or worse.
+defaults, with a caution when the commits differ. Host, CPU, GPU and package versions are
+shown and flagged; a timing taken on another machine is marked "different machine", never
+better or worse.
 """
 
 from __future__ import annotations
@@ -46,6 +46,12 @@ DIFFERENT_MACHINE = "different machine"
 NOT_TESTABLE = "not testable"
 DEFAULT_FACTOR = 1.1  # asv compare --factor
 MACHINE_FIELDS = ("host", "cpu", "gpu")
+# How both runs' settings are read: as each run stored them when it began, or, where either run
+# predates that, from both spec texts with this runner's defaults, or as written where this
+# runner no longer accepts one of them.
+SETTINGS_AS_RUN = "as run"
+SETTINGS_FILLED = "spec text with this runner's defaults"
+SETTINGS_WRITTEN = "spec text as written, no defaults (this runner rejects one of them)"
 
 # measurement fields that choose what is measured or shown (which runtimes, seeds, batch
 # sizes), not what a value means: they may differ between two runs that stay comparable
@@ -79,8 +85,8 @@ class RunSide:
     cpu: str | None
     gpu: str | None
     packages: dict
-    spec: dict  # the spec as the run ran it, or (settings_as_run False) its text with this runner's defaults
-    settings_as_run: bool  # False when either run predates stored settings: both are then read from their text
+    spec: dict  # the spec as the run ran it, or as `settings_read` says
+    settings_read: str  # how both runs' settings were read: SETTINGS_AS_RUN, or from their text
 
     def measurement(self, name: str) -> dict | None:
         return next((m for m in self.spec.get("measurements", []) if m.get("name") == name), None)
@@ -141,6 +147,16 @@ class Comparison:
     rows: list[Row] = field(default_factory=list)
 
     @property
+    def caution(self) -> str | None:
+        """Why settings that read the same may not have been, or None: runs of two commits whose
+        settings were not both stored as they ran."""
+        a, b = self.a, self.b
+        if a.settings_read == SETTINGS_AS_RUN or a.git_commit == b.git_commit:
+            return None
+        return (f"settings are read from both runs' {a.settings_read}: a default that changed between commits "
+                f"{a.git_commit} and {b.git_commit} does not show")
+
+    @property
     def same_machine(self) -> bool:
         return all(getattr(self.a, f) == getattr(self.b, f) for f in MACHINE_FIELDS)
 
@@ -181,22 +197,22 @@ def _sides(con, id_a: str, id_b: str) -> tuple[RunSide, RunSide]:
         rows.append((head, json.loads(packages or "{}")))
         texts.append(text)
         stored.append(json.loads(settings) if settings else None)
-    trees = stored if all(stored) else _spec_trees(*texts)
-    return tuple(RunSide(*head, packages=packages, spec=tree, settings_as_run=all(stored))
+    *trees, read = (*stored, SETTINGS_AS_RUN) if all(stored) else _spec_trees(*texts)
+    return tuple(RunSide(*head, packages=packages, spec=tree, settings_read=read)
                  for (head, packages), tree in zip(rows, trees))
 
 
-def _spec_trees(text_a: str, text_b: str) -> tuple[dict, dict]:
+def _spec_trees(text_a: str, text_b: str) -> tuple[dict, dict, str]:
     """Both stored specs with this runner's defaults filled in (so an omitted default equals a
-    written one); both as written when the current code no longer accepts one of them."""
-    import yaml
-
+    written one), or both as written when the current code no longer accepts one of them; and
+    which of the two."""
     from runner.spec import settings_as_written
+    from runner.yaml_source import read_spec_text
 
     try:
-        return settings_as_written(text_a), settings_as_written(text_b)
+        return settings_as_written(text_a), settings_as_written(text_b), SETTINGS_FILLED
     except Exception:  # noqa: BLE001 - an older spec: its written fields are still comparable
-        return yaml.safe_load(text_a) or {}, yaml.safe_load(text_b) or {}
+        return read_spec_text(text_a) or {}, read_spec_text(text_b) or {}, SETTINGS_WRITTEN
 
 
 def _environment(a: RunSide, b: RunSide) -> list[tuple[str, str, str, bool]]:
@@ -205,10 +221,7 @@ def _environment(a: RunSide, b: RunSide) -> list[tuple[str, str, str, bool]]:
         va, vb = a.packages.get(name), b.packages.get(name)
         rows.append((name, str(va), str(vb), va != vb))
     rows.append(("commit", str(a.git_commit), str(b.git_commit), False))  # what a comparison usually asks about
-    # Read with this runner's defaults, two runs of different commits would hide a default that
-    # changed between them.
-    read = "as run" if a.settings_as_run else "spec text, this runner's defaults"
-    rows.append(("settings", read, read, not a.settings_as_run and a.git_commit != b.git_commit))
+    rows.append(("settings", a.settings_read, b.settings_read, False))  # one reading for both: see `caution`
     return rows
 
 

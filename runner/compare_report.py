@@ -46,8 +46,10 @@ def _intro(comparison: Comparison) -> str:
     machine = ("<p><b>Same machine</b> (host, CPU, GPU).</p>" if comparison.same_machine else
                "<p class='inconclusive'><b>Different machines</b>: timings are marked “different machine”, "
                "never better or worse.</p>")
+    caution = (f"<p class='inconclusive'><b>Caution</b>: {html.escape(comparison.caution)}.</p>"
+               if comparison.caution else "")
     return (f"<p>Spec <b>{html.escape(a.spec_name)}</b>. {html.escape(LEGEND.format(factor=comparison.factor))}.</p>"
-            + table_html(runs) + machine
+            + table_html(runs) + machine + caution
             + "<h2>Where each run was made</h2>" + table_html(env))
 
 
@@ -134,6 +136,8 @@ def print_comparison(comparison: Comparison) -> None:
     for what, va, vb, flagged in comparison.environment:
         if flagged:
             console.print(f"[yellow]differs[/]: {what}: {va} → {vb}", highlight=False)
+    if comparison.caution:
+        console.print(f"[yellow]caution[/]: {comparison.caution}", highlight=False)
     if not comparison.same_machine:
         console.print("[yellow]different machines: timings are not judged[/]")
     console.print(LEGEND.format(factor=comparison.factor), highlight=False)

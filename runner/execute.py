@@ -73,6 +73,9 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
             console.print(f"run {run_id} goes on under its own contract {own.name} ({own.hash}), not {contract.name} "
                           f"({contract.hash}), what this spec text builds today", highlight=False)
         contract = own
+        if changed := _settings_changed_since(store, run_id, settings_as_written(loaded.text)):
+            raise NothingToResume(f"run {run_id} began with other settings than this runner reads from its spec "
+                                  f"({'; '.join(changed)}): resume it with the runner that began it, or start anew")
         for measurement in spec.measurements:  # before any of them goes on
             if problem := KINDS[measurement.kind].resume_problem(measurement, store, run_id):
                 raise NothingToResume(problem)
@@ -122,6 +125,27 @@ def _stored_contract(store, run_id: str) -> Contract:
         raise NothingToResume(f"run {run_id}: its stored contract does not rebuild to its hash {stored_hash}, "
                               "so it cannot be resumed in the same game")
     return contract
+
+
+def _settings_changed_since(store, run_id: str, now: dict) -> list[str]:
+    """Where the settings a run stored as it began differ from `now` (at most three, as
+    'path: then → now'); nothing for a run stored before runs kept their settings."""
+    with store.reader() as con:
+        stored = con.execute("SELECT spec_settings FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
+    if stored is None:
+        return []
+    then, changed = _leaves(json.loads(stored)), _leaves(now)
+    paths = sorted(p for p in then.keys() | changed.keys() if then.get(p) != changed.get(p))
+    return [f"{p}: {then.get(p)!r} → {changed.get(p)!r}" for p in paths[:3]]
+
+
+def _leaves(tree, path: str = "") -> dict[str, object]:
+    """{dotted path: value} of every leaf of a JSON tree."""
+    if isinstance(tree, dict):
+        return {k: v for key, child in tree.items() for k, v in _leaves(child, f"{path}.{key}" if path else key).items()}
+    if isinstance(tree, list):
+        return {k: v for i, child in enumerate(tree) for k, v in _leaves(child, f"{path}[{i}]").items()}
+    return {path: tree}
 
 
 def _with_defaults(add_task):

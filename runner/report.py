@@ -73,14 +73,13 @@ def _verdict_section(frame) -> Section:
 def build_run_report(store: Store, out_dir: Path, run_id: str | None = None, spec_name: str | None = None) -> Path:
     from runner.kinds import KINDS
     from runner.spec import Spec
+    from runner.yaml_source import read_spec_text
 
     with store.reader() as con:
         run = _run_row(con, run_id, spec_name)
         run_id = run["run_id"]
         try:
-            import yaml
-
-            spec = Spec.model_validate(yaml.safe_load(run["spec_text"]), context={"check_files": False})
+            spec = Spec.model_validate(read_spec_text(run["spec_text"]), context={"check_files": False})
         except Exception as exc:  # a spec the current code no longer accepts: show rows, not charts
             spec, spec_problem = None, described(exc)
         sections = [_verdict_section(verdict_rows(con, run_id))]

@@ -14,7 +14,7 @@ from runner.kinds.train import process_wide_problems
 from runner.deploy_checks import deploy_problems
 from runner.runtime_specs import ArtifactSpec, RuntimeConfig
 from runner.spec_base import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
-from runner.yaml_source import SpecSourceError, YamlSource, load_yaml
+from runner.yaml_source import SpecSourceError, YamlSource, load_yaml, read_spec_text
 
 Measurement = Annotated[Union[tuple(kind.model for kind in KINDS.values())], Field(discriminator="kind")]
 
@@ -238,9 +238,7 @@ def settings_as_written(text: str) -> dict:
     against a folder: what a run stores as the settings it ran, so that `runner compare` sets
     side by side runs made in two checkouts. Raises ValidationError for a spec this runner
     does not accept."""
-    import yaml
-
-    return Spec.model_validate(yaml.safe_load(text) or {}, context={"check_files": False}).model_dump(mode="json")
+    return Spec.model_validate(read_spec_text(text) or {}, context={"check_files": False}).model_dump(mode="json")
 
 
 def _partial_problems(data: dict, context: dict) -> list[tuple[tuple, str]]:

@@ -91,6 +91,16 @@ def _check_tags_and_map_lines(node: yaml.Node, path: tuple, lines: dict[tuple, i
             _check_tags_and_map_lines(item, path + (i,), lines, where, seen)
 
 
+def read_spec_text(text: str) -> Any:
+    """A spec's stored text read as `load_yaml` reads its file (`1e-4` is a number there, as in
+    YAML 1.2, not the string PyYAML's safe_load makes of it); None for an empty text."""
+    loader = _BoundedSafeLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def load_yaml(path: str | Path) -> YamlSource:
     path = Path(path)
     try:

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import main
-from runner.compare import (BETTER, DIFFERENT_MACHINE, NO_CHANGE, NOT_COMPARABLE, NOT_TESTABLE, WORSE, CompareError,
-                            compare_runs)
+from runner.compare import (BETTER, DIFFERENT_MACHINE, NO_CHANGE, NOT_COMPARABLE, NOT_TESTABLE, SETTINGS_FILLED, WORSE,
+                            CompareError, compare_runs)
 from runner.spec import settings_as_written
 from runner.store import Store, utcnow
 
@@ -191,21 +191,43 @@ def test_settings_are_read_as_the_runs_stored_them(store):
     comparison = compare_runs(store, "A", "B")
     row = only(comparison, "p50_ms")
     assert row.mark == NOT_COMPARABLE and "iterations 200 → 400" in row.problem
-    assert ("settings", "as run", "as run", False) in comparison.environment
+    assert ("settings", "as run", "as run", False) in comparison.environment and comparison.caution is None
 
 
-@pytest.mark.parametrize("commit_b, flagged", [("abc", False), ("def", True)])
-def test_runs_stored_before_settings_were_kept_are_flagged_across_commits(store, commit_b, flagged):
+@pytest.mark.parametrize("commit_b", ["abc", "def"])
+def test_runs_stored_before_settings_were_kept_carry_a_caution_across_commits(store, tmp_path, commit_b):
     """Without stored settings both specs are read from their text with this runner's defaults,
-    which cannot show a default that changed between two commits: the row says so."""
+    which cannot show a default that changed between two commits: the comparison says so, in
+    the terminal and the HTML report."""
     rng = np.random.default_rng(10)
     text = latency_spec(["ort"])
     add_latency(store, add_run(store, "A", text), {"ort": latencies(rng)})
-    add_latency(store, add_run(store, "B", text, commit=commit_b, settings=settings_as_written(text)), {"ort": latencies(rng)})
+    add_latency(store, add_run(store, "B", text, commit=commit_b, settings=settings_as_written(text)),
+                {"ort": latencies(rng)})
     comparison = compare_runs(store, "A", "B")
-    filled = "spec text, this runner's defaults"
-    assert ("settings", filled, filled, flagged) in comparison.environment
+    assert ("settings", SETTINGS_FILLED, SETTINGS_FILLED, False) in comparison.environment
     assert only(comparison, "p50_ms").problem is None
+    if commit_b == "abc":
+        assert comparison.caution is None
+        return
+    assert "between commits abc and def does not show" in comparison.caution
+    shown = CliRunner().invoke(main, ["compare", "A", "B", "--db", str(store.path), "--reports", str(tmp_path)])
+    assert shown.exit_code == 0, shown.output
+    assert "caution: settings are read from both runs' spec text with this runner's defaults" in \
+        " ".join(shown.output.split())
+    assert "Caution" in next(tmp_path.glob("compare-*.html")).read_text()
+
+
+def test_a_stored_spec_is_read_as_its_file_was():
+    """`1e-2` is a number in a spec file (YAML 1.2), so it is one in the stored text too: such a
+    spec runs, and reads the same as one that writes 0.01."""
+    from runner.compare import _spec_trees
+
+    text = ("name: ev\npolicies:\n  p: {type: checkpoint, path: m.pt, epsilon: 1e-2}\nmeasurements:\n"
+            "  - kind: evaluate\n    name: ev\n    policies: [p]\n    seeds: {start: 0, count: 2}\n")
+    assert settings_as_written(text)["policies"]["p"]["epsilon"] == 0.01
+    a, b, read = _spec_trees(text, text.replace("1e-2", "0.01"))
+    assert a == b and read == SETTINGS_FILLED
 
 
 def test_latency_inputs_are_compared_by_content_not_path(store):

@@ -215,3 +215,22 @@ def test_a_resumed_run_goes_on_in_the_game_it_began(tmp_path, write_spec):
         hashes = con.execute("SELECT DISTINCT contract_hash FROM episodes WHERE run_id = ? AND policy = 'second'",
                              [run_id]).fetchall()
     assert hashes == [(began.hash,)]
+
+
+@pytest.mark.slow
+def test_a_resume_under_other_settings_than_the_run_began_with_is_refused(tmp_path, write_spec):
+    """A runner whose defaults read the same spec text differently does not go on with a run
+    begun under others: one line, exit 2, and the run stays interrupted."""
+    spec = write_spec(TWO_RANDOM)
+    db = tmp_path / "r.duckdb"
+    assert runner("run", str(spec), "--db", str(db), "--no-report", cwd=tmp_path).returncode == 0
+    with duckdb.connect(str(db)) as con:
+        settings = json.loads(con.execute("SELECT spec_settings FROM runs").fetchone()[0])
+        settings["measurements"][0]["policy_seed"] = 7  # as if the default had been 7 then
+        con.execute("UPDATE runs SET status = 'interrupted', spec_settings = ?", [json.dumps(settings)])
+    resumed = runner("run", str(spec), "--db", str(db), "--no-report", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 2 and "Traceback" not in resumed.stderr
+    line = " ".join(resumed.stderr.split())
+    assert "began with other settings than this runner reads from its spec (measurements[0].policy_seed: 7 →" in line
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT status FROM runs").fetchone()[0] == "interrupted"
