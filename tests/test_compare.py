@@ -400,3 +400,14 @@ def test_a_sweep_over_seeds_gives_training_its_repeats(store):
     over = {r.metric: r for r in rows if r.subject == "base over 5 seeds"}
     assert over["transitions_per_s"].mark == BETTER and "5 seeds" in over["transitions_per_s"].test
     assert over["last20_mean"].mark == BETTER and over["last20_mean"].ratio == pytest.approx(1.5, rel=0.1)
+
+
+def test_the_run_report_reads_a_stored_spec_as_its_file_was(store, tmp_path):
+    """A spec that writes `1e-2` validates in its run's report, which then draws its measurements."""
+    from runner.report import build_run_report
+
+    text = ("name: ev\npolicies:\n  p: {type: checkpoint, path: m.pt, epsilon: 1e-2}\nmeasurements:\n"
+            "  - kind: evaluate\n    name: ev\n    policies: [p]\n    seeds: {start: 0, count: 2}\n")
+    add_run(store, "R", text, settings=settings_as_written(text))
+    page = build_run_report(store, tmp_path, "R").read_text()
+    assert "no longer validates" not in page
