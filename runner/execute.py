@@ -129,12 +129,13 @@ def _stored_contract(store, run_id: str) -> Contract:
 
 def _settings_changed_since(store, run_id: str, now: dict) -> list[str]:
     """Where the settings a run stored as it began differ from `now` (at most three, as
-    'path: then → now'); nothing for a run stored before runs kept their settings."""
+    'path: then → now'); nothing for a run stored before runs kept their settings. The contract
+    is left out: a resumed run goes on under the contract it stored, whatever the spec builds."""
     with store.reader() as con:
         stored = con.execute("SELECT spec_settings FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
     if stored is None:
         return []
-    then, changed = _leaves(json.loads(stored)), _leaves(now)
+    then, changed = (_leaves({k: v for k, v in tree.items() if k != "contract"}) for tree in (json.loads(stored), now))
     paths = sorted(p for p in then.keys() | changed.keys() if then.get(p) != changed.get(p))
     return [f"{p}: {then.get(p)!r} → {changed.get(p)!r}" for p in paths[:3]]
 

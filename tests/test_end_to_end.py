@@ -204,9 +204,11 @@ def test_a_resumed_run_goes_on_in_the_game_it_began(tmp_path, write_spec):
     assert runner("run", str(spec), "--db", str(db), "--no-report", cwd=tmp_path).returncode == 0
     began = CONTRACTS["breakout-v2"].replace(max_episode_frames=2000)  # as if the default had been v2 then
     with duckdb.connect(str(db)) as con:
-        run_id = con.execute("SELECT run_id FROM runs").fetchone()[0]
-        con.execute("UPDATE runs SET status = 'interrupted', contract = ?, contract_hash = ?",
-                    [json.dumps(began.to_dict()), began.hash])
+        run_id, settings = con.execute("SELECT run_id, spec_settings FROM runs").fetchone()
+        settings = json.loads(settings)
+        settings["contract"]["name"] = "breakout-v2"  # what that runner would have filled in
+        con.execute("UPDATE runs SET status = 'interrupted', contract = ?, contract_hash = ?, spec_settings = ?",
+                    [json.dumps(began.to_dict()), began.hash, json.dumps(settings)])
         con.execute("DELETE FROM episodes WHERE policy = 'second'")
     resumed = runner("run", str(spec), "--db", str(db), "--no-report", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
