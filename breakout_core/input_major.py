@@ -62,10 +62,10 @@ def with_input_major_linears(network: nn.Module) -> nn.Module:
     return network
 
 
-def input_major_weights(parameters: Iterable[nn.Parameter], network: nn.Module) -> list[int]:
-    """The positions in `parameters` of the input-major weights of `network`."""
+def input_major_weights(network: nn.Module) -> list[int]:
+    """The positions in `network.parameters()` (an optimizer's order) of its input-major weights."""
     held = {id(m.weight) for m in network.modules() if isinstance(m, InputMajorLinear)}
-    return [i for i, p in enumerate(parameters) if id(p) in held]
+    return [i for i, p in enumerate(network.parameters()) if id(p) in held]
 
 
 def transposed_at(tensors: Sequence[torch.Tensor], positions: Iterable[int]) -> list[torch.Tensor]:

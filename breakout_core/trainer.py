@@ -104,7 +104,7 @@ class Trainer:
             self.target = self.target.to(memory_format=torch.channels_last)
         self.optimizer = _adam(self.online.parameters(), config.learning_rate, config.fused_adam)
         # saved states hold these weights' moments and initial values in nn.Linear's layout
-        self._input_major = input_major_weights(self.online.parameters(), self.online)
+        self._input_major = input_major_weights(self.online)
         # compiled lazily, at the first update; the modules and their state_dict keys stay as they are
         self._loss_fn = torch.compile(self._td_loss) if config.compile else self._td_loss
         self.initial = [p.detach().clone() for p in self.online.parameters()]  # weights_moved is measured from here

@@ -33,7 +33,7 @@ def test_a_network_with_input_major_linears_is_the_same_network(architecture):
     torch.testing.assert_close(converted(obs), plain(obs), rtol=1e-5, atol=1e-6)
     plain(obs).sum().backward()
     converted(obs).sum().backward()
-    positions = input_major_weights(converted.parameters(), converted)
+    positions = input_major_weights(converted)
     assert len(positions) == len(linears)
     grads = transposed_at([p.grad for p in converted.parameters()], positions)
     for got, want in zip(grads, (p.grad for p in plain.parameters())):
