@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from runner.yaml_source import PlacedError
+
 
 @dataclass(frozen=True)
 class Trial:
@@ -19,23 +21,24 @@ def _text(value: Any) -> str:
 
 
 def check_sweep(sweep: dict[str, list[Any]], fields: list[str] | tuple[str, ...]) -> None:
-    """Raise ValueError unless every key of `sweep` is one of `fields` and lists distinct values
+    """Raise PlacedError unless every key of `sweep` is one of `fields` and lists distinct values
     (as trial names spell them: two values of one name would be one trial twice)."""
     for key, values in sweep.items():
         if key not in fields:
-            raise ValueError(f"sweep key {key!r} is not a training field; fields: {', '.join(fields)}")
+            raise PlacedError(f"sweep key {key!r} is not a training field; fields: {', '.join(fields)}", ("sweep", key))
         if not values:
-            raise ValueError(f"sweep {key!r} lists no values")
-        named: dict[str, list[Any]] = {}
-        for value in values:
-            named.setdefault(_text(value), []).append(value)
+            raise PlacedError(f"sweep {key!r} lists no values", ("sweep", key))
+        named: dict[str, list[tuple[int, Any]]] = {}
+        for i, value in enumerate(values):
+            named.setdefault(_text(value), []).append((i, value))
         for name, written in named.items():
             if len(written) > 1:
-                shown = [json.dumps(v) for v in written]
+                shown = [json.dumps(v) for _, v in written]
+                at = ("sweep", key, written[1][0])
                 if len(set(shown)) == 1:
-                    raise ValueError(f"sweep {key!r} lists {shown[0]} more than once: each value is one trial")
-                raise ValueError(f"sweep {key!r} values {' and '.join(shown)} share one trial name, {key}={name} "
-                                 "(a float is named to 6 significant digits): each value is one trial")
+                    raise PlacedError(f"sweep {key!r} lists {shown[0]} more than once: each value is one trial", at)
+                raise PlacedError(f"sweep {key!r} values {' and '.join(shown)} share one trial name, {key}={name} "
+                                  "(a float is named to 6 significant digits): each value is one trial", at)
 
 
 def expand_sweep(sweep: dict[str, list[Any]]) -> list[Trial]:

@@ -91,6 +91,15 @@ def _check_tags_and_map_lines(node: yaml.Node, path: tuple, lines: dict[tuple, i
             _check_tags_and_map_lines(item, path + (i,), lines, where, seen)
 
 
+class PlacedError(ValueError):
+    """A spec value's error that says where below the model raising it the value lies (`at`,
+    keys and list indexes), so that the error names that value's line, not the model's."""
+
+    def __init__(self, message: str, at: tuple):
+        super().__init__(message)
+        self.at = at
+
+
 def read_spec_text(text: str) -> Any:
     """A spec's stored text read as `load_yaml` reads its file (`1e-4` is a number there, as in
     YAML 1.2, not the string PyYAML's safe_load makes of it); None for an empty text."""

@@ -452,27 +452,35 @@ def test_a_bad_value_in_a_sweep_names_its_field_and_value(write_spec):
     """A swept value is checked as its trial's setting; the error says which field and value,
     or which trial where the trial's settings disagree with each other."""
     base = AGREEING
-    cases = {
-        "    sweep: {channels_last: [true, maybe]}\n": "measurements[0]: sweep 'channels_last' value \"maybe\": "
-                                                        "Input should be a valid boolean",
-        "    sweep: {batch_size: [32, -1]}\n": "measurements[0]: sweep 'batch_size' value -1: "
+    cases = {  # the sweep is on line 5, in the throughput measurement
+        "    sweep: {channels_last: [true, maybe]}\n": "measurements[0].sweep.channels_last[1]: sweep 'channels_last' "
+                                                        "value \"maybe\": Input should be a valid boolean",
+        "    sweep: {batch_size: [32, -1]}\n": "measurements[0].sweep.batch_size[1]: sweep 'batch_size' value -1: "
                                               "Input should be greater than or equal to 1",
-        "    sweep: {total_transitions: [2000, 500]}\n": "measurements[0]: warmup_transitions 1000 must be below "
-                                                         "total_transitions 500 (sweep 'total_transitions' value 500)",
-        "    sweep: {epsilon_start: [null]}\n": "measurements[0]: sweep 'epsilon_start' value null: "
-                                                "Input should be a valid number",
-        "    sweep: {learning_rate: [0.0001, 1.0e-4]}\n": "measurements[0]: sweep 'learning_rate' lists 0.0001 "
-                                                          "more than once: each value is one trial",
-        "    sweep: {gamma: [0.9999991, 0.9999992]}\n": "measurements[0]: sweep 'gamma' values 0.9999991 and 0.9999992 "
-                                                        "share one trial name, gamma=0.999999 (a float is named to 6 "
-                                                        "significant digits): each value is one trial",
+        "    sweep: {total_transitions: [2000, 500]}\n": "measurements[0].sweep.total_transitions[1]: "
+                                                         "warmup_transitions 1000 must be below total_transitions 500 "
+                                                         "(sweep 'total_transitions' value 500)",
+        "    sweep: {epsilon_start: [null]}\n": "measurements[0].sweep.epsilon_start[0]: sweep 'epsilon_start' "
+                                                "value null: Input should be a valid number",
+        "    sweep: {learning_rate: [0.0001, 1.0e-4]}\n": "measurements[0].sweep.learning_rate[1]: sweep "
+                                                          "'learning_rate' lists 0.0001 more than once: each value "
+                                                          "is one trial",
+        "    sweep: {gamma: [0.9999991, 0.9999992]}\n": "measurements[0].sweep.gamma[1]: sweep 'gamma' values "
+                                                        "0.9999991 and 0.9999992 share one trial name, "
+                                                        "gamma=0.999999 (a float is named to 6 significant digits): "
+                                                        "each value is one trial",
     }
     for sweep, message in cases.items():
         path = write_spec(base.replace("    name: tp\n", "    name: tp\n" + sweep))
-        assert _problems(path) == [f"{path}:3: {message}"], sweep
+        assert _problems(path) == [f"{path}:5: {message}"], sweep
+    # one value per line: the error names the value's own line
+    listed = write_spec(base.replace("    name: tp\n", "    name: tp\n    sweep:\n      batch_size:\n"
+                                                          "        - 32\n        - -1\n"))
+    assert _problems(listed) == [f"{listed}:8: measurements[0].sweep.batch_size[1]: sweep 'batch_size' value -1: "
+                                 "Input should be greater than or equal to 1"]
     crossing = write_spec(base.replace("    name: tr\n", "    name: tr\n    checkpoint_at: [900]\n"
                                                           "    sweep: {total_transitions: [1000, 800]}\n"))
-    assert _problems(crossing) == [f"{crossing}:7: measurements[1]: sweep trial 'total_transitions=800': "
+    assert _problems(crossing) == [f"{crossing}:10: measurements[1].sweep: sweep trial 'total_transitions=800': "
                                    "checkpoint_at [900] beyond total_transitions 800"]
 
 
@@ -481,11 +489,11 @@ def test_gif_checkpoints_are_checked_as_gif_at_and_kept_in_every_trial(write_spe
     name, and a sweep over checkpoint_at adds to the GIF's checkpoints rather than dropping them."""
     gif = AGREEING.replace("    total_transitions: 1000\n", "    total_transitions: 1000\n    gif: {seed: 1, at: [900]}\n")
     short = write_spec(gif.replace("    gif:", "    sweep: {total_transitions: [1000, 800]}\n    gif:"))
-    assert _problems(short) == [f"{short}:7: measurements[1]: gif.at [900] beyond total_transitions 800 "
+    assert _problems(short) == [f"{short}:11: measurements[1].gif.at[0]: gif.at [900] beyond total_transitions 800 "
                                 "(sweep 'total_transitions' value 800)"]
     bad_total = write_spec(gif.replace("    gif:", "    sweep: {total_transitions: [1000, -1]}\n    gif:"))
-    assert _problems(bad_total) == [f"{bad_total}:7: measurements[1]: sweep 'total_transitions' value -1: "
-                                    "Input should be greater than 0"]
+    assert _problems(bad_total) == [f"{bad_total}:10: measurements[1].sweep.total_transitions[1]: sweep "
+                                    "'total_transitions' value -1: Input should be greater than 0"]
     negative = write_spec(gif.replace("at: [900]", "at: [0]"))
     assert _problems(negative) == [f"{negative}:10: measurements[1].gif.at[0]: Input should be greater than 0"]
     swept = load_spec(write_spec(gif.replace("    gif:", "    sweep: {checkpoint_at: [[100], [200]]}\n    gif:")))

@@ -28,6 +28,7 @@ from runner.kinds.base import Kind, RunContext, Section
 from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, checks_files, seed_list, spec_relative
 from runner.sweeps import Trial, check_sweep, expand_sweep
 from runner.train_pairs import Pair, PairJob
+from runner.yaml_source import PlacedError
 
 if TYPE_CHECKING:
     from runner.store import Store
@@ -104,7 +105,7 @@ def check_training_sweep(sweep: dict[str, list[Any]], settings_for: Callable[[di
     check_sweep(sweep, SWEEPABLE)
     for key in PROCESS_WIDE_SETTINGS:
         if key in sweep:
-            raise ValueError(f"sweep {key!r}: {ONE_VALUE_PER_RUN}")
+            raise PlacedError(f"sweep {key!r}: {ONE_VALUE_PER_RUN}", ("sweep", key))
     checked = []
     for trial in expand_sweep(sweep):
         try:
@@ -114,9 +115,16 @@ def check_training_sweep(sweep: dict[str, list[Any]], settings_for: Callable[[di
             field = error["loc"][0] if error["loc"] else None
             message = error["msg"].removeprefix("Value error, ")
             if field in trial.overrides:
-                raise ValueError(f"{swept_value(field, trial.overrides[field])}: {message}") from None
-            raise ValueError(f"sweep trial {trial.name!r}: {message}" if trial.overrides else message) from None
+                raise PlacedError(f"{swept_value(field, trial.overrides[field])}: {message}",
+                                  swept_at(sweep, field, trial.overrides[field])) from None
+            raise PlacedError(f"sweep trial {trial.name!r}: {message}" if trial.overrides else message,
+                              ("sweep",) if trial.overrides else ()) from None
     return checked
+
+
+def swept_at(sweep: dict[str, list[Any]], field: str, value: Any) -> tuple:
+    """Where in a measurement the sweep lists `value` for `field` (the very object a trial took)."""
+    return ("sweep", field, next(i for i, listed in enumerate(sweep[field]) if listed is value))
 
 
 def swept_value(field: str, value: Any) -> str:
@@ -214,8 +222,9 @@ class TrainMeasurement(TrainSettings):
                     continue  # not a length: the sweep's own check says so
                 late = [at for at in self.gif.at if at > total]
                 if late:
-                    raise ValueError(f"gif.at {late} beyond total_transitions {total}"
-                                     f"{where_swept(trial, 'total_transitions')}")
+                    raise PlacedError(f"gif.at {late} beyond total_transitions {total}"
+                                      f"{where_swept(trial, 'total_transitions')}",
+                                      ("gif", "at", self.gif.at.index(late[0])))
         check_training_sweep(self.sweep, self.settings_for)
         if "seed" in self.sweep and self.seeds is not None:
             raise ValueError("both `seeds` and a sweep over `seed`: list the training seeds once, in `seeds`")
