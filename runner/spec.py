@@ -14,7 +14,7 @@ from runner.kinds.train import process_wide_problems
 from runner.deploy_checks import deploy_problems
 from runner.runtime_specs import ArtifactSpec, RuntimeConfig
 from runner.spec_base import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
-from runner.yaml_source import PlacedError, SpecSourceError, YamlSource, load_yaml, read_spec_text
+from runner.yaml_source import SpecSourceError, YamlSource, load_yaml, placed_each, read_spec_text
 
 Measurement = Annotated[Union[tuple(kind.model for kind in KINDS.values())], Field(discriminator="kind")]
 
@@ -199,10 +199,10 @@ def _message(error: dict) -> str:
 def format_validation_error(exc: ValidationError, source: YamlSource) -> list[str]:
     problems = []
     for error in exc.errors():
-        placed = error.get("ctx", {}).get("error")
-        loc = tuple(error["loc"]) + (placed.at if isinstance(placed, PlacedError) else ())
-        path = _data_path(loc, source.data, missing=error["type"] == "missing")
-        problems.append(_problem(source, path, _message(error)))
+        placed = placed_each(error.get("ctx", {}).get("error"))
+        for at, message in [(p.at, str(p)) for p in placed] or [((), _message(error))]:
+            path = _data_path(tuple(error["loc"]) + at, source.data, missing=error["type"] == "missing")
+            problems.append(_problem(source, path, message))
     return problems
 
 

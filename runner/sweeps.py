@@ -20,14 +20,17 @@ def _text(value: Any) -> str:
     return format(value, "g") if isinstance(value, float) else str(value)
 
 
-def check_sweep(sweep: dict[str, list[Any]], fields: list[str] | tuple[str, ...]) -> None:
-    """Raise PlacedError unless every key of `sweep` is one of `fields` and lists distinct values
-    (as trial names spell them: two values of one name would be one trial twice)."""
+def sweep_problems(sweep: dict[str, list[Any]], fields: list[str] | tuple[str, ...]) -> list[PlacedError]:
+    """Every key of `sweep` that is not one of `fields` or lists no values, and every value listed
+    twice (as trial names spell them: two values of one name would be one trial twice)."""
+    problems = []
     for key, values in sweep.items():
         if key not in fields:
-            raise PlacedError(f"sweep key {key!r} is not a training field; fields: {', '.join(fields)}", ("sweep", key))
+            problems.append(PlacedError(f"sweep key {key!r} is not a training field; fields: {', '.join(fields)}",
+                                        ("sweep", key)))
+            continue
         if not values:
-            raise PlacedError(f"sweep {key!r} lists no values", ("sweep", key))
+            problems.append(PlacedError(f"sweep {key!r} lists no values", ("sweep", key)))
         named: dict[str, list[tuple[int, Any]]] = {}
         for i, value in enumerate(values):
             named.setdefault(_text(value), []).append((i, value))
@@ -35,10 +38,11 @@ def check_sweep(sweep: dict[str, list[Any]], fields: list[str] | tuple[str, ...]
             if len(written) > 1:
                 shown = [json.dumps(v) for _, v in written]
                 at = ("sweep", key, written[1][0])
-                if len(set(shown)) == 1:
-                    raise PlacedError(f"sweep {key!r} lists {shown[0]} more than once: each value is one trial", at)
-                raise PlacedError(f"sweep {key!r} values {' and '.join(shown)} share one trial name, {key}={name} "
-                                  "(a float is named to 6 significant digits): each value is one trial", at)
+                problems.append(PlacedError(
+                    f"sweep {key!r} lists {shown[0]} more than once: each value is one trial" if len(set(shown)) == 1
+                    else f"sweep {key!r} values {' and '.join(shown)} share one trial name, {key}={name} "
+                         "(a float is named to 6 significant digits): each value is one trial", at))
+    return problems
 
 
 def expand_sweep(sweep: dict[str, list[Any]]) -> list[Trial]:

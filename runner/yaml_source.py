@@ -100,6 +100,32 @@ class PlacedError(ValueError):
         self.at = at
 
 
+class PlacedErrors(ValueError):
+    """Every PlacedError that one check found, raised as one: a validator raises a single
+    exception, and the user should see each bad value at once, not the first alone."""
+
+    def __init__(self, errors: list[PlacedError]):
+        super().__init__("; ".join(str(error) for error in errors))
+        self.errors = errors
+
+
+def placed_each(error: BaseException | None) -> list[PlacedError]:
+    """The placed errors `error` carries: its own list, itself, or none."""
+    if isinstance(error, PlacedErrors):
+        return error.errors
+    return [error] if isinstance(error, PlacedError) else []
+
+
+def raise_placed(errors: list[PlacedError]) -> None:
+    """Raise `errors`, each once (trials that share a bad value report it alike), the one
+    alone or all together; return where there are none."""
+    unique = list({(str(error), error.at): error for error in errors}.values())
+    if len(unique) == 1:
+        raise unique[0]
+    if unique:
+        raise PlacedErrors(unique)
+
+
 def read_spec_text(text: str) -> Any:
     """A spec's stored text read as `load_yaml` reads its file (`1e-4` is a number there, as in
     YAML 1.2, not the string PyYAML's safe_load makes of it); None for an empty text."""

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from breakout_core.contract import CONTRACTS
 from runner.cli import main
+from runner.kinds.train import SWEEPABLE
 from runner.spec import SpecError, load_spec
 from runner.yaml_source import MAX_ALIASES, SpecSourceError, load_yaml
 
@@ -482,6 +483,30 @@ def test_a_bad_value_in_a_sweep_names_its_field_and_value(write_spec):
                                                           "    sweep: {total_transitions: [1000, 800]}\n"))
     assert _problems(crossing) == [f"{crossing}:10: measurements[1].sweep: sweep trial 'total_transitions=800': "
                                    "checkpoint_at [900] beyond total_transitions 800"]
+
+
+def test_every_bad_value_of_a_sweep_is_named_at_once(write_spec):
+    """A sweep with several bad values names each, on its own line, and each once: a value
+    shared by several trials is one problem, not one per trial."""
+    many = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep:\n      batch_size: [-1, 32, -2]\n"
+                                                       "      gamma: [0.9, 7]\n      seed: [1, 2]\n"))
+    assert _problems(many) == [
+        f"{many}:6: measurements[0].sweep.batch_size[0]: sweep 'batch_size' value -1: "
+        "Input should be greater than or equal to 1",
+        f"{many}:7: measurements[0].sweep.gamma[1]: sweep 'gamma' value 7: Input should be less than or equal to 1",
+        f"{many}:6: measurements[0].sweep.batch_size[2]: sweep 'batch_size' value -2: "
+        "Input should be greater than or equal to 1"]
+    listed = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep:\n      nope: [1]\n"
+                                                         "      seed: [3, 3]\n      keep_freed_memory: [true]\n"))
+    assert [p.split(": ", 2)[1:] for p in _problems(listed)] == [
+        ["measurements[0].sweep.nope", "sweep key 'nope' is not a training field; fields: " + ", ".join(SWEEPABLE)],
+        ["measurements[0].sweep.seed[1]", "sweep 'seed' lists 3 more than once: each value is one trial"],
+        ["measurements[0].sweep.keep_freed_memory", "sweep 'keep_freed_memory': the setting lasts for the whole "
+         "process once a training applies it, so a run takes one value: run one spec per value and compare the runs"]]
+    short = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep: {total_transitions: [500, 900, 2000]}\n"))
+    assert _problems(short) == [
+        f"{short}:5: measurements[0].sweep.total_transitions[{i}]: warmup_transitions 1000 must be below "
+        f"total_transitions {total} (sweep 'total_transitions' value {total})" for i, total in ((0, 500), (1, 900))]
 
 
 def test_gif_checkpoints_are_checked_as_gif_at_and_kept_in_every_trial(write_spec):

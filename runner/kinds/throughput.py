@@ -31,7 +31,7 @@ from runner.kinds.base import Kind, RunContext, Section
 from runner.kinds.train import TrainSettings, check_training_sweep, swept_at, where_swept
 from runner.spec_base import Name
 from runner.sweeps import expand_sweep
-from runner.yaml_source import PlacedError
+from runner.yaml_source import PlacedError, raise_placed
 
 Mode = Literal["full", "collect", "explore", "learner", "env"]
 
@@ -56,13 +56,12 @@ class ThroughputMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "ThroughputMeasurement":
-        for trial, settings in check_training_sweep(self.sweep, self.settings_for):
-            if self.warmup_transitions >= settings.total_transitions:
-                total = trial.overrides.get("total_transitions")
-                raise PlacedError(f"warmup_transitions {self.warmup_transitions} must be below total_transitions "
+        raise_placed([PlacedError(f"warmup_transitions {self.warmup_transitions} must be below total_transitions "
                                   f"{settings.total_transitions}{where_swept(trial, 'total_transitions')}",
-                                  ("warmup_transitions",) if total is None else
-                                  swept_at(self.sweep, "total_transitions", total))
+                                  ("warmup_transitions",) if "total_transitions" not in trial.overrides else
+                                  swept_at(self.sweep, "total_transitions", trial.overrides["total_transitions"]))
+                      for trial, settings in check_training_sweep(self.sweep, self.settings_for)
+                      if self.warmup_transitions >= settings.total_transitions])
         return self
 
     def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:

@@ -26,9 +26,9 @@ from breakout_core.hashing import file_sha256
 from breakout_core.train_config import MAX_TRAINING_SEED, PROCESS_WIDE_SETTINGS, TrainConfig
 from runner.kinds.base import Kind, RunContext, Section
 from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, checks_files, seed_list, spec_relative
-from runner.sweeps import Trial, check_sweep, expand_sweep
+from runner.sweeps import Trial, expand_sweep, sweep_problems
 from runner.train_pairs import Pair, PairJob
-from runner.yaml_source import PlacedError
+from runner.yaml_source import PlacedError, raise_placed
 
 if TYPE_CHECKING:
     from runner.store import Store
@@ -98,28 +98,33 @@ ONE_VALUE_PER_RUN = ("the setting lasts for the whole process once a training ap
 
 def check_training_sweep(sweep: dict[str, list[Any]], settings_for: Callable[[dict[str, Any]], TrainSettings]
                          ) -> list[tuple[Trial, TrainSettings]]:
-    """Every trial of `sweep` with its settings (`settings_for(overrides)`); raise ValueError
+    """Every trial of `sweep` with its settings (`settings_for(overrides)`); raise every problem
     unless the sweep lists training fields only, none of them process-wide, and every trial's
-    settings are valid: the error names the swept field and value, or the trial where no single
+    settings are valid: each error names the swept field and value, or the trial where no single
     value is at fault."""
-    check_sweep(sweep, SWEEPABLE)
-    for key in PROCESS_WIDE_SETTINGS:
-        if key in sweep:
-            raise PlacedError(f"sweep {key!r}: {ONE_VALUE_PER_RUN}", ("sweep", key))
+    problems = sweep_problems(sweep, SWEEPABLE)
+    problems += [PlacedError(f"sweep {key!r}: {ONE_VALUE_PER_RUN}", ("sweep", key))
+                 for key in PROCESS_WIDE_SETTINGS if key in sweep]
+    raise_placed(problems)
     checked = []
     for trial in expand_sweep(sweep):
         try:
             checked.append((trial, settings_for(trial.overrides)))
         except ValidationError as exc:
-            error = exc.errors()[0]
-            field = error["loc"][0] if error["loc"] else None
-            message = error["msg"].removeprefix("Value error, ")
-            if field in trial.overrides:
-                raise PlacedError(f"{swept_value(field, trial.overrides[field])}: {message}",
-                                  swept_at(sweep, field, trial.overrides[field])) from None
-            raise PlacedError(f"sweep trial {trial.name!r}: {message}" if trial.overrides else message,
-                              ("sweep",) if trial.overrides else ()) from None
+            problems += [_trial_problem(sweep, trial, error) for error in exc.errors()]
+    raise_placed(problems)
     return checked
+
+
+def _trial_problem(sweep: dict[str, list[Any]], trial: Trial, error: dict) -> PlacedError:
+    """One of a trial's validation errors, placed at the swept value at fault, else at the sweep."""
+    field = error["loc"][0] if error["loc"] else None
+    message = error["msg"].removeprefix("Value error, ")
+    if field in trial.overrides:
+        return PlacedError(f"{swept_value(field, trial.overrides[field])}: {message}",
+                           swept_at(sweep, field, trial.overrides[field]))
+    return PlacedError(f"sweep trial {trial.name!r}: {message}" if trial.overrides else message,
+                       ("sweep",) if trial.overrides else ())
 
 
 def swept_at(sweep: dict[str, list[Any]], field: str, value: Any) -> tuple:
@@ -215,16 +220,17 @@ class TrainMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "TrainMeasurement":
-        if self.gif is not None:  # before the trials, whose checkpoints include the GIFs'
-            for trial in expand_sweep(self.sweep):
-                total = trial.overrides.get("total_transitions", self.total_transitions)
-                if type(total) is not int or total < 1:
-                    continue  # not a length: the sweep's own check says so
-                late = [at for at in self.gif.at if at > total]
-                if late:
-                    raise PlacedError(f"gif.at {late} beyond total_transitions {total}"
-                                      f"{where_swept(trial, 'total_transitions')}",
-                                      ("gif", "at", self.gif.at.index(late[0])))
+        late_gifs = []  # raised before the trials are checked, whose checkpoints include the GIFs'
+        for trial in expand_sweep(self.sweep) if self.gif is not None else ():
+            total = trial.overrides.get("total_transitions", self.total_transitions)
+            if type(total) is not int or total < 1:
+                continue  # not a length: the sweep's own check says so
+            late = [at for at in self.gif.at if at > total]
+            if late:
+                late_gifs.append(PlacedError(f"gif.at {late} beyond total_transitions {total}"
+                                             f"{where_swept(trial, 'total_transitions')}",
+                                             ("gif", "at", self.gif.at.index(late[0]))))
+        raise_placed(late_gifs)
         check_training_sweep(self.sweep, self.settings_for)
         if "seed" in self.sweep and self.seeds is not None:
             raise ValueError("both `seeds` and a sweep over `seed`: list the training seeds once, in `seeds`")
