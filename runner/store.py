@@ -117,6 +117,10 @@ class StoreBusy(StoreError):
     """Another process holds the file, past the time this store may wait for it."""
 
 
+class NoSuchRun(StoreError):
+    """A run asked for by id or spec that the database does not hold."""
+
+
 class RunNotRunning(StoreError):
     """A run that cannot be marked interrupted: unknown, or not running."""
 
@@ -227,8 +231,7 @@ class Store:
     def reader(self, *, files: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection for one query. With `files` False it can touch no file but the
         database (no COPY TO, EXPORT, ATTACH or read_csv): ad-hoc SQL a user types."""
-        if not self.path.exists():
-            raise StoreError(f"{self.path}: no results database here yet (run a spec first, or pass --db)")
+        self._must_exist()
         if not self._prepared and os.access(self.path, os.W_OK):
             # migrations and views as this runner defines them: after an upgrade, a query or a
             # report must not read the views an older runner left (a file we may not write is read as it is)
@@ -244,8 +247,20 @@ class Store:
             finally:
                 con.close()
 
+    def _must_exist(self) -> None:
+        """Raise unless the database file is there: reading, or ending a run, never creates one."""
+        if not self.path.exists():
+            raise StoreError(f"{self.path}: no results database here yet (run a spec first, or pass --db)")
+
     # -- schema --------------------------------------------------------------------
     def _applied(self, con: duckdb.DuckDBPyConnection) -> list[str]:
+        """The migrations applied; raise for a database of someone else's tables, which this
+        runner must not add its own to."""
+        names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
+                                           "WHERE table_catalog = current_database()").fetchall()}
+        if names and "schema_migrations" not in names:
+            raise StoreError(f"{self.path}: not a runner results database (it holds other tables, and no "
+                             "schema_migrations); pass the results database with --db")
         con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMPTZ)")
         return [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
 
@@ -317,12 +332,17 @@ class Store:
         except StoreBusy:
             return False
 
-    def mark_interrupted(self, run_id: str, reason: str) -> None:
-        """End a run stuck 'running' by hand; refused for a run that is not running."""
+    def mark_interrupted(self, run_id: str, reason: str) -> str | None:
+        """End a run stuck 'running' by hand; refused for a run that is done or failed. Return None
+        once marked, or the error already stored where the run was interrupted before (opening
+        the database marks a run whose process is gone at once)."""
+        self._must_exist()
         with self.writer() as con:
-            row = con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            row = con.execute("SELECT status, error FROM runs WHERE run_id = ?", [run_id]).fetchone()
             if row is None:
                 raise RunNotRunning(f"no run {run_id!r} in {self.path}")
+            if row[0] == "interrupted":
+                return row[1] or "interrupted"
             if row[0] != "running":
                 raise RunNotRunning(f"run {run_id} is {row[0]}, not running")
             host, pid, beat = con.execute("SELECT host, pid, coalesce(heartbeat_at, started_at) FROM runs "
@@ -333,6 +353,7 @@ class Store:
                                     "stop that process instead")
             con.execute("UPDATE runs SET status = 'interrupted', ended_at = ?, error = ? WHERE run_id = ?",
                         [utcnow(), reason, run_id])
+        return None
 
     def unfinished_run(self, spec_name: str, spec_hash: str) -> str | None:
         """The latest interrupted or failed run of this exact spec text, if any."""

@@ -246,6 +246,24 @@ def test_reader_without_a_database(tmp_path):
     assert not path.exists()  # looking must not create it
 
 
+def test_a_database_of_other_tables_is_refused_and_left_as_it_was(tmp_path):
+    """A DuckDB file that is not a results database (tables of its own, even one named runs)
+    is refused by reads and writes alike, and gets none of the runner's tables."""
+    path = tmp_path / "theirs.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE mydata (a INTEGER)")
+    con.execute("CREATE TABLE runs (x INTEGER)")
+    con.close()
+    for opening in (Store(path).reader, Store(path).writer):
+        with pytest.raises(StoreError, match="not a runner results database"):
+            with opening():
+                pass
+    con = duckdb.connect(str(path), read_only=True)
+    assert sorted(r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()) == \
+        ["mydata", "runs"]
+    con.close()
+
+
 def test_reader_sees_the_views_this_runner_defines(tmp_path):
     """A database last written by an older runner holds that runner's views; a query or report
     after the upgrade reads the current ones without a run first."""
