@@ -7,11 +7,19 @@ trained it.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
+import yaml
+
+from breakout_core.messages import first_line
+from runner.spec_base import NAME_PATTERN
 from runner.store import Store, StoreError
+from runner.yaml_source import read_spec_text
+
+RUN_ID_PATTERN = r"[0-9A-Za-z][0-9A-Za-z_\-]{0,63}"  # safe in a file name, as a runner's ids are
 
 
 class TransferRefused(StoreError):
@@ -32,6 +40,9 @@ def export_run(store: Store, run_id: str, out_dir: Path) -> dict[str, int]:
     The files are written in a hidden folder beside `out_dir` and renamed to it at the end, so
     `out_dir` either does not exist or holds exactly this run's export. A folder that already
     holds anything is refused: two runs' files in one folder would import as one."""
+    with store.reader() as con:  # before any folder is made
+        if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == 0:
+            raise TransferRefused(f"no run {run_id!r} in {store.path}")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise TransferRefused(f"{out_dir}: not empty; export each run to a folder of its own")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -39,8 +50,6 @@ def export_run(store: Store, run_id: str, out_dir: Path) -> dict[str, int]:
     try:
         counts = {}
         with store.reader() as con:
-            if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == 0:
-                raise TransferRefused(f"no run {run_id!r} in {store.path}")
             for table in _run_tables(con):
                 n = con.execute(f'SELECT count(*) FROM "{table}" WHERE run_id = ?', [run_id]).fetchone()[0]
                 if n:
@@ -65,6 +74,23 @@ def exported_run_id(con, in_dir: Path) -> str:
     return run_ids[0]
 
 
+def _run_row_problem(con, in_dir: Path) -> str | None:
+    """Why the exported run row cannot be stored as a run of this runner: a run id or spec name
+    that could not name a report file, or a spec text that does not read as a spec."""
+    run_id, spec_name, spec_text = con.execute("SELECT run_id, spec_name, spec_text FROM read_parquet(?)",
+                                               [str(in_dir / "runs.parquet")]).fetchone()
+    if not re.fullmatch(RUN_ID_PATTERN, str(run_id)):
+        return f"run id {run_id!r} is not one a runner writes"
+    if not isinstance(spec_name, str) or not re.fullmatch(NAME_PATTERN, spec_name):
+        return f"spec name {spec_name!r} is not a spec name (letters, digits, _ and -)"
+    try:
+        if not isinstance(read_spec_text(spec_text or ""), dict):
+            return "its spec text is not a spec (a mapping of keys)"
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
+        return f"its spec text does not read as YAML ({first_line(exc)})"
+    return None
+
+
 def _foreign_rows(con, files: list[Path], run_id: str) -> list[str]:
     """'file: run ids' for each file holding rows of a run other than `run_id`."""
     found = []
@@ -87,6 +113,8 @@ def import_run(store: Store, in_dir: Path) -> tuple[str, dict[str, int]]:
         run_id = exported_run_id(con, in_dir)
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
             raise TransferRefused(f"run {run_id} is already in {store.path}")
+        if problem := _run_row_problem(con, in_dir):
+            raise TransferRefused(f"{in_dir}/runs.parquet: {problem}; nothing imported")
         unknown = [f.stem for f in files if f.stem not in known]
         if unknown:
             raise TransferRefused(f"{in_dir}: tables this runner does not know: {', '.join(unknown)}")

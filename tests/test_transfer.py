@@ -1,5 +1,6 @@
 """A run exported to Parquet imports into another database with every row, once."""
 
+import re
 import shutil
 
 import pytest
@@ -41,6 +42,45 @@ def test_unknown_run_and_foreign_folder_are_clear_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(StoreError, match="runs.parquet"):
         import_run(store, tmp_path / "empty")
+
+
+@pytest.mark.parametrize("column, value, problem", [
+    ("spec_name", "../outside", "spec name '../outside' is not a spec name"),
+    ("run_id", "../r1", "run id '../r1' is not one a runner writes"),
+    ("spec_text", "name: [unclosed", "its spec text does not read as YAML"),
+    ("spec_text", "- a list", "its spec text is not a spec"),
+])
+def test_import_refuses_a_run_row_no_runner_writes(tmp_path, column, value, problem):
+    """An export's run row names report files and is read back as a spec: a name that would
+    write outside the reports folder, or a text that is no spec, is refused whole."""
+    import duckdb
+
+    source = Store(tmp_path / "a.duckdb")
+    _seed_run(source, "r1")
+    export_run(source, "r1", tmp_path / "x")
+    runs = tmp_path / "x" / "runs.parquet"
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT * REPLACE (? AS {column}) FROM read_parquet(?)) TO '{tmp_path / 'runs.parquet'}'",
+                [value, str(runs)])
+    shutil.move(tmp_path / "runs.parquet", runs)
+    if column == "run_id":  # every file holds the run's own id, as an export writes them
+        episodes = tmp_path / "x" / "train_episodes.parquet"
+        con.execute(f"COPY (SELECT * REPLACE (? AS run_id) FROM read_parquet(?)) TO '{tmp_path / 'e.parquet'}'",
+                    [value, str(episodes)])
+        shutil.move(tmp_path / "e.parquet", episodes)
+    target = Store(tmp_path / "b.duckdb")
+    with pytest.raises(TransferRefused, match=re.escape(problem)):
+        import_run(target, tmp_path / "x")
+    assert _rows(target) == {"runs": 0, "train_episodes": 0}
+
+
+def test_export_of_an_unknown_run_makes_no_folder(tmp_path):
+    store = Store(tmp_path / "a.duckdb")
+    _seed_run(store, "r1")
+    for run_id in ("nope", "a/b", ""):
+        with pytest.raises(TransferRefused, match="no run"):
+            export_run(store, run_id, tmp_path / "exports" / run_id)
+    assert not (tmp_path / "exports").exists()
 
 
 def _rows(store: Store) -> dict[str, int]:
