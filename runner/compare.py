@@ -160,6 +160,10 @@ class Comparison:
     def same_machine(self) -> bool:
         return all(getattr(self.a, f) == getattr(self.b, f) for f in MACHINE_FIELDS)
 
+    def judged(self) -> list[Row]:
+        """Rows whose mark says what the data showed: better, worse or no significant change."""
+        return [r for r in self.rows if r.mark in (BETTER, WORSE, NO_CHANGE)]
+
     def regressions(self, factor: float) -> list[Row]:
         """Rows that got significantly worse beyond `factor` (timings only on the same machine)."""
         return [r for r in self.rows if r.changed_for_the_worse(factor)
@@ -559,8 +563,11 @@ def _train(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
     # a study over training seeds names each (trial, seed) as a sweep over seed would: the seeds are the repeats
     pair = "trial || CASE WHEN ? THEN ',seed=' || training_seed ELSE '' END"
     by_seed = m_a.get("seeds") is not None
-    rates, returns = {}, {}
+    rates, returns, scores = {}, {}, {}
     for label, side in (("A", a), ("B", b)):
+        scores[label] = {t: np.asarray(v, dtype=np.float64) for t, v in con.execute(
+            f"SELECT {pair}, list(score) FROM train_scores WHERE run_id = ? AND measurement = ? GROUP BY ALL",
+            [by_seed, side.run_id, name]).fetchall()}
         rates[label] = dict(con.execute(
             f"SELECT {pair}, arg_max(transitions_per_s, attempt) FROM train_results WHERE run_id = ? "
             "AND measurement = ? GROUP BY ALL", [by_seed, side.run_id, name]).fetchall())
@@ -570,11 +577,16 @@ def _train(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
             "FROM train_episodes_valid WHERE run_id = ? AND measurement = ?) WHERE back <= ? GROUP BY trial",
             [by_seed, side.run_id, name, LAST_EPISODES]).fetchall()}
     rows = []
-    for trial in sorted(set(rates["A"]) | set(rates["B"]) | set(returns["A"]) | set(returns["B"])):
+    for trial in sorted({t for found in (rates, returns, scores) for side in found.values() for t in side}):
         rows.append(_samples_row(name, f"trial {trial}", f"last{LAST_EPISODES}_return",
                                  returns["A"].get(trial, np.empty(0)), returns["B"].get(trial, np.empty(0)),
                                  lower_is_better=False, machine_bound=False,
                                  note="consecutive training episodes of one trial, not independent seeds"))
+        if trial in scores["A"] or trial in scores["B"]:
+            rows.append(_samples_row(name, f"trial {trial}", "final_score", scores["A"].get(trial, np.empty(0)),
+                                     scores["B"].get(trial, np.empty(0)), lower_is_better=False, machine_bound=False,
+                                     note="the final checkpoint's greedy episodes on the score seeds: one training "
+                                          "seed's agent, not the training's spread over seeds"))
         rate_a, rate_b = rates["A"].get(trial), rates["B"].get(trial)
         rows.append(_samples_row(name, f"trial {trial}", "transitions_per_s",
                                  np.asarray([] if rate_a is None else [rate_a]),
@@ -583,6 +595,8 @@ def _train(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
     rows += _over_seeds(name, f"last{LAST_EPISODES}_mean", *[{t: float(v.mean()) for t, v in returns[label].items()}
                                                             for label in "AB"], lower_is_better=False,
                         machine_bound=False)
+    rows += _over_seeds(name, "score_mean", *[{t: float(v.mean()) for t, v in scores[label].items()} for label in "AB"],
+                        lower_is_better=False, machine_bound=False)
     rows += _over_seeds(name, "transitions_per_s", rates["A"], rates["B"], lower_is_better=False, machine_bound=True)
     return rows + _episode_rows(con, a, b, m_a, lambda _checkpoint: None)
 

@@ -120,6 +120,40 @@ def test_fail_on_regression_exits_nonzero_only_beyond_its_factor(store):
     assert cli.invoke(main, args).exit_code == 0
 
 
+def test_a_regression_gate_does_not_pass_on_no_evidence(store):
+    """A gate whose every row is not comparable (here a contract that changed) has compared
+    nothing: it fails with the reason, where it would otherwise pass; a factor must be finite."""
+    rng = np.random.default_rng(3)
+    add_latency(store, add_run(store, "A", latency_spec(["ort"])), {"ort": latencies(rng)})
+    add_latency(store, add_run(store, "B", latency_spec(["ort"]), contract="c3"), {"ort": latencies(rng)})
+    cli = CliRunner()
+    args = ["compare", "A", "B", "--db", str(store.path), "--no-report"]
+    gated = cli.invoke(main, args + ["--fail-on-regression", "1.1"])
+    assert gated.exit_code == 1 and "no metric of the two runs could be judged" in gated.output
+    assert cli.invoke(main, args).exit_code == 0  # without a gate the comparison is shown, and that is all
+    for option in ("--factor", "--fail-on-regression"):
+        for number in ("nan", "inf"):
+            refused = cli.invoke(main, args + [option, number])
+            assert refused.exit_code == 2 and "is not a finite number" in refused.output, (option, number)
+
+
+def test_the_terminal_shows_stored_text_as_written(store):
+    """Brackets in a verdict's reason, a run's spec or a row are text, not rich markup: shown
+    whole, never dropped or failed on, and a long cell is not cut in a pipe."""
+    add_run(store, "A", eval_spec(["dqn"]))
+    reason = "worse [/] than [bold]before[/bold] " + "x" * 200
+    store.append_rows("verdicts", [{
+        "run_id": "A", "verdict": "v", "measurement": "ev", "candidate": "dqn", "baseline": "random",
+        "outcome": "rejected", "reason": reason, "evidence": "{}", "decided_at": utcnow()}])
+    cli = CliRunner()
+    shown = cli.invoke(main, ["sql", "SELECT reason, '[/x]' AS closing FROM verdicts", "--db", str(store.path)])
+    assert shown.exit_code == 0, shown.output
+    assert reason in shown.output and "[/x]" in shown.output
+    verdicts = cli.invoke(main, ["report", "--verdicts", "--db", str(store.path), "--reports", str(store.path.parent)])
+    assert verdicts.exit_code == 0, verdicts.output
+    assert reason in verdicts.output
+
+
 @pytest.mark.slow
 def test_null_latency_trials_are_flagged_no_more_often_than_the_stated_rate(store):
     """400 series drawn from one distribution in both runs: at p < 0.002 about 0.8 are
@@ -400,6 +434,27 @@ def test_a_sweep_over_seeds_gives_training_its_repeats(store):
     over = {r.metric: r for r in rows if r.subject == "base over 5 seeds"}
     assert over["transitions_per_s"].mark == BETTER and "5 seeds" in over["transitions_per_s"].test
     assert over["last20_mean"].mark == BETTER and over["last20_mean"].ratio == pytest.approx(1.5, rel=0.1)
+
+
+def test_training_scores_are_compared_per_agent_and_over_seeds(store):
+    """The final checkpoints' greedy scores, which training verdicts judge, are compared too: each
+    (trial, seed) agent's episodes, and each trial over its training seeds, paired by seed."""
+    spec = ("name: tr\nmeasurements:\n  - kind: train\n    name: tr\n    total_transitions: 2000\n"
+            "    seeds: 3\n    score_seeds: {start: 5000, count: 10}\n")
+    rng = np.random.default_rng(13)
+    for run_id, level in (("A", 20.0), ("B", 10.0)):
+        add_run(store, run_id, spec)
+        store.append_rows("train_scores", [{
+            "run_id": run_id, "measurement": "tr", "trial": "base", "training_seed": seed, "transition": 2000,
+            "checkpoint": "final.pt", "eval_seed": 5000 + k, "score": level + seed - 42 + rng.normal(), "steps": 100,
+            "ended_by": "game_over"} for seed in (42, 43, 44) for k in range(10)])
+    rows = compare_runs(store, "A", "B").rows
+    per_agent = [r for r in rows if r.metric == "final_score"]
+    assert sorted(r.subject for r in per_agent) == [f"trial base,seed={s}" for s in (42, 43, 44)]
+    assert {r.mark for r in per_agent} == {WORSE} and "one training seed's agent" in per_agent[0].note
+    (over,) = [r for r in rows if r.metric == "score_mean"]
+    assert over.subject == "base over 3 seeds" and over.mark == WORSE
+    assert over.test.startswith("paired Student t 95% CI") and over.ratio == pytest.approx(11 / 21, abs=0.05)
 
 
 def test_the_run_report_reads_a_stored_spec_as_its_file_was(store, tmp_path):
