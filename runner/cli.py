@@ -7,6 +7,7 @@ Heavy modules (torch, duckdb, altair) are imported inside the commands, so `runn
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -25,9 +26,24 @@ reports_option = click.option("--reports", "reports_dir", type=click.Path(file_o
                               default=Path("reports"), show_default=True, help="where HTML reports go")
 
 
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange that also refuses nan and inf, which its bounds let through (nan compares
+    false with every bound, and a factor of inf would never find a regression)."""
+
+    def convert(self, value, param, ctx) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 def _fail(message: str, code: int = EXIT_FAILED) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
+
+
+def _unwritable(reports_dir: Path, exc: OSError) -> str:
+    return f"--reports {reports_dir}: cannot write the report there ({exc.strerror or exc})"
 
 
 def _load(spec_path: Path):
@@ -97,18 +113,20 @@ def schema() -> None:
 def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resume: bool, runs_dir: Path,
         executor: str, ray_address: str | None, ray_retries: int) -> None:
     """Validate SPEC, execute its measurements, store every row, decide its verdicts."""
-    from rich.console import Console
-
     from runner.execute import NothingToResume, run_spec
     from runner.pair_executors import Executor
     from runner.store import Store, StoreError
+    from runner.terminal import log_console
 
     if ray_address and executor != "ray":
         _fail("--ray-address joins a Ray cluster: it needs --executor ray", EXIT_USAGE)
     loaded = _load(spec_path)
-    console = Console(stderr=True)
-    if not console.is_terminal:  # a log file: one line per message, not wrapped at 80 columns
-        console = Console(stderr=True, width=240, log_path=False)
+    if report:  # found out before the run, not after it
+        try:
+            reports_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            _fail(_unwritable(reports_dir, exc), EXIT_USAGE)
+    console = log_console()
     store = Store(db, busy_timeout_s=None, on_wait=console.log)  # a slow reader delays a run, never fails it
     try:
         run_id, verdicts = run_spec(loaded, store, reports_dir, console, resume=resume, runs_dir=runs_dir,
@@ -128,7 +146,10 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
     if report:
         from runner.report import build_run_report
 
-        click.echo(f"  report {build_run_report(store, reports_dir, run_id=run_id)}")
+        try:
+            click.echo(f"  report {build_run_report(store, reports_dir, run_id=run_id)}")
+        except OSError as exc:
+            _fail(f"{_unwritable(reports_dir, exc)}; the run is stored: `runner report {run_id} --reports DIR`")
 
 
 @main.command()
@@ -148,12 +169,12 @@ def mark_interrupted(run_id: str, db: Path | None) -> None:
     from runner.store import RunNotRunning, StoreError
 
     try:
-        _store(db).mark_interrupted(run_id, "marked interrupted by hand (runner mark-interrupted)")
+        already = _store(db).mark_interrupted(run_id, "marked interrupted by hand (runner mark-interrupted)")
     except RunNotRunning as exc:
         _fail(str(exc), EXIT_USAGE)
     except StoreError as exc:
         _fail(str(exc))
-    click.echo(f"run {run_id} marked interrupted")
+    click.echo(f"run {run_id} was interrupted already: {already}" if already else f"run {run_id} marked interrupted")
 
 
 @main.command()
@@ -191,13 +212,12 @@ def _print_query(db: Path | None, query: str, as_csv: bool = False) -> None:
         writer.writerow(columns)
         writer.writerows(rows)
         return
-    from rich.console import Console
-    from rich.table import Table
+    from runner.terminal import folding_table, table_console
 
-    table = Table(*columns, show_lines=False)
+    table = folding_table(*columns)
     for row in rows:
         table.add_row(*("" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
-    Console(width=max(120, Console().width)).print(table)
+    table_console().print(table)
     click.echo(f"{len(rows)} row(s)")
 
 
@@ -210,8 +230,12 @@ def _print_query(db: Path | None, query: str, as_csv: bool = False) -> None:
 def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: Path | None, reports_dir: Path) -> None:
     """Write the HTML report of RUN_ID (default: the latest run), or the verdicts page."""
     from runner.report import build_run_report, build_verdicts_report
-    from runner.store import StoreError
+    from runner.store import NoSuchRun, StoreError
 
+    if run_id and spec_name:
+        _fail("give either RUN_ID or --spec NAME, not both", EXIT_USAGE)
+    if verdicts_only and (run_id or spec_name):
+        _fail("--verdicts reports the latest verdict of every spec: it takes no RUN_ID or --spec", EXIT_USAGE)
     store = _store(db)
     try:
         if verdicts_only:
@@ -219,8 +243,12 @@ def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: P
             _print_verdicts(frame)
         else:
             path = build_run_report(store, reports_dir, run_id=run_id, spec_name=spec_name)
+    except NoSuchRun as exc:
+        _fail(str(exc), EXIT_USAGE)
     except StoreError as exc:
         _fail(str(exc))
+    except OSError as exc:
+        _fail(_unwritable(reports_dir, exc))
     click.echo(f"wrote {path}")
 
 
@@ -228,9 +256,9 @@ def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: P
 @click.argument("run_a", required=False)
 @click.argument("run_b", required=False)
 @click.option("--spec", "spec_name", default=None, help="compare the last two finished runs of this spec")
-@click.option("--factor", default=1.1, show_default=True, type=click.FloatRange(min=1.0),
+@click.option("--factor", default=1.1, show_default=True, type=FiniteFloatRange(min=1.0),
               help="a significant change is better/worse only beyond this factor")
-@click.option("--fail-on-regression", "fail_factor", default=None, type=click.FloatRange(min=1.0), metavar="FACTOR",
+@click.option("--fail-on-regression", "fail_factor", default=None, type=FiniteFloatRange(min=1.0), metavar="FACTOR",
               help="exit 1 when a metric got significantly worse beyond FACTOR")
 @click.option("--report/--no-report", default=True, show_default=True, help="write the HTML compare page")
 @db_option
@@ -252,6 +280,8 @@ def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor:
         _fail(str(exc), EXIT_USAGE)
     except StoreError as exc:
         _fail(str(exc))
+    except OSError as exc:
+        _fail(_unwritable(reports_dir, exc))
     if fail_factor is not None:
         worse = comparison.regressions(fail_factor)
         for row in worse:
@@ -259,6 +289,9 @@ def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor:
                        f"{row.value_b:.4g} ({row.test})", err=True)
         if worse:
             sys.exit(EXIT_FAILED)
+        if not comparison.judged():
+            _fail("--fail-on-regression: no metric of the two runs could be judged (each is not comparable, not "
+                  "testable or timed on another machine), and a gate does not pass on no evidence")
 
 
 @main.command()
@@ -269,7 +302,7 @@ def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor:
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="the seed the page starts with")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(min=0, max=65535),
               help="port on 127.0.0.1 (0: any free port)")
-@click.option("--pace-ms", default=1000 / 15, show_default=True, type=click.FloatRange(min=0),
+@click.option("--pace-ms", default=1000 / 15, show_default=True, type=FiniteFloatRange(min=0),
               help="ms between agent steps (66.7: 15 steps a second, the game's real speed)")
 @click.option("--contract", "contract_name", default="breakout-v3", show_default=True,
               type=click.Choice(sorted(CONTRACTS)), help="the game both sides play")
@@ -348,6 +381,8 @@ def export_command(run_id: str, out_dir: Path | None, db: Path | None) -> None:
         _fail(str(exc), EXIT_USAGE)
     except StoreError as exc:
         _fail(str(exc))
+    except OSError as exc:
+        _fail(f"{out_dir}: cannot write the export ({exc.strerror or exc})")
     click.echo(f"wrote {out_dir}: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
 
 
@@ -373,17 +408,15 @@ def import_command(in_dir: Path, db: Path | None) -> None:
 
 
 def _print_verdicts(frame) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from runner.report import compared, outcome_text, verdict_groups
+    from runner.terminal import coloured, folding_table, table_console
 
     colours = {"deployment-worthy": "green", "rejected": "red", "inconclusive": "yellow", "unavailable": "bright_black"}
-    from runner.report import compared, outcome_text, verdict_groups
-
-    console = Console(width=max(140, Console().width))
+    console = table_console()
     console.print("latest verdicts, grouped by host and contract hash", highlight=False)
     for title, group in verdict_groups(frame):
-        table = Table("spec", "verdict", "compared", "outcome", "reason", "run", title=title)
+        table = folding_table("spec", "verdict", "compared", "outcome", "reason", "run", title=title)
         for r in group.itertuples(index=False):
-            table.add_row(r.spec_name, r.verdict, compared(r), f"[{colours[r.outcome]}]{outcome_text(r)}[/]", r.reason,
+            table.add_row(r.spec_name, r.verdict, compared(r), coloured(outcome_text(r), colours[r.outcome]), r.reason,
                           r.run_id)
         console.print(table)

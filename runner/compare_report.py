@@ -125,25 +125,26 @@ def build_compare_report(store: Store, comparison: Comparison, out_dir: Path) ->
 
 def print_comparison(comparison: Comparison) -> None:
     """The comparison in the terminal: both runs, what differs between their machines, every row."""
-    from rich.console import Console
-    from rich.table import Table
+    from rich.text import Text
+
+    from runner.terminal import coloured, folding_table, table_console
 
     colours = {"better": "green", "worse": "red", "not comparable": "bright_black", "different machine": "yellow"}
-    console = Console(width=max(160, Console().width))
+    console = table_console()
     for label, side in (("A", comparison.a), ("B", comparison.b)):
         console.print(f"{label}: {side.run_id} ({side.spec_name}, {side.status}, started {side.started_at}, "
                       f"commit {side.git_commit}, contract {side.contract_hash})", highlight=False)
     for what, va, vb, flagged in comparison.environment:
         if flagged:
-            console.print(f"[yellow]differs[/]: {what}: {va} → {vb}", highlight=False)
+            console.print(Text.assemble(("differs", "yellow"), f": {what}: {va} → {vb}"), highlight=False)
     if comparison.caution:
-        console.print(f"[yellow]caution[/]: {comparison.caution}", highlight=False)
+        console.print(Text.assemble(("caution", "yellow"), f": {comparison.caution}"), highlight=False)
     if not comparison.same_machine:
-        console.print("[yellow]different machines: timings are not judged[/]")
+        console.print(coloured("different machines: timings are not judged", "yellow"))
     console.print(LEGEND.format(factor=comparison.factor), highlight=False)
-    table = Table("measurement", "subject", "metric", "A", "B", "B/A", "significance", "mark", "why")
+    table = folding_table("measurement", "subject", "metric", "A", "B", "B/A", "significance", "mark", "why")
     for r in rows_frame(comparison).itertuples(index=False):
         cells = ["" if v is None or v != v else f"{v:.4g}" for v in (r.A, r.B, r[5])]  # v != v: NaN
-        table.add_row(r.measurement, r.subject, r.metric, *cells, r.significance,
-                      f"[{colours[r.mark]}]{r.mark}[/]" if r.mark in colours else r.mark, r.why)
+        table.add_row(r.measurement, r.subject, r.metric, *cells, r.significance, coloured(r.mark, colours.get(r.mark)),
+                      r.why)
     console.print(table)

@@ -89,8 +89,8 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
             **provenance(loaded.path),
         })
     progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[unit]}"),
-        TextColumn("{task.fields[transitions]} transitions"), TimeElapsedColumn(), TimeRemainingColumn(),
+        TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[unit]}", markup=False), TextColumn("{task.fields[transitions]} transitions"), TimeElapsedColumn(), TimeRemainingColumn(),
         console=console, transient=False,
     )
     progress.add_task = _with_defaults(progress.add_task)

@@ -9,7 +9,7 @@ from pathlib import Path
 from breakout_core.messages import described
 from runner.kinds.base import Section
 from runner.report_html import render_page, table_html
-from runner.store import Store, StoreError
+from runner.store import NoSuchRun, Store
 
 
 def _run_row(con, run_id: str | None, spec_name: str | None) -> dict:
@@ -22,8 +22,8 @@ def _run_row(con, run_id: str | None, spec_name: str | None) -> dict:
     cursor = con.execute(query, args)
     row = cursor.fetchone()
     if row is None:
-        what = f"run {run_id!r}" if run_id else f"a run of spec {spec_name!r}" if spec_name else "any run"
-        raise StoreError(f"no {what} in the database")
+        what = f"run {run_id!r}" if run_id else f"run of spec {spec_name!r}" if spec_name else "run"
+        raise NoSuchRun(f"no {what} in the database")
     return dict(zip([d[0] for d in cursor.description], row))
 
 

@@ -212,3 +212,24 @@ def test_play_refuses_a_model_that_is_not_onnx(tmp_path, name):
     path = _bad_files(tmp_path)[name]
     result = runner("play", "--model", str(path), "--port", "0", "--db", str(tmp_path / "play.duckdb"), cwd=tmp_path)
     assert_one_line_usage_error(result, name, "not an ONNX model")
+
+
+def test_report_requests_that_cannot_be_met_are_one_line(tmp_path, db):
+    """An unknown run or spec, two ways of naming a run at once, or a reports folder that cannot
+    be made: one line each, exit 2 for a wrong request, and no traceback."""
+    from click.testing import CliRunner
+
+    from runner.cli import main
+
+    (tmp_path / "afile").write_text("a file, not a folder")
+    cli = CliRunner()
+    for args, code, message in (
+            (["nope"], 2, "no run 'nope' in the database"),
+            (["--spec", "nope"], 2, "no run of spec 'nope' in the database"),
+            (["r1", "--spec", "s"], 2, "either RUN_ID or --spec NAME"),
+            (["--verdicts", "r1"], 2, "takes no RUN_ID or --spec"),
+            (["r1", "--reports", str(tmp_path / "afile" / "sub")], 1, "cannot write the report there")):
+        result = cli.invoke(main, ["report", *args, "--db", str(db)])
+        assert result.exit_code == code, (args, result.output)
+        assert result.output.startswith("error: ") and message in result.output, (args, result.output)
+        assert len(result.output.strip().splitlines()) == 1 and isinstance(result.exception, SystemExit), args
