@@ -433,11 +433,26 @@ def _episode_rows(con, a: RunSide, b: RunSide, m_a: dict, subject_problem: Calla
 
 
 def _evaluate(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    files = [dict(con.execute("SELECT policy, sha256 FROM policy_files WHERE run_id = ? AND measurement = ?",
+                              [side.run_id, m_a["name"]]).fetchall()) for side in (a, b)]
+
     def policy_problem(policy: str) -> str | None:
         settings = _differences(a.spec.get("policies", {}).get(policy), b.spec.get("policies", {}).get(policy))
-        return f"policy {policy} differs: {'; '.join(settings)}" if settings else None
+        if settings:
+            return f"policy {policy} differs: {'; '.join(settings)}"
+        sha_a, sha_b = (side.get(policy) for side in files)
+        if sha_a and sha_b and sha_a != sha_b:
+            return f"model file of policy {policy} differs: sha256 {sha_a[:12]}… → {sha_b[:12]}…"
+        return None
 
-    return _episode_rows(con, a, b, m_a, policy_problem)
+    rows = _episode_rows(con, a, b, m_a, policy_problem)
+    for row in rows:
+        policy = row.subject.removeprefix("policy ")
+        unrecorded = [label for label, side in zip("AB", files) if policy not in side]
+        if (a.spec.get("policies", {}).get(policy) or {}).get("type") == "checkpoint" and unrecorded:
+            row.note = "; ".join(filter(None, [row.note, f"its model file's sha256 is not recorded in run "
+                                                         f"{' or '.join(unrecorded)} (stored before runs kept it)"]))
+    return rows
 
 
 def _episodes(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:

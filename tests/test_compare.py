@@ -203,6 +203,26 @@ def test_changed_model_file_reads_not_comparable(store):
     assert comparison.regressions(1.1) == []
 
 
+def test_a_checkpoint_policy_whose_file_changed_reads_not_comparable(store):
+    """The same path with other bytes is another agent: its scores are not comparable. A run
+    stored before the files were recorded says so in a note, and stays comparable."""
+    spec = ("name: ev\npolicies:\n  dqn: {type: checkpoint, path: m.pt}\nmeasurements:\n  - kind: evaluate\n"
+            "    name: ev\n    policies: [dqn]\n    seeds: {start: 0, count: 30}\n")
+    rng = np.random.default_rng(9)
+    for run_id, sha in (("A", "a" * 64), ("B", "b" * 64), ("C", "a" * 64), ("D", None)):
+        add_run(store, run_id, spec)
+        add_episodes(store, run_id, {"dqn": rng.integers(0, 20, 30)})
+        if sha:
+            store.append_rows("policy_files", [{"run_id": run_id, "measurement": "ev", "policy": "dqn",
+                                                "path": "/x/m.pt", "sha256": sha}])
+    changed = only(compare_runs(store, "A", "B"), "mean_score")
+    assert changed.mark == NOT_COMPARABLE and changed.problem == ("model file of policy dqn differs: sha256 "
+                                                                  "aaaaaaaaaaaa… → bbbbbbbbbbbb…")
+    assert only(compare_runs(store, "A", "C"), "mean_score").problem is None
+    unknown = only(compare_runs(store, "A", "D"), "mean_score")
+    assert unknown.problem is None and "sha256 is not recorded in run B" in unknown.note
+
+
 def test_changed_contract_or_settings_read_not_comparable(store):
     rng = np.random.default_rng(8)
     add_latency(store, add_run(store, "A", latency_spec(["ort"])), {"ort": latencies(rng)})

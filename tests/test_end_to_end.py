@@ -64,6 +64,10 @@ def test_run_sql_report_and_verdicts(tmp_path, checkpoint, write_spec):
         rows = con.execute("SELECT policy, count(*), min(seed), max(seed) FROM episodes WHERE run_id = ? "
                            "GROUP BY policy ORDER BY policy", [run_id]).fetchall()
         assert rows == [("dqn", 4, 4, 7), ("random", 4, 4, 7)]
+        # the bytes the checkpoint policy played, for `runner compare`; a random policy has no file
+        from breakout_core.hashing import file_sha256
+        assert con.execute("SELECT policy, path, sha256 FROM policy_files WHERE run_id = ?", [run_id]).fetchall() == \
+            [("dqn", str(tmp_path / "model.pt"), file_sha256(tmp_path / "model.pt"))]
         outcome, reason, evidence = con.execute(
             "SELECT outcome, reason, evidence FROM verdicts WHERE run_id = ?", [run_id]).fetchone()
         low = con.execute("SELECT evidence->>'$.metrics.paired_score_diff_ci_low' FROM verdicts").fetchone()[0]

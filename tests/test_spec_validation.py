@@ -485,6 +485,17 @@ def test_a_bad_value_in_a_sweep_names_its_field_and_value(write_spec):
                                    "checkpoint_at [900] beyond total_transitions 800"]
 
 
+def test_an_evaluate_gif_error_names_the_gif_line(checkpoint, write_spec):
+    """gif.policy and gif.seed are checked against the measurement, and the error names the
+    line of the value at fault (16 and 17), not the measurement's."""
+    for policy, seed, problem in (
+            ("nobody", 1, "16: measurements[0].gif.policy: gif.policy 'nobody' is not one of this measurement's policies"),
+            ("agent", 99, "17: measurements[0].gif.seed: gif.seed 99 is not one of this measurement's seeds")):
+        path = write_spec(edit("    batch_size: 4\n", f"    batch_size: 4\n    gif:\n      policy: {policy}\n"
+                                                      f"      seed: {seed}\n"))
+        assert _problems(path) == [f"{path}:{problem}"]
+
+
 def test_every_bad_value_of_a_sweep_is_named_at_once(write_spec):
     """A sweep with several bad values names each, on its own line, and each once: a value
     shared by several trials is one problem, not one per trial."""

@@ -8,9 +8,23 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from breakout_core.hashing import file_sha256
 from runner.episode_scores import METRIC_NAMES, BootstrapSpec, episode_row, gif_row, score_metrics, score_report
 from runner.kinds.base import Kind, RunContext, Section
 from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, seed_list
+from runner.yaml_source import PlacedError
+
+MIGRATIONS = [
+    (
+        "0110_evaluate_policy_files",  # which bytes each checkpoint policy played; unknown for runs stored before
+        """
+        CREATE TABLE policy_files (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, policy VARCHAR NOT NULL,
+            path VARCHAR NOT NULL, sha256 VARCHAR NOT NULL
+        )
+        """,
+    ),
+]
 
 
 class GifSpec(StrictModel):
@@ -34,9 +48,10 @@ class EvaluateMeasurement(StrictModel):
             raise ValueError("policies must be distinct")
         if self.gif is not None:
             if self.gif.policy not in self.policies:
-                raise ValueError(f"gif.policy {self.gif.policy!r} is not one of this measurement's policies")
+                raise PlacedError(f"gif.policy {self.gif.policy!r} is not one of this measurement's policies",
+                                  ("gif", "policy"))
             if self.gif.seed not in seed_list(self.seeds):
-                raise ValueError(f"gif.seed {self.gif.seed} is not one of this measurement's seeds")
+                raise PlacedError(f"gif.seed {self.gif.seed} is not one of this measurement's seeds", ("gif", "seed"))
         return self
 
 
@@ -64,7 +79,11 @@ def execute(m: EvaluateMeasurement, ctx: RunContext) -> None:
 def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, seeds: list[int], driver) -> None:
     from breakout_core.evaluator import evaluate, write_gif
 
-    policy = build_policy(ctx.spec.policies[policy_name], policy_name)
+    policy_spec = ctx.spec.policies[policy_name]
+    played_file = None if policy_spec.type == "random" else {
+        "run_id": ctx.run_id, "measurement": m.name, "policy": policy_name, "path": str(policy_spec.path),
+        "sha256": file_sha256(policy_spec.path)}  # hashed before it is loaded: the bytes that play
+    policy = build_policy(policy_spec, policy_name)
     task = ctx.progress.add_task(f"{m.name} · {policy_name}", total=len(seeds), unit="episodes")
     made = [0]
 
@@ -86,6 +105,8 @@ def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, 
         driver=driver,
     )
     ctx.store.append_rows("episodes", [episode_row(ctx, m.name, policy_name, e) for e in result.episodes])
+    if played_file is not None:  # after its episodes, which a resume looks for: never stored twice
+        ctx.store.append_rows("policy_files", [played_file])
     if result.frames:
         path = write_gif(result.frames, ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{policy_name}-{record_seed}.gif")
         episode = next(e for e in result.episodes if e.seed == record_seed)
@@ -103,7 +124,7 @@ def report(con, run_id: str, m: EvaluateMeasurement) -> list[Section]:
 KIND = Kind(
     name="evaluate",
     model=EvaluateMeasurement,
-    migrations=[],  # its rows go to the shared `episodes` table
+    migrations=MIGRATIONS,  # its episodes go to the shared `episodes` table
     views=[],
     execute=execute,
     participants=lambda m: list(m.policies),
