@@ -14,7 +14,7 @@ from runner.kinds.train import process_wide_problems
 from runner.deploy_checks import deploy_problems
 from runner.runtime_specs import ArtifactSpec, RuntimeConfig
 from runner.spec_base import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
-from runner.yaml_source import SpecSourceError, YamlSource, load_yaml, placed_each, read_spec_text
+from runner.yaml_source import SpecSourceError, YamlSource, format_path, load_yaml, placed_each, read_spec_text
 
 Measurement = Annotated[Union[tuple(kind.model for kind in KINDS.values())], Field(discriminator="kind")]
 
@@ -34,7 +34,7 @@ class Spec(StrictModel):
         if not (info.context or {}).get("defer_references"):  # load_spec reports them with their lines
             problems = reference_problems(self, info.context)
             if problems:
-                raise ValueError("; ".join(f"{_format_path(loc)}: {message}" for loc, message in problems))
+                raise ValueError("; ".join(f"{format_path(loc)}: {message}" for loc, message in problems))
         return self
 
 
@@ -179,13 +179,6 @@ def _data_path(loc: tuple, data, missing: bool = False) -> tuple:
     return tuple(kept)
 
 
-def _format_path(path: tuple) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
-
-
 def _message(error: dict) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
@@ -209,7 +202,7 @@ def format_validation_error(exc: ValidationError, source: YamlSource) -> list[st
 def _problem(source: YamlSource, path: tuple, message: str) -> str:
     line = source.line_of(path)
     where = f"{source.path}:{line}" if line else str(source.path)
-    return f"{where}: {_format_path(path)}: {message}"
+    return f"{where}: {format_path(path)}: {message}"
 
 
 def load_spec(path: str | Path, *, will_exist=()) -> LoadedSpec:

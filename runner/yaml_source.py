@@ -3,7 +3,9 @@
 Only the plain YAML types are accepted: an explicit tag (``!!python/object``, ``!foo``)
 is an error, and so is a document with more than MAX_ALIASES aliases (a "billion laughs"
 file expands exponentially through aliases), a key that is not a plain value, and
-nesting deeper than the parser's recursion allows.
+nesting deeper than the parser's recursion allows. So is a plain value that does not read as
+it looks: a key such as `no:` (YAML 1.1's false), a date, or a number such as 010 that
+YAML 1.1 reads as 8; each error says to quote it or write the number.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ _CORE = "tag:yaml.org,2002:"
 ALLOWED_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "merge")}
 # YAML 1.2 floats such as 1e-4, which PyYAML's YAML 1.1 resolver would read as strings
 _FLOAT_12 = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+# numbers YAML 1.1 reads otherwise than YAML 1.2: octal 010 (8), binary 0b11, 1_000, sexagesimal 1:30 (90)
+_NUMBER_11 = re.compile(r"^[-+]?(?:0[0-7_]+|0b[01_]+|[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?|.*_.*)$")
 
 
 class SpecSourceError(ValueError):
@@ -60,6 +64,19 @@ class _BoundedSafeLoader(yaml.SafeLoader):
 _BoundedSafeLoader.add_implicit_resolver(_CORE + "float", _FLOAT_12, list("-+0123456789."))
 
 
+def format_path(path: tuple) -> str:
+    """A value's place in a spec as a user reads it: measurements[0].gif.seed."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+# plain scalars that YAML reads as something other than text: as a key, `no:` is the boolean false
+_NOT_TEXT = {_CORE + "bool": "a boolean", _CORE + "int": "a number", _CORE + "float": "a number",
+             _CORE + "null": "null", _CORE + "timestamp": "a date"}
+
+
 def _check_tags_and_map_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int], where: str,
                               seen: set[int]) -> None:
     """Refuse non-core tags and duplicate keys; map each value path to its line.
@@ -67,8 +84,16 @@ def _check_tags_and_map_lines(node: yaml.Node, path: tuple, lines: dict[tuple, i
     An aliased node is visited once (`seen`): walking it again at every alias would make
     a small file of nested aliases cost exponential time and memory."""
     line = node.start_mark.line + 1
+    if node.tag == _CORE + "timestamp" and isinstance(node, yaml.ScalarNode) and node.style is None:
+        raise SpecSourceError(f"{where}:{line}: {format_path(path)}: {node.value} reads as {_NOT_TEXT[node.tag]} "
+                              f"in YAML: quote it ('{node.value}') if it is text")
+    if node.tag in (_CORE + "int", _CORE + "float") and node.style is None and _NUMBER_11.match(node.value):
+        raise SpecSourceError(f"{where}:{line}: {format_path(path)}: {node.value} is read as "
+                              f"{yaml.safe_load(node.value)!r} by YAML 1.1's rules alone: write {yaml.safe_load(node.value)!r}, "
+                              "or quote it if it is text")
     if node.tag not in ALLOWED_TAGS:
-        raise SpecSourceError(f"{where}:{line}: YAML tag {node.tag!r} is not allowed in a spec (plain values only)")
+        raise SpecSourceError(f"{where}:{line}: {format_path(path)}: YAML tag {node.tag!r} is not allowed in a spec "
+                              "(plain values only)")
     lines.setdefault(path, line)
     if id(node) in seen:
         return
@@ -81,6 +106,9 @@ def _check_tags_and_map_lines(node: yaml.Node, path: tuple, lines: dict[tuple, i
                 shape = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
                 raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: a key must be a plain value, not a {shape}")
             key = key_node.value
+            if key_node.tag in _NOT_TEXT and key_node.style is None:
+                raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: {format_path(path + (key,))}: key "
+                                      f"{key} reads as {_NOT_TEXT[key_node.tag]} in YAML, not a name: quote it ('{key}')")
             if key in keys:
                 raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: key {key!r} appears twice in one mapping")
             keys.add(key)

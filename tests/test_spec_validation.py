@@ -496,6 +496,30 @@ def test_an_evaluate_gif_error_names_the_gif_line(checkpoint, write_spec):
         assert _problems(path) == [f"{path}:{problem}"]
 
 
+@pytest.mark.parametrize("text, problem", [
+    ("name: s\npolicies:\n  random: {type: random}\n  no: {type: random}\n",
+     "4: policies.no: key no reads as a boolean in YAML, not a name: quote it ('no')"),
+    ("name: s\non: 1\n", "2: on: key on reads as a boolean in YAML, not a name: quote it ('on')"),
+    ("name: s\npolicies:\n  123: {type: random}\n", "3: policies.123: key 123 reads as a number in YAML"),
+    ("name: s\ndescription: 2024-01-01\n", "2: description: 2024-01-01 reads as a date in YAML: quote it"),
+    ("name: s\nmeasurements:\n  - seeds: [1, 010]\n",
+     "3: measurements[0].seeds[1]: 010 is read as 8 by YAML 1.1's rules alone: write 8, or quote it"),
+    ("name: s\nx: 1_000\n", "2: x: 1_000 is read as 1000"),
+    ("name: s\nx: 1:30\n", "2: x: 1:30 is read as 90"),
+], ids=["no", "on", "number-key", "date", "octal", "underscore", "sexagesimal"])
+def test_a_plain_value_that_does_not_read_as_it_looks_is_named(write_spec, text, problem):
+    """YAML 1.1 reads `no:` as false, 2024-01-01 as a date and 010 as 8: the error names the
+    line and the value, and says to quote it or write what it means; quoted, it is text."""
+    path = write_spec(text)
+    with pytest.raises(SpecSourceError) as info:
+        load_yaml(path)
+    assert str(info.value).startswith(f"{path}:{problem}")
+    value = text.splitlines()[-1].split(": ")[-1].strip("[]{}").split(", ")[-1]
+    key = text.splitlines()[-1].strip(" -").split(":")[0]
+    quoted = text.replace(f"{key}:", f"'{key}':") if "key" in problem else text.replace(value, f"'{value}'")
+    assert load_yaml(write_spec(quoted)).data is not None
+
+
 def test_every_bad_value_of_a_sweep_is_named_at_once(write_spec):
     """A sweep with several bad values names each, on its own line, and each once: a value
     shared by several trials is one problem, not one per trial."""
