@@ -216,7 +216,7 @@ def _print_query(db: Path | None, query: str, as_csv: bool = False) -> None:
 
     table = folding_table(*columns)
     for row in rows:
-        table.add_row(*("" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
+        table.add_row(*("" if v is None else f"{v:.10g}" if isinstance(v, float) else str(v) for v in row))
     table_console().print(table)
     click.echo(f"{len(rows)} row(s)")
 

@@ -146,9 +146,10 @@ def test_the_terminal_shows_stored_text_as_written(store):
         "run_id": "A", "verdict": "v", "measurement": "ev", "candidate": "dqn", "baseline": "random",
         "outcome": "rejected", "reason": reason, "evidence": "{}", "decided_at": utcnow()}])
     cli = CliRunner()
-    shown = cli.invoke(main, ["sql", "SELECT reason, '[/x]' AS closing FROM verdicts", "--db", str(store.path)])
+    shown = cli.invoke(main, ["sql", "SELECT reason, '[/x]' AS closing, 123456789.0::DOUBLE AS big FROM verdicts",
+                              "--db", str(store.path)])
     assert shown.exit_code == 0, shown.output
-    assert reason in shown.output and "[/x]" in shown.output
+    assert reason in shown.output and "[/x]" in shown.output and "123456789" in shown.output
     verdicts = cli.invoke(main, ["report", "--verdicts", "--db", str(store.path), "--reports", str(store.path.parent)])
     assert verdicts.exit_code == 0, verdicts.output
     assert reason in verdicts.output
