@@ -148,13 +148,16 @@ class Comparison:
 
     @property
     def caution(self) -> str | None:
-        """Why settings that read the same may not have been, or None: runs of two commits whose
-        settings were not both stored as they ran."""
+        """What the rows may not show, or None: settings that read the same but may not have been
+        (runs of two commits whose settings were not both stored as they ran), and a run that did
+        not finish, whose rows may stop short."""
         a, b = self.a, self.b
-        if a.settings_read == SETTINGS_AS_RUN or a.git_commit == b.git_commit:
-            return None
-        return (f"settings are read from both runs' {a.settings_read}: a default that changed between commits "
-                f"{a.git_commit} and {b.git_commit} does not show")
+        cautions = [f"run {label} is {side.status}: its rows may stop short of the spec"
+                    for label, side in (("A", a), ("B", b)) if side.status != "done"]
+        if a.settings_read != SETTINGS_AS_RUN and a.git_commit != b.git_commit:
+            cautions.insert(0, f"settings are read from both runs' {a.settings_read}: a default that changed between "
+                               f"commits {a.git_commit} and {b.git_commit} does not show")
+        return "; ".join(cautions) or None
 
     @property
     def same_machine(self) -> bool:

@@ -204,6 +204,16 @@ def test_changed_model_file_reads_not_comparable(store):
     assert comparison.regressions(1.1) == []
 
 
+def test_a_run_that_did_not_finish_carries_a_caution(store):
+    rng = np.random.default_rng(4)
+    add_latency(store, add_run(store, "A", latency_spec(["ort"])), {"ort": latencies(rng)})
+    add_latency(store, add_run(store, "B", latency_spec(["ort"])), {"ort": latencies(rng)})
+    assert compare_runs(store, "A", "B").caution is None
+    with store.writer() as con:
+        con.execute("UPDATE runs SET status = 'interrupted' WHERE run_id = 'B'")
+    assert compare_runs(store, "A", "B").caution == "run B is interrupted: its rows may stop short of the spec"
+
+
 def test_a_checkpoint_policy_whose_file_changed_reads_not_comparable(store):
     """The same path with other bytes is another agent: its scores are not comparable. A run
     stored before the files were recorded says so in a note, and stays comparable."""
