@@ -121,7 +121,7 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
     if ray_address and executor != "ray":
         _fail("--ray-address joins a Ray cluster: it needs --executor ray", EXIT_USAGE)
     loaded = _load(spec_path)
-    if report:  # found out before the run, not after it
+    if report or any(getattr(m, "gif", None) for m in loaded.spec.measurements):  # found out before the run
         try:
             reports_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -149,7 +149,8 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
         try:
             click.echo(f"  report {build_run_report(store, reports_dir, run_id=run_id)}")
         except OSError as exc:
-            _fail(f"{_unwritable(reports_dir, exc)}; the run is stored: `runner report {run_id} --reports DIR`")
+            _fail(f"{_unwritable(reports_dir, exc)}; the run is stored: `runner report {run_id} --reports DIR`",
+                  EXIT_USAGE)
 
 
 @main.command()
@@ -248,7 +249,7 @@ def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: P
     except StoreError as exc:
         _fail(str(exc))
     except OSError as exc:
-        _fail(_unwritable(reports_dir, exc))
+        _fail(_unwritable(reports_dir, exc), EXIT_USAGE)
     click.echo(f"wrote {path}")
 
 
@@ -281,7 +282,7 @@ def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor:
     except StoreError as exc:
         _fail(str(exc))
     except OSError as exc:
-        _fail(_unwritable(reports_dir, exc))
+        _fail(_unwritable(reports_dir, exc), EXIT_USAGE)
     if fail_factor is not None:
         worse = comparison.regressions(fail_factor)
         for row in worse:

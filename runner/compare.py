@@ -34,8 +34,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import duckdb
 import numpy as np
+import yaml
 
+from breakout_core.messages import first_line
+from runner.spec import stored_spec_problem
 from runner.store import Store
 
 BETTER = "better"
@@ -205,6 +209,9 @@ def _sides(con, id_a: str, id_b: str) -> tuple[RunSide, RunSide]:
         texts.append(text)
         stored.append(json.loads(settings) if settings else None)
     *trees, read = (*stored, SETTINGS_AS_RUN) if all(stored) else _spec_trees(*texts)
+    for run_id, tree in zip((id_a, id_b), trees):
+        if problem := stored_spec_problem(tree):
+            raise CompareError(f"run {run_id}: its stored spec cannot be compared ({problem})")
     return tuple(RunSide(*head, packages=packages, spec=tree, settings_read=read)
                  for (head, packages), tree in zip(rows, trees))
 
@@ -219,7 +226,11 @@ def _spec_trees(text_a: str, text_b: str) -> tuple[dict, dict, str]:
     try:
         return settings_as_written(text_a), settings_as_written(text_b), SETTINGS_FILLED
     except Exception:  # noqa: BLE001 - an older spec: its written fields are still comparable
+        pass
+    try:
         return read_spec_text(text_a) or {}, read_spec_text(text_b) or {}, SETTINGS_WRITTEN
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
+        raise CompareError(f"a stored spec text does not read as YAML ({first_line(exc)})") from None
 
 
 def _environment(a: RunSide, b: RunSide) -> list[tuple[str, str, str, bool]]:
@@ -435,9 +446,18 @@ def _episode_rows(con, a: RunSide, b: RunSide, m_a: dict, subject_problem: Calla
     return rows
 
 
+def _policy_files(con, run_id: str, measurement: str) -> dict[str, str]:
+    """{policy: sha256} of the checkpoint files a run's evaluate measurement played; none where
+    the database predates the table (a file this runner may read but not migrate)."""
+    try:
+        return dict(con.execute("SELECT policy, sha256 FROM policy_files WHERE run_id = ? AND measurement = ?",
+                                [run_id, measurement]).fetchall())
+    except duckdb.CatalogException:
+        return {}
+
+
 def _evaluate(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
-    files = [dict(con.execute("SELECT policy, sha256 FROM policy_files WHERE run_id = ? AND measurement = ?",
-                              [side.run_id, m_a["name"]]).fetchall()) for side in (a, b)]
+    files = [_policy_files(con, side.run_id, m_a["name"]) for side in (a, b)]
 
     def policy_problem(policy: str) -> str | None:
         settings = _differences(a.spec.get("policies", {}).get(policy), b.spec.get("policies", {}).get(policy))
@@ -454,7 +474,7 @@ def _evaluate(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
         unrecorded = [label for label, side in zip("AB", files) if policy not in side]
         if (a.spec.get("policies", {}).get(policy) or {}).get("type") == "checkpoint" and unrecorded:
             row.note = "; ".join(filter(None, [row.note, f"its model file's sha256 is not recorded in run "
-                                                         f"{' or '.join(unrecorded)} (stored before runs kept it)"]))
+                                                         f"{' or '.join(unrecorded)}"]))
     return rows
 
 

@@ -236,6 +236,22 @@ def settings_as_written(text: str) -> dict:
     return Spec.model_validate(read_spec_text(text) or {}, context={"check_files": False}).model_dump(mode="json")
 
 
+def stored_spec_problem(tree: Any) -> str | None:
+    """Why a stored spec (a run's text read as YAML, or its settings) is not shaped as a spec,
+    whatever runner stored it: a mapping whose policies, artifacts and runtimes are mappings and
+    whose measurements are a list of mappings, each with a name. None when it is."""
+    if not isinstance(tree, dict):
+        return f"a spec is a mapping of keys, not {type(tree).__name__}"
+    for key in ("policies", "artifacts", "runtimes"):
+        if not isinstance(tree.get(key, {}), dict):
+            return f"{key} is not a mapping"
+    measurements = tree.get("measurements", [])
+    if not isinstance(measurements, list) or not all(isinstance(m, dict) and isinstance(m.get("name"), str)
+                                                     for m in measurements):
+        return "measurements is not a list of named measurements"
+    return None
+
+
 def _partial_problems(data: dict, context: dict) -> list[tuple[tuple, str]]:
     """The reference problems of the parts of a spec that validate on their own, so that one
     pass reports a field's error and a name that points nowhere elsewhere in the file.

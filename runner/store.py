@@ -259,8 +259,8 @@ class Store:
         names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
                                            "WHERE table_catalog = current_database()").fetchall()}
         if names and "schema_migrations" not in names:
-            raise StoreError(f"{self.path}: not a runner results database (it holds other tables, and no "
-                             "schema_migrations); pass the results database with --db")
+            raise StoreError(f"{self.path}: not a runner results database (it holds tables or views of its own, "
+                             "and no schema_migrations)")
         con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMPTZ)")
         return [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
 
@@ -387,6 +387,21 @@ class Store:
         import pyarrow as pa
 
         return self.append_arrow(table, pa.Table.from_pylist(list(rows)))
+
+    def append_together(self, rows_by_table: dict[str, Sequence[dict]]) -> None:
+        """Append dict rows to several tables in one transaction: all of them are stored, or none."""
+        import pyarrow as pa
+
+        with self.writer() as con:
+            con.execute("BEGIN")
+            try:
+                for table, rows in rows_by_table.items():
+                    if rows:
+                        insert_arrow(con, table, pa.Table.from_pylist(list(rows)))
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
 
     def append_arrow(self, table: str, data) -> int:
         """Append an Arrow table (or anything DuckDB can scan) by column name."""

@@ -7,6 +7,7 @@ trained it.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
@@ -15,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from breakout_core.messages import first_line
+from runner.spec import stored_spec_problem
 from runner.spec_base import NAME_PATTERN
 from runner.store import Store, StoreError
 from runner.yaml_source import read_spec_text
@@ -77,17 +79,25 @@ def exported_run_id(con, in_dir: Path) -> str:
 def _run_row_problem(con, in_dir: Path) -> str | None:
     """Why the exported run row cannot be stored as a run of this runner: a run id or spec name
     that could not name a report file, or a spec text that does not read as a spec."""
-    run_id, spec_name, spec_text = con.execute("SELECT run_id, spec_name, spec_text FROM read_parquet(?)",
-                                               [str(in_dir / "runs.parquet")]).fetchone()
-    if not re.fullmatch(RUN_ID_PATTERN, str(run_id)):
-        return f"run id {run_id!r} is not one a runner writes"
-    if not isinstance(spec_name, str) or not re.fullmatch(NAME_PATTERN, spec_name):
-        return f"spec name {spec_name!r} is not a spec name (letters, digits, _ and -)"
+    row = con.execute("SELECT * FROM read_parquet(?)", [str(in_dir / "runs.parquet")]).fetchone()
+    columns = [d[0] for d in con.description]
+    run = dict(zip(columns, row))
+    if not re.fullmatch(RUN_ID_PATTERN, str(run["run_id"])):
+        return f"run id {run['run_id']!r} is not one a runner writes"
+    if not isinstance(run.get("spec_name"), str) or not re.fullmatch(NAME_PATTERN, run["spec_name"]):
+        return f"spec name {run.get('spec_name')!r} is not a spec name (letters, digits, _ and -)"
     try:
-        if not isinstance(read_spec_text(spec_text or ""), dict):
-            return "its spec text is not a spec (a mapping of keys)"
+        if problem := stored_spec_problem(read_spec_text(run.get("spec_text") or "")):
+            return f"its spec text is not a spec: {problem}"
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
         return f"its spec text does not read as YAML ({first_line(exc)})"
+    if run.get("spec_settings") is not None:
+        try:
+            settings = json.loads(run["spec_settings"])
+        except (TypeError, ValueError):
+            return "its spec_settings are not JSON"
+        if problem := stored_spec_problem(settings):
+            return f"its spec_settings are not a spec: {problem}"
     return None
 
 

@@ -101,14 +101,15 @@ def _check_tags_and_map_lines(node: yaml.Node, path: tuple, lines: dict[tuple, i
     if isinstance(node, yaml.MappingNode):
         keys: set = set()
         for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag in _NOT_TEXT and key_node.style is None:
+                key = key_node.value
+                raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: {format_path(path + (key,))}: key "
+                                      f"{key} reads as {_NOT_TEXT[key_node.tag]} in YAML, not a name: quote it ('{key}')")
             _check_tags_and_map_lines(key_node, path + ("<key>",), {}, where, seen)
             if not isinstance(key_node, yaml.ScalarNode):
                 shape = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
                 raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: a key must be a plain value, not a {shape}")
             key = key_node.value
-            if key_node.tag in _NOT_TEXT and key_node.style is None:
-                raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: {format_path(path + (key,))}: key "
-                                      f"{key} reads as {_NOT_TEXT[key_node.tag]} in YAML, not a name: quote it ('{key}')")
             if key in keys:
                 raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: key {key!r} appears twice in one mapping")
             keys.add(key)

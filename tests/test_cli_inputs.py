@@ -228,7 +228,7 @@ def test_report_requests_that_cannot_be_met_are_one_line(tmp_path, db):
             (["--spec", "nope"], 2, "no run of spec 'nope' in the database"),
             (["r1", "--spec", "s"], 2, "either RUN_ID or --spec NAME"),
             (["--verdicts", "r1"], 2, "takes no RUN_ID or --spec"),
-            (["r1", "--reports", str(tmp_path / "afile" / "sub")], 1, "cannot write the report there")):
+            (["r1", "--reports", str(tmp_path / "afile" / "sub")], 2, "cannot write the report there")):
         result = cli.invoke(main, ["report", *args, "--db", str(db)])
         assert result.exit_code == code, (args, result.output)
         assert result.output.startswith("error: ") and message in result.output, (args, result.output)

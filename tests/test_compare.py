@@ -204,6 +204,14 @@ def test_changed_model_file_reads_not_comparable(store):
     assert comparison.regressions(1.1) == []
 
 
+def test_a_stored_spec_that_is_no_spec_is_one_line(store):
+    add_run(store, "A", eval_spec(["dqn"]), settings={"measurements": 5})
+    add_run(store, "B", eval_spec(["dqn"]), settings=settings_as_written(eval_spec(["dqn"])))
+    with pytest.raises(CompareError, match="run A: its stored spec cannot be compared "
+                                           r"\(measurements is not a list of named measurements\)"):
+        compare_runs(store, "A", "B")
+
+
 def test_a_run_that_did_not_finish_carries_a_caution(store):
     rng = np.random.default_rng(4)
     add_latency(store, add_run(store, "A", latency_spec(["ort"])), {"ort": latencies(rng)})
@@ -232,6 +240,9 @@ def test_a_checkpoint_policy_whose_file_changed_reads_not_comparable(store):
     assert only(compare_runs(store, "A", "C"), "mean_score").problem is None
     unknown = only(compare_runs(store, "A", "D"), "mean_score")
     assert unknown.problem is None and "sha256 is not recorded in run B" in unknown.note
+    with store.writer() as con:  # as in an older runner's database that this one may read but not migrate
+        con.execute("DROP TABLE policy_files")
+    assert "not recorded in run A or B" in only(compare_runs(store, "A", "B"), "mean_score").note
 
 
 def test_changed_contract_or_settings_read_not_comparable(store):

@@ -501,12 +501,14 @@ def test_an_evaluate_gif_error_names_the_gif_line(checkpoint, write_spec):
      "4: policies.no: key no reads as a boolean in YAML, not a name: quote it ('no')"),
     ("name: s\non: 1\n", "2: on: key on reads as a boolean in YAML, not a name: quote it ('on')"),
     ("name: s\npolicies:\n  123: {type: random}\n", "3: policies.123: key 123 reads as a number in YAML"),
+    ("name: s\npolicies:\n  010: {type: random}\n", "3: policies.010: key 010 reads as a number in YAML, not a "
+                                                      "name: quote it ('010')"),
     ("name: s\ndescription: 2024-01-01\n", "2: description: 2024-01-01 reads as a date in YAML: quote it"),
     ("name: s\nmeasurements:\n  - seeds: [1, 010]\n",
      "3: measurements[0].seeds[1]: 010 is read as 8 by YAML 1.1's rules alone: write 8, or quote it"),
     ("name: s\nx: 1_000\n", "2: x: 1_000 is read as 1000"),
     ("name: s\nx: 1:30\n", "2: x: 1:30 is read as 90"),
-], ids=["no", "on", "number-key", "date", "octal", "underscore", "sexagesimal"])
+], ids=["no", "on", "number-key", "octal-key", "date", "octal", "underscore", "sexagesimal"])
 def test_a_plain_value_that_does_not_read_as_it_looks_is_named(write_spec, text, problem):
     """YAML 1.1 reads `no:` as false, 2024-01-01 as a date and 010 as 8: the error names the
     line and the value, and says to quote it or write what it means; quoted, it is text."""

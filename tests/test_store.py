@@ -246,6 +246,22 @@ def test_reader_without_a_database(tmp_path):
     assert not path.exists()  # looking must not create it
 
 
+def test_rows_appended_together_are_stored_all_or_none(tmp_path):
+    """An evaluate policy's episodes and the file it played go in one transaction: a failure in
+    the second table leaves no episode behind for a resume to take as done."""
+    store = Store(tmp_path / "r.duckdb")
+    episode = {"run_id": "r", "measurement": "m", "policy": "p", "seed": 0, "score": 1.0, "steps": 1, "frames": 4,
+               "ended_by": "game_over", "action_noop": 1, "action_fire": 0, "action_right": 0, "action_left": 0,
+               "wall_s": 0.1, "contract_hash": "c"}
+    with pytest.raises(duckdb.Error):
+        store.append_together({"episodes": [episode], "policy_files": [{"run_id": "r", "measurement": "m"}]})
+    store.append_together({"episodes": [episode], "policy_files": [{"run_id": "r", "measurement": "m", "policy": "p",
+                                                                    "path": "/m.pt", "sha256": "a" * 64}]})
+    with store.reader() as con:
+        assert con.execute("SELECT count(*) FROM episodes").fetchone()[0] == 1
+        assert con.execute("SELECT count(*) FROM policy_files").fetchone()[0] == 1
+
+
 def test_a_database_of_other_tables_is_refused_and_left_as_it_was(tmp_path):
     """A DuckDB file that is not a results database (tables of its own, even one named runs)
     is refused by reads and writes alike, and gets none of the runner's tables."""

@@ -49,6 +49,10 @@ def test_unknown_run_and_foreign_folder_are_clear_errors(tmp_path):
     ("run_id", "../r1", "run id '../r1' is not one a runner writes"),
     ("spec_text", "name: [unclosed", "its spec text does not read as YAML"),
     ("spec_text", "- a list", "its spec text is not a spec"),
+    ("spec_text", "measurements: 5", "its spec text is not a spec: measurements is not a list of named measurements"),
+    ("spec_settings", '{"policies": [1]}', "its spec_settings are not a spec: policies is not a mapping"),
+    ("spec_settings", "[1]", "its spec_settings are not a spec: a spec is a mapping of keys, not list"),
+    ("spec_settings", "{nope", "its spec_settings are not JSON"),
 ])
 def test_import_refuses_a_run_row_no_runner_writes(tmp_path, column, value, problem):
     """An export's run row names report files and is read back as a spec: a name that would

@@ -4,6 +4,7 @@ the shared `episodes` table (runner.episode_scores: its views, metrics and repor
 from __future__ import annotations
 
 from contextlib import closing
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -12,7 +13,7 @@ from breakout_core.hashing import file_sha256
 from runner.episode_scores import METRIC_NAMES, BootstrapSpec, episode_row, gif_row, score_metrics, score_report
 from runner.kinds.base import Kind, RunContext, Section
 from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, seed_list
-from runner.yaml_source import PlacedError
+from runner.yaml_source import PlacedError, raise_placed
 
 MIGRATIONS = [
     (
@@ -47,11 +48,12 @@ class EvaluateMeasurement(StrictModel):
         if len(set(self.policies)) != len(self.policies):
             raise ValueError("policies must be distinct")
         if self.gif is not None:
-            if self.gif.policy not in self.policies:
-                raise PlacedError(f"gif.policy {self.gif.policy!r} is not one of this measurement's policies",
-                                  ("gif", "policy"))
-            if self.gif.seed not in seed_list(self.seeds):
-                raise PlacedError(f"gif.seed {self.gif.seed} is not one of this measurement's seeds", ("gif", "seed"))
+            raise_placed(
+                ([] if self.gif.policy in self.policies else
+                 [PlacedError(f"gif.policy {self.gif.policy!r} is not one of this measurement's policies",
+                              ("gif", "policy"))])
+                + ([] if self.gif.seed in seed_list(self.seeds) else
+                   [PlacedError(f"gif.seed {self.gif.seed} is not one of this measurement's seeds", ("gif", "seed"))]))
         return self
 
 
@@ -81,7 +83,7 @@ def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, 
 
     policy_spec = ctx.spec.policies[policy_name]
     played_file = None if policy_spec.type == "random" else {
-        "run_id": ctx.run_id, "measurement": m.name, "policy": policy_name, "path": str(policy_spec.path),
+        "run_id": ctx.run_id, "measurement": m.name, "policy": policy_name, "path": str(Path(policy_spec.path).resolve()),
         "sha256": file_sha256(policy_spec.path)}  # hashed before it is loaded: the bytes that play
     policy = build_policy(policy_spec, policy_name)
     task = ctx.progress.add_task(f"{m.name} · {policy_name}", total=len(seeds), unit="episodes")
@@ -104,9 +106,8 @@ def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, 
         on_episode=lambda _episode: ctx.progress.advance(task),
         driver=driver,
     )
-    ctx.store.append_rows("episodes", [episode_row(ctx, m.name, policy_name, e) for e in result.episodes])
-    if played_file is not None:  # after its episodes, which a resume looks for: never stored twice
-        ctx.store.append_rows("policy_files", [played_file])
+    ctx.store.append_together({"episodes": [episode_row(ctx, m.name, policy_name, e) for e in result.episodes],
+                               "policy_files": [] if played_file is None else [played_file]})
     if result.frames:
         path = write_gif(result.frames, ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{policy_name}-{record_seed}.gif")
         episode = next(e for e in result.episodes if e.seed == record_seed)
