@@ -410,11 +410,7 @@ def _p(values: np.ndarray | None, q: float) -> float | None:
 
 def _episode_rows(con, a: RunSide, b: RunSide, m_a: dict, subject_problem: Callable[[str], str | None]) -> list[Row]:
     """Mean score of every policy (or runtime, or checkpoint) that played in both runs."""
-    from breakout_core.stats import difference_interval, paired_bootstrap_ci
-
     name = m_a["name"]
-    boot = m_a.get("bootstrap") or {}
-    confidence, resamples, seed = boot.get("confidence", 0.95), boot.get("resamples", 10_000), boot.get("seed", 0)
     played = {label: {p: (np.asarray(s, dtype=np.int64), np.asarray(v, dtype=np.float64)) for p, s, v in con.execute(
         "SELECT policy, list(seed ORDER BY seed), list(score ORDER BY seed) FROM episodes WHERE run_id = ? "
         "AND measurement = ? GROUP BY policy", [side.run_id, name]).fetchall()} for label, side in (("A", a), ("B", b))}
@@ -426,24 +422,43 @@ def _episode_rows(con, a: RunSide, b: RunSide, m_a: dict, subject_problem: Calla
             rows.append(Row(name, subject, "mean_score", None, None, False, "", None,
                             problem=f"played only in run {only}"))
             continue
-        (seeds_a, sa), (seeds_b, sb) = played["A"][policy], played["B"][policy]
-        paired = len(seeds_a) == len(seeds_b) and bool((seeds_a == seeds_b).all())
-        row = Row(name, subject, "mean_score", float(sa.mean()), float(sb.mean()), False, "", None,
-                  problem=subject_problem(policy))
-        if min(len(sa), len(sb)) < 2:
-            row.test = "one episode per run cannot show significance"
-        elif paired:
-            ci = paired_bootstrap_ci(sb - sa, confidence=confidence, n_resamples=resamples, seed=seed)
-            row.test = (f"paired bootstrap {confidence:.0%} CI of the mean same-seed difference B − A "
-                        f"[{ci.low:.3g}, {ci.high:.3g}] ({len(sa)} seeds)")
-            row.significant = ci.low > 0 or ci.high < 0
-        else:
-            ci = difference_interval(sa, sb, confidence=confidence)
-            row.test = (f"{ci.method} {confidence:.0%} CI of B − A [{ci.low:.3g}, {ci.high:.3g}] "
-                        f"({len(sa)}/{len(sb)} episodes, other seeds)")
-            row.significant = ci.low > 0 or ci.high < 0
-        rows.append(row)
+        rows.append(_scores_row(name, subject, "mean_score", played["A"][policy], played["B"][policy],
+                                m_a.get("bootstrap") or {}, problem=subject_problem(policy)))
     return rows
+
+
+def _scores_row(measurement: str, subject: str, metric: str, played_a: tuple[np.ndarray, np.ndarray],
+                played_b: tuple[np.ndarray, np.ndarray], boot: dict, *, problem: str | None = None,
+                note: str = "") -> Row:
+    """Episode scores of one subject in both runs, each as (seeds, scores) in seed order: a paired
+    bootstrap CI of the same-seed differences where both played the same seeds, else Welch's t.
+    Scores that do not vary (a handful of distinct games replayed) give an interval no width, and
+    show no significance."""
+    from breakout_core.stats import difference_interval, paired_bootstrap_ci
+
+    confidence, resamples, seed = boot.get("confidence", 0.95), boot.get("resamples", 10_000), boot.get("seed", 0)
+    (seeds_a, sa), (seeds_b, sb) = played_a, played_b
+    paired = len(seeds_a) == len(seeds_b) and bool((seeds_a == seeds_b).all())
+    row = Row(measurement, subject, metric, float(sa.mean()), float(sb.mean()), False, "", None, problem=problem,
+              note=note if paired else "; ".join(filter(None, [note, "the runs played other seeds"])))
+    if min(len(sa), len(sb)) < 2:
+        row.test = "one episode per run cannot show significance"
+    elif paired and np.ptp(sb - sa) == 0 and sb[0] != sa[0]:
+        row.test = (f"every seed moved by {sb[0] - sa[0]:.4g} ({len(sa)} seeds): differences that do not vary "
+                    "give an interval no width")
+    elif paired:
+        ci = paired_bootstrap_ci(sb - sa, confidence=confidence, n_resamples=resamples, seed=seed)
+        row.test = (f"paired bootstrap {confidence:.0%} CI of the mean same-seed difference B − A "
+                    f"[{ci.low:.3g}, {ci.high:.3g}] ({len(sa)} seeds)")
+        row.significant = ci.low > 0 or ci.high < 0
+    elif np.ptp(sa) == 0 and np.ptp(sb) == 0 and sa[0] != sb[0]:
+        row.test = f"neither run's scores vary: a t interval has no width ({len(sa)}/{len(sb)} episodes)"
+    else:
+        ci = difference_interval(sa, sb, confidence=confidence)
+        row.test = (f"{ci.method} {confidence:.0%} CI of B − A [{ci.low:.3g}, {ci.high:.3g}] "
+                    f"({len(sa)}/{len(sb)} episodes, other seeds)")
+        row.significant = ci.low > 0 or ci.high < 0
+    return row
 
 
 def _policy_files(con, run_id: str, measurement: str) -> dict[str, str]:
@@ -603,9 +618,9 @@ def _train(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
     by_seed = m_a.get("seeds") is not None
     rates, returns, scores = {}, {}, {}
     for label, side in (("A", a), ("B", b)):
-        scores[label] = {t: np.asarray(v, dtype=np.float64) for t, v in con.execute(
-            f"SELECT {pair}, list(score) FROM train_scores WHERE run_id = ? AND measurement = ? GROUP BY ALL",
-            [by_seed, side.run_id, name]).fetchall()}
+        scores[label] = {t: (np.asarray(s, dtype=np.int64), np.asarray(v, dtype=np.float64)) for t, s, v in con.execute(
+            f"SELECT {pair}, list(eval_seed ORDER BY eval_seed), list(score ORDER BY eval_seed) FROM train_scores "
+            "WHERE run_id = ? AND measurement = ? GROUP BY ALL", [by_seed, side.run_id, name]).fetchall()}
         rates[label] = dict(con.execute(
             f"SELECT {pair}, arg_max(transitions_per_s, attempt) FROM train_results WHERE run_id = ? "
             "AND measurement = ? GROUP BY ALL", [by_seed, side.run_id, name]).fetchall())
@@ -620,11 +635,13 @@ def _train(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
                                  returns["A"].get(trial, np.empty(0)), returns["B"].get(trial, np.empty(0)),
                                  lower_is_better=False, machine_bound=False,
                                  note="consecutive training episodes of one trial, not independent seeds"))
-        if trial in scores["A"] or trial in scores["B"]:
-            rows.append(_samples_row(name, f"trial {trial}", "final_score", scores["A"].get(trial, np.empty(0)),
-                                     scores["B"].get(trial, np.empty(0)), lower_is_better=False, machine_bound=False,
-                                     note="the final checkpoint's greedy episodes on the score seeds: one training "
-                                          "seed's agent, not the training's spread over seeds"))
+        if trial in scores["A"] and trial in scores["B"]:
+            rows.append(_scores_row(name, f"trial {trial}", "final_score", scores["A"][trial], scores["B"][trial], {},
+                                    note="the final checkpoint's greedy episodes on the score seeds: one training "
+                                         "seed's agent, not the training's spread over seeds"))
+        elif trial in scores["A"] or trial in scores["B"]:
+            rows.append(Row(name, f"trial {trial}", "final_score", None, None, False, "", None,
+                            problem=f"scored only in run {'A' if trial in scores['A'] else 'B'}"))
         rate_a, rate_b = rates["A"].get(trial), rates["B"].get(trial)
         rows.append(_samples_row(name, f"trial {trial}", "transitions_per_s",
                                  np.asarray([] if rate_a is None else [rate_a]),
@@ -633,7 +650,8 @@ def _train(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
     rows += _over_seeds(name, f"last{LAST_EPISODES}_mean", *[{t: float(v.mean()) for t, v in returns[label].items()}
                                                             for label in "AB"], lower_is_better=False,
                         machine_bound=False)
-    rows += _over_seeds(name, "score_mean", *[{t: float(v.mean()) for t, v in scores[label].items()} for label in "AB"],
+    rows += _over_seeds(name, "score_mean", *[{t: float(v.mean()) for t, (_, v) in scores[label].items()}
+                                              for label in "AB"],
                         lower_is_better=False, machine_bound=False)
     rows += _over_seeds(name, "transitions_per_s", rates["A"], rates["B"], lower_is_better=False, machine_bound=True)
     return rows + _episode_rows(con, a, b, m_a, lambda _checkpoint: None)
@@ -665,8 +683,10 @@ def _export(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
         fa, fb = files["A"].get(artifact), files["B"].get(artifact)
         row = _samples_row(name, artifact, "bytes", np.asarray([fa[0]] if fa else []),
                            np.asarray([fb[0]] if fb else []), lower_is_better=True, machine_bound=False)
-        if row.problem is None and fa[1] != fb[1]:
-            row.problem = f"exported from another checkpoint: sha256 {str(fa[1])[:12]} → {str(fb[1])[:12]}"
+        if row.problem is None:  # a file's size is exact: any difference is real, no noise to test
+            row.test, row.significant = "exact sizes, one file per run", fa[0] != fb[0]
+            if fa[1] != fb[1]:
+                row.problem = f"exported from another checkpoint: sha256 {str(fa[1])[:12]} → {str(fb[1])[:12]}"
         rows.append(row)
     return rows
 

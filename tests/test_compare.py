@@ -212,6 +212,30 @@ def test_a_stored_spec_that_is_no_spec_is_one_line(store):
         compare_runs(store, "A", "B")
 
 
+def test_scores_that_do_not_vary_show_no_significance(store):
+    """Under breakout-v2 thirty seeds can replay one game: every seed then moves by the same
+    amount, and an interval of zero width is no evidence of a change."""
+    add_episodes(store, add_run(store, "A", eval_spec(["dqn"])), {"dqn": np.full(30, 11.0)})
+    add_episodes(store, add_run(store, "B", eval_spec(["dqn"])), {"dqn": np.full(30, 9.0)})
+    row = only(compare_runs(store, "A", "B"), "mean_score")
+    assert row.mark == NOT_TESTABLE and row.test.startswith("every seed moved by -2 (30 seeds)")
+
+
+def test_export_sizes_are_exact_and_judged_beyond_the_factor(store):
+    """A file's size has no noise: the same size is no change, and a gate can pass on it; a
+    larger file is worse only beyond the factor."""
+    spec = ("name: ex\nartifacts:\n  ck: {path: m.pt}\n  onnx: {path: m.onnx, made_by: ex}\nmeasurements:\n"
+            "  - kind: export\n    name: ex\n    checkpoint: ck\n    onnx: onnx\n")
+    for run_id, size in (("A", 1000), ("B", 1000), ("C", 1200)):
+        add_run(store, run_id, spec)
+        store.append_rows("export_files", [{"run_id": run_id, "measurement": "ex", "artifact": "onnx", "path": "m.onnx",
+                                            "format": "onnx", "bytes": size, "sha256": "s", "checkpoint_sha256": "c"}])
+    assert only(compare_runs(store, "A", "B"), "bytes").mark == NO_CHANGE
+    assert only(compare_runs(store, "A", "C"), "bytes").mark == WORSE
+    gate = ["compare", "A", "B", "--db", str(store.path), "--no-report", "--fail-on-regression", "1.1"]
+    assert CliRunner().invoke(main, gate).exit_code == 0
+
+
 def test_a_run_that_did_not_finish_carries_a_caution(store):
     rng = np.random.default_rng(4)
     add_latency(store, add_run(store, "A", latency_spec(["ort"])), {"ort": latencies(rng)})
@@ -494,6 +518,7 @@ def test_training_scores_are_compared_per_agent_and_over_seeds(store):
     per_agent = [r for r in rows if r.metric == "final_score"]
     assert sorted(r.subject for r in per_agent) == [f"trial base,seed={s}" for s in (42, 43, 44)]
     assert {r.mark for r in per_agent} == {WORSE} and "one training seed's agent" in per_agent[0].note
+    assert per_agent[0].test.startswith("paired bootstrap 95% CI of the mean same-seed difference")  # same eval seeds
     (over,) = [r for r in rows if r.metric == "score_mean"]
     assert over.subject == "base over 3 seeds" and over.mark == WORSE
     assert over.test.startswith("paired Student t 95% CI") and over.ratio == pytest.approx(11 / 21, abs=0.05)
