@@ -193,9 +193,10 @@ def format_validation_error(exc: ValidationError, source: YamlSource) -> list[st
     problems = []
     for error in exc.errors():
         placed = placed_each(error.get("ctx", {}).get("error"))
-        for at, message in [(p.at, str(p)) for p in placed] or [((), _message(error))]:
-            path = _data_path(tuple(error["loc"]) + at, source.data, missing=error["type"] == "missing")
-            problems.append(_problem(source, path, message))
+        paths = [(_data_path(tuple(error["loc"]) + at, source.data, missing=error["type"] == "missing"), message)
+                 for at, message in [(p.at, str(p)) for p in placed] or [((), _message(error))]]
+        paths.sort(key=lambda found: source.line_of(found[0]) or 0)  # one check's problems in the file's order
+        problems += [_problem(source, path, message) for path, message in paths]
     return problems
 
 

@@ -494,6 +494,8 @@ def test_an_evaluate_gif_error_names_the_gif_line(checkpoint, write_spec):
         path = write_spec(edit("    batch_size: 4\n", f"    batch_size: 4\n    gif:\n      policy: {policy}\n"
                                                       f"      seed: {seed}\n"))
         assert _problems(path) == [f"{path}:{problem}"]
+    both = write_spec(edit("    batch_size: 4\n", "    batch_size: 4\n    gif:\n      policy: nobody\n      seed: 99\n"))
+    assert [p.split(": ", 2)[1] for p in _problems(both)] == ["measurements[0].gif.policy", "measurements[0].gif.seed"]
 
 
 @pytest.mark.parametrize("text, problem", [
@@ -527,12 +529,12 @@ def test_every_bad_value_of_a_sweep_is_named_at_once(write_spec):
     shared by several trials is one problem, not one per trial."""
     many = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep:\n      batch_size: [-1, 32, -2]\n"
                                                        "      gamma: [0.9, 7]\n      seed: [1, 2]\n"))
-    assert _problems(many) == [
+    assert _problems(many) == [  # in the file's order
         f"{many}:6: measurements[0].sweep.batch_size[0]: sweep 'batch_size' value -1: "
         "Input should be greater than or equal to 1",
-        f"{many}:7: measurements[0].sweep.gamma[1]: sweep 'gamma' value 7: Input should be less than or equal to 1",
         f"{many}:6: measurements[0].sweep.batch_size[2]: sweep 'batch_size' value -2: "
-        "Input should be greater than or equal to 1"]
+        "Input should be greater than or equal to 1",
+        f"{many}:7: measurements[0].sweep.gamma[1]: sweep 'gamma' value 7: Input should be less than or equal to 1"]
     listed = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep:\n      nope: [1]\n"
                                                          "      seed: [3, 3]\n      keep_freed_memory: [true]\n"))
     assert [p.split(": ", 2)[1:] for p in _problems(listed)] == [
@@ -540,6 +542,16 @@ def test_every_bad_value_of_a_sweep_is_named_at_once(write_spec):
         ["measurements[0].sweep.seed[1]", "sweep 'seed' lists 3 more than once: each value is one trial"],
         ["measurements[0].sweep.keep_freed_memory", "sweep 'keep_freed_memory': the setting lasts for the whole "
          "process once a training applies it, so a run takes one value: run one spec per value and compare the runs"]]
+    # every kind of problem in one pass: a key that is no field, a bad value, a trial too short
+    mixed = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep:\n      nope: [1]\n"
+                                                        "      batch_size: [0, 32]\n      total_transitions: [500, 2000]\n"))
+    assert [p.split(": ", 2)[1] for p in _problems(mixed)] == [
+        "measurements[0].sweep.nope", "measurements[0].sweep.batch_size[0]", "measurements[0].sweep.total_transitions[0]"]
+    # a trial's error that no single value causes is named once, with how many trials share it
+    shared = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    checkpoint_at: [900]\n"
+                                         "    sweep: {total_transitions: [800], gamma: [0.9, 0.95, 0.99]}\n"))
+    assert _problems(shared) == [f"{shared}:10: measurements[1].sweep: sweep trial 'total_transitions=800,gamma=0.9' "
+                                 "and 2 more: checkpoint_at [900] beyond total_transitions 800"]
     short = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep: {total_transitions: [500, 900, 2000]}\n"))
     assert _problems(short) == [
         f"{short}:5: measurements[0].sweep.total_transitions[{i}]: warmup_transitions 1000 must be below "

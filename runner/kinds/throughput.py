@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.kinds.train import TrainSettings, check_training_sweep, swept_at, where_swept
+from runner.kinds.train import TrainSettings, swept_at, training_sweep_trials, where_swept
 from runner.spec_base import Name
 from runner.sweeps import expand_sweep
 from runner.yaml_source import PlacedError, raise_placed
@@ -56,12 +56,13 @@ class ThroughputMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "ThroughputMeasurement":
-        raise_placed([PlacedError(f"warmup_transitions {self.warmup_transitions} must be below total_transitions "
-                                  f"{settings.total_transitions}{where_swept(trial, 'total_transitions')}",
-                                  ("warmup_transitions",) if "total_transitions" not in trial.overrides else
-                                  swept_at(self.sweep, "total_transitions", trial.overrides["total_transitions"]))
-                      for trial, settings in check_training_sweep(self.sweep, self.settings_for)
-                      if self.warmup_transitions >= settings.total_transitions])
+        checked, problems = training_sweep_trials(self.sweep, self.settings_for)
+        raise_placed(problems + [
+            PlacedError(f"warmup_transitions {self.warmup_transitions} must be below total_transitions "
+                        f"{settings.total_transitions}{where_swept(trial, 'total_transitions')}",
+                        ("warmup_transitions",) if "total_transitions" not in trial.overrides else
+                        swept_at(self.sweep, "total_transitions", trial.overrides["total_transitions"]))
+            for trial, settings in checked if self.warmup_transitions >= settings.total_transitions])
         return self
 
     def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:

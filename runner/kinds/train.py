@@ -96,35 +96,41 @@ ONE_VALUE_PER_RUN = ("the setting lasts for the whole process once a training ap
                      "run one spec per value and compare the runs")
 
 
-def check_training_sweep(sweep: dict[str, list[Any]], settings_for: Callable[[dict[str, Any]], TrainSettings]
-                         ) -> list[tuple[Trial, TrainSettings]]:
-    """Every trial of `sweep` with its settings (`settings_for(overrides)`); raise every problem
-    unless the sweep lists training fields only, none of them process-wide, and every trial's
-    settings are valid: each error names the swept field and value, or the trial where no single
-    value is at fault."""
+def training_sweep_trials(sweep: dict[str, list[Any]], settings_for: Callable[[dict[str, Any]], TrainSettings],
+                          skip: Callable[[Trial], bool] = lambda _trial: False
+                          ) -> tuple[list[tuple[Trial, TrainSettings]], list[PlacedError]]:
+    """Every valid trial of `sweep` with its settings (`settings_for(overrides)`), and every
+    problem, found in one pass: keys that are not training fields or are process-wide, values
+    listed twice, and each trial's invalid settings. An error names the swept value at fault, or
+    else the trial, once for every trial that shares the message. Trials that `skip` names are
+    not checked: their caller reports them."""
     problems = sweep_problems(sweep, SWEEPABLE)
     problems += [PlacedError(f"sweep {key!r}: {ONE_VALUE_PER_RUN}", ("sweep", key))
                  for key in PROCESS_WIDE_SETTINGS if key in sweep]
-    raise_placed(problems)
-    checked = []
-    for trial in expand_sweep(sweep):
+    checkable = {key: values for key, values in sweep.items()
+                 if key in SWEEPABLE and key not in PROCESS_WIDE_SETTINGS and values}
+    checked, unplaced = [], {}  # unplaced: message -> the trials it holds for
+    for trial in expand_sweep(checkable):
+        if skip(trial):
+            continue
         try:
             checked.append((trial, settings_for(trial.overrides)))
         except ValidationError as exc:
-            problems += [_trial_problem(sweep, trial, error) for error in exc.errors()]
-    raise_placed(problems)
-    return checked
-
-
-def _trial_problem(sweep: dict[str, list[Any]], trial: Trial, error: dict) -> PlacedError:
-    """One of a trial's validation errors, placed at the swept value at fault, else at the sweep."""
-    field = error["loc"][0] if error["loc"] else None
-    message = error["msg"].removeprefix("Value error, ")
-    if field in trial.overrides:
-        return PlacedError(f"{swept_value(field, trial.overrides[field])}: {message}",
-                           swept_at(sweep, field, trial.overrides[field]))
-    return PlacedError(f"sweep trial {trial.name!r}: {message}" if trial.overrides else message,
-                       ("sweep",) if trial.overrides else ())
+            for error in exc.errors():
+                field = error["loc"][0] if error["loc"] else None
+                message = error["msg"].removeprefix("Value error, ")
+                if field in trial.overrides:
+                    problems.append(PlacedError(f"{swept_value(field, trial.overrides[field])}: {message}",
+                                                swept_at(sweep, field, trial.overrides[field])))
+                else:
+                    unplaced.setdefault(message, []).append(trial)
+    for message, trials in unplaced.items():
+        if not trials[0].overrides:
+            problems.append(PlacedError(message, ()))
+            continue
+        more = f" and {len(trials) - 1} more" if len(trials) > 1 else ""
+        problems.append(PlacedError(f"sweep trial {trials[0].name!r}{more}: {message}", ("sweep",)))
+    return checked, problems
 
 
 def swept_at(sweep: dict[str, list[Any]], field: str, value: Any) -> tuple:
@@ -220,18 +226,22 @@ class TrainMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "TrainMeasurement":
-        late_gifs = []  # raised before the trials are checked, whose checkpoints include the GIFs'
+        def total_of(trial: Trial) -> Any:
+            return trial.overrides.get("total_transitions", self.total_transitions)
+
+        late_gifs = {}  # total_transitions -> its problem; its trials' own checkpoints would repeat it
         for trial in expand_sweep(self.sweep) if self.gif is not None else ():
-            total = trial.overrides.get("total_transitions", self.total_transitions)
+            total = total_of(trial)
             if type(total) is not int or total < 1:
                 continue  # not a length: the sweep's own check says so
             late = [at for at in self.gif.at if at > total]
             if late:
-                late_gifs.append(PlacedError(f"gif.at {late} beyond total_transitions {total}"
-                                             f"{where_swept(trial, 'total_transitions')}",
-                                             ("gif", "at", self.gif.at.index(late[0]))))
-        raise_placed(late_gifs)
-        check_training_sweep(self.sweep, self.settings_for)
+                late_gifs[total] = PlacedError(f"gif.at {late} beyond total_transitions {total}"
+                                               f"{where_swept(trial, 'total_transitions')}",
+                                               ("gif", "at", self.gif.at.index(late[0])))
+        _, problems = training_sweep_trials(self.sweep, self.settings_for,
+                                            skip=lambda trial: type(total_of(trial)) is int and total_of(trial) in late_gifs)
+        raise_placed([*late_gifs.values(), *problems])
         if "seed" in self.sweep and self.seeds is not None:
             raise ValueError("both `seeds` and a sweep over `seed`: list the training seeds once, in `seeds`")
         if isinstance(self.seeds, int) and self.seed + self.seeds - 1 > MAX_TRAINING_SEED:
