@@ -185,6 +185,8 @@ def _message(error: dict) -> str:
         return "unknown key"
     if kind == "missing":
         return "required key is missing"
+    if kind == "union_tag_not_found":
+        return f"required key {error['ctx']['discriminator'].strip(chr(39))!r} is missing"
     message = error["msg"]
     return message.removeprefix("Value error, ")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Literal, Union
@@ -136,7 +137,10 @@ def parse_rule(text: str) -> tuple[str, float]:
     match = _RULE.match(text)
     if match is None:
         raise ValueError(f"rule {text!r} is not '<op> <number>' with op one of >= <= > < == !=")
-    return match.group(1), float(match.group(2))
+    number = float(match.group(2))
+    if not math.isfinite(number):
+        raise ValueError(f"rule {text!r}: {match.group(2)} is beyond what a float holds")
+    return match.group(1), number
 
 
 def _check_rule(text: str) -> str:

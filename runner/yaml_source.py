@@ -111,7 +111,8 @@ def _check_tags_and_map_lines(node: yaml.Node, path: tuple, lines: dict[tuple, i
                 raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: a key must be a plain value, not a {shape}")
             key = key_node.value
             if key in keys:
-                raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: key {key!r} appears twice in one mapping")
+                raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: {format_path(path + (key,))}: key "
+                                      f"{key!r} appears twice in one mapping")
             keys.add(key)
             lines[path + (key,)] = key_node.start_mark.line + 1
             _check_tags_and_map_lines(value_node, path + (key,), lines, where, seen)
@@ -177,7 +178,7 @@ def load_yaml(path: str | Path) -> YamlSource:
     try:
         loader = _BoundedSafeLoader(text)  # its reader refuses control characters here
         node = loader.get_single_node()
-        if node is None:
+        if node is None or (node.tag == _CORE + "null" and not node.value):  # nothing, or a bare `---`
             raise SpecSourceError(f"{path}:1: the file is empty")
         lines: dict[tuple, int] = {}
         _check_tags_and_map_lines(node, (), lines, str(path), set())

@@ -118,7 +118,7 @@ CASES = [
     Case("yaml-python-tag", edit("description: a good spec", 'description: !!python/object/apply:os.system ["echo hi"]'),
          "YAML tag 'tag:yaml.org,2002:python/object/apply:os.system' is not allowed", 2, None),
     Case("yaml-custom-tag", edit("description: a good spec", "description: !foo bar"),
-         "YAML tag '!foo' is not allowed in a spec", 2, None),
+         "YAML tag '!foo' is not allowed in a spec", 2, "description"),
     # 10 aliases per level: aliases 51-60 are on line 8 (level 6).
     Case("yaml-alias-bomb", bomb(levels=9, fan_out=10), f"more than {MAX_ALIASES} YAML aliases", 8, None),
     Case("yaml-syntax-error", edit("batch_size: 4", "batch_size: 4: 5"),
@@ -130,7 +130,12 @@ CASES = [
     Case("measurement-seeds-missing", edit("    seeds: {start: 0, count: 4}\n", ""),
          "required key is missing", 10, "measurements[0].seeds"),
     Case("duplicate-key", edit("    batch_size: 4\n", "    batch_size: 4\n    batch_size: 5\n"),
-         "key 'batch_size' appears twice in one mapping", 15, None),
+         "key 'batch_size' appears twice in one mapping", 15, "measurements[0].batch_size"),
+    Case("document-marker-only", "---\n", "the file is empty", 1, None),
+    Case("measurement-kind-missing", edit("  - kind: evaluate\n    name: scores\n", "  - name: scores\n"),
+         "required key 'kind' is missing", 10, "measurements[0]"),
+    Case("rule-beyond-a-float", edit('">= 0"', '"> 1e400"'), "1e400 is beyond what a float holds", 21,
+         "verdicts[0].deployment_worthy_when.paired_score_diff_ci_low"),
 ]
 
 
