@@ -615,7 +615,7 @@ def _train(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
     name = m_a["name"]
     # a study over training seeds names each (trial, seed) as a sweep over seed would: the seeds are the repeats
     pair = "trial || CASE WHEN ? THEN ',seed=' || training_seed ELSE '' END"
-    by_seed = m_a.get("seeds") is not None
+    by_seed = m_a.get("seeds") is not None or m_b.get("seeds") is not None  # either run: never pool two seeds' agents
     rates, returns, scores = {}, {}, {}
     for label, side in (("A", a), ("B", b)):
         scores[label] = {t: (np.asarray(s, dtype=np.int64), np.asarray(v, dtype=np.float64)) for t, s, v in con.execute(

@@ -246,12 +246,14 @@ def stored_spec_problem(tree: Any) -> str | None:
     if not isinstance(tree, dict):
         return f"a spec is a mapping of keys, not {type(tree).__name__}"
     for key in ("policies", "artifacts", "runtimes"):
-        if not isinstance(tree.get(key, {}), dict):
-            return f"{key} is not a mapping"
+        section = tree.get(key, {})
+        if not isinstance(section, dict) or not all(isinstance(entry, dict) for entry in section.values()):
+            return f"{key} is not a mapping of named mappings"
     measurements = tree.get("measurements", [])
-    if not isinstance(measurements, list) or not all(isinstance(m, dict) and isinstance(m.get("name"), str)
-                                                     for m in measurements):
-        return "measurements is not a list of named measurements"
+    if not isinstance(measurements, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("name"), str) and isinstance(m.get("kind"), str)
+            and isinstance(m.get("bootstrap", {}) or {}, dict) for m in measurements):
+        return "measurements is not a list of named measurements, each of a kind"
     return None
 
 

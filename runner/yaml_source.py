@@ -178,7 +178,7 @@ def load_yaml(path: str | Path) -> YamlSource:
     try:
         loader = _BoundedSafeLoader(text)  # its reader refuses control characters here
         node = loader.get_single_node()
-        if node is None or (node.tag == _CORE + "null" and not node.value):  # nothing, or a bare `---`
+        if node is None or node.tag == _CORE + "null":  # nothing, a bare `---`, or null alone
             raise SpecSourceError(f"{path}:1: the file is empty")
         lines: dict[tuple, int] = {}
         _check_tags_and_map_lines(node, (), lines, str(path), set())

@@ -208,8 +208,25 @@ def test_a_stored_spec_that_is_no_spec_is_one_line(store):
     add_run(store, "A", eval_spec(["dqn"]), settings={"measurements": 5})
     add_run(store, "B", eval_spec(["dqn"]), settings=settings_as_written(eval_spec(["dqn"])))
     with pytest.raises(CompareError, match="run A: its stored spec cannot be compared "
-                                           r"\(measurements is not a list of named measurements\)"):
+                                           r"\(measurements is not a list of named measurements, each of a kind\)"):
         compare_runs(store, "A", "B")
+
+
+def test_a_run_without_seeds_against_one_with_them_is_compared_seed_by_seed(store):
+    """A training of one seed against a study over seeds: each agent is compared with its own
+    seed's, in either order, never with two seeds' agents pooled."""
+    plain = "name: tr\nmeasurements:\n  - kind: train\n    name: tr\n    total_transitions: 2000\n"
+    for run_id, spec, seeds in (("A", plain, (42,)), ("B", plain + "    seeds: 2\n", (42, 43))):
+        add_run(store, run_id, spec)
+        store.append_rows("train_scores", [{
+            "run_id": run_id, "measurement": "tr", "trial": "base", "training_seed": seed, "transition": 2000,
+            "checkpoint": "final.pt", "eval_seed": k, "score": float(k + seed), "steps": 100, "ended_by": "game_over"}
+            for seed in seeds for k in (1, 2, 3)])
+    for a, b in (("A", "B"), ("B", "A")):
+        rows = {r.subject: r for r in compare_runs(store, a, b).rows if r.metric == "final_score"}
+        assert sorted(rows) == ["trial base,seed=42", "trial base,seed=43"]
+        assert rows["trial base,seed=42"].value_a == rows["trial base,seed=42"].value_b == 44.0
+        assert rows["trial base,seed=43"].problem == f"scored only in run {b}"
 
 
 def test_scores_that_do_not_vary_show_no_significance(store):

@@ -486,8 +486,8 @@ def test_a_bad_value_in_a_sweep_names_its_field_and_value(write_spec):
                                  "Input should be greater than or equal to 1"]
     crossing = write_spec(base.replace("    name: tr\n", "    name: tr\n    checkpoint_at: [900]\n"
                                                           "    sweep: {total_transitions: [1000, 800]}\n"))
-    assert _problems(crossing) == [f"{crossing}:10: measurements[1].sweep: sweep trial 'total_transitions=800': "
-                                   "checkpoint_at [900] beyond total_transitions 800"]
+    assert _problems(crossing) == [f"{crossing}:10: measurements[1].sweep.total_transitions[1]: sweep "
+                                   "'total_transitions' value 800: checkpoint_at [900] beyond total_transitions 800"]
 
 
 def test_an_evaluate_gif_error_names_the_gif_line(checkpoint, write_spec):
@@ -552,15 +552,38 @@ def test_every_bad_value_of_a_sweep_is_named_at_once(write_spec):
                                                         "      batch_size: [0, 32]\n      total_transitions: [500, 2000]\n"))
     assert [p.split(": ", 2)[1] for p in _problems(mixed)] == [
         "measurements[0].sweep.nope", "measurements[0].sweep.batch_size[0]", "measurements[0].sweep.total_transitions[0]"]
-    # a trial's error that no single value causes is named once, with how many trials share it
-    shared = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    checkpoint_at: [900]\n"
-                                         "    sweep: {total_transitions: [800], gamma: [0.9, 0.95, 0.99]}\n"))
-    assert _problems(shared) == [f"{shared}:10: measurements[1].sweep: sweep trial 'total_transitions=800,gamma=0.9' "
-                                 "and 2 more: checkpoint_at [900] beyond total_transitions 800"]
+    # a trial error that one swept value alone explains is placed at that value, though the
+    # message is about another field; one that no single value causes names its trials, once
+    alone = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    checkpoint_at: [900]\n"
+                                        "    sweep: {total_transitions: [800, 1000], gamma: [0.9, 0.95, 0.99]}\n"))
+    assert _problems(alone) == [f"{alone}:10: measurements[1].sweep.total_transitions[0]: sweep 'total_transitions' "
+                                "value 800: checkpoint_at [900] beyond total_transitions 800"]
+    crossed = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    sweep:\n      checkpoint_at: [[900], [100]]"
+                                          "\n      total_transitions: [800, 1000]\n      gamma: [0.9, 0.95]\n"))
+    assert _problems(crossed) == [f"{crossed}:9: measurements[1].sweep: sweep trial 'checkpoint_at=[900],"
+                                  "total_transitions=800,gamma=0.9' and 1 more: checkpoint_at [900] beyond "
+                                  "total_transitions 800"]
     short = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep: {total_transitions: [500, 900, 2000]}\n"))
     assert _problems(short) == [
         f"{short}:5: measurements[0].sweep.total_transitions[{i}]: warmup_transitions 1000 must be below "
         f"total_transitions {total} (sweep 'total_transitions' value {total})" for i, total in ((0, 500), (1, 900))]
+
+
+def test_a_late_gif_hides_no_other_problem_of_its_trials(write_spec):
+    """Trials whose GIF checkpoint lies beyond their length are still checked for everything else,
+    without the GIF's checkpoint, which gif.at's own error covers; an empty sweep list does not
+    stop gif.at being checked; seeds listed twice over are placed at the sweep."""
+    gif = AGREEING.replace("    total_transitions: 1000\n", "    total_transitions: 1000\n    gif: {seed: 1, at: [900]}\n")
+    both = write_spec(gif.replace("    gif:", "    sweep: {total_transitions: [500, 800], learning_rate: [0]}\n    gif:"))
+    assert [p.split(": ", 2)[1:] for p in _problems(both)] == [
+        ["measurements[1].sweep.learning_rate[0]", "sweep 'learning_rate' value 0: Input should be greater than 0"],
+        ["measurements[1].gif.at[0]", "gif.at [900] beyond total_transitions 500 (sweep 'total_transitions' value 500)"],
+        ["measurements[1].gif.at[0]", "gif.at [900] beyond total_transitions 800 (sweep 'total_transitions' value 800)"]]
+    empty = write_spec(gif.replace("    gif:", "    sweep: {total_transitions: [500, 2000], batch_size: []}\n    gif:"))
+    assert [p.split(": ", 2)[1] for p in _problems(empty)] == ["measurements[1].sweep.batch_size",
+                                                               "measurements[1].gif.at[0]"]
+    seeds = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    seeds: 2\n    sweep: {seed: [1, 2], bogus: [1]}\n"))
+    assert [p.split(": ", 2)[1] for p in _problems(seeds)] == ["measurements[1].sweep.bogus", "measurements[1].sweep.seed"]
 
 
 def test_gif_checkpoints_are_checked_as_gif_at_and_kept_in_every_trial(write_spec):

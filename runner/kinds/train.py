@@ -96,23 +96,21 @@ ONE_VALUE_PER_RUN = ("the setting lasts for the whole process once a training ap
                      "run one spec per value and compare the runs")
 
 
-def training_sweep_trials(sweep: dict[str, list[Any]], settings_for: Callable[[dict[str, Any]], TrainSettings],
-                          skip: Callable[[Trial], bool] = lambda _trial: False
+def training_sweep_trials(sweep: dict[str, list[Any]], settings_for: Callable[[dict[str, Any]], TrainSettings]
                           ) -> tuple[list[tuple[Trial, TrainSettings]], list[PlacedError]]:
     """Every valid trial of `sweep` with its settings (`settings_for(overrides)`), and every
     problem, found in one pass: keys that are not training fields or are process-wide, values
-    listed twice, and each trial's invalid settings. An error names the swept value at fault, or
-    else the trial, once for every trial that shares the message. Trials that `skip` names are
-    not checked: their caller reports them."""
+    listed twice, and each trial's invalid settings. An error names the swept value at fault:
+    the field it is about, or the one value that every failing trial, and no other, shares;
+    else the trial, once for every trial that shares the message."""
     problems = sweep_problems(sweep, SWEEPABLE)
     problems += [PlacedError(f"sweep {key!r}: {ONE_VALUE_PER_RUN}", ("sweep", key))
                  for key in PROCESS_WIDE_SETTINGS if key in sweep]
     checkable = {key: values for key, values in sweep.items()
                  if key in SWEEPABLE and key not in PROCESS_WIDE_SETTINGS and values}
     checked, unplaced = [], {}  # unplaced: message -> the trials it holds for
-    for trial in expand_sweep(checkable):
-        if skip(trial):
-            continue
+    trials = expand_sweep(checkable)
+    for trial in trials:
         try:
             checked.append((trial, settings_for(trial.overrides)))
         except ValidationError as exc:
@@ -124,13 +122,25 @@ def training_sweep_trials(sweep: dict[str, list[Any]], settings_for: Callable[[d
                                                 swept_at(sweep, field, trial.overrides[field])))
                 else:
                     unplaced.setdefault(message, []).append(trial)
-    for message, trials in unplaced.items():
-        if not trials[0].overrides:
+    for message, failing in unplaced.items():
+        if not failing[0].overrides:
             problems.append(PlacedError(message, ()))
-            continue
-        more = f" and {len(trials) - 1} more" if len(trials) > 1 else ""
-        problems.append(PlacedError(f"sweep trial {trials[0].name!r}{more}: {message}", ("sweep",)))
+        elif cause := _one_cause(trials, failing):
+            field, value = cause
+            problems.append(PlacedError(f"{swept_value(field, value)}: {message}", swept_at(sweep, field, value)))
+        else:
+            more = f" and {len(failing) - 1} more" if len(failing) > 1 else ""
+            problems.append(PlacedError(f"sweep trial {failing[0].name!r}{more}: {message}", ("sweep",)))
     return checked, problems
+
+
+def _one_cause(trials: list[Trial], failing: list[Trial]) -> tuple[str, Any] | None:
+    """(field, value) when exactly one swept value is shared by the failing trials and by no
+    other trial: that value alone explains the failure."""
+    names = {t.name for t in failing}
+    causes = [(field, value) for field, value in failing[0].overrides.items()
+              if {t.name for t in trials if t.overrides[field] is value} == names]
+    return causes[0] if len(causes) == 1 else None
 
 
 def swept_at(sweep: dict[str, list[Any]], field: str, value: Any) -> tuple:
@@ -226,24 +236,22 @@ class TrainMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "TrainMeasurement":
-        def total_of(trial: Trial) -> Any:
-            return trial.overrides.get("total_transitions", self.total_transitions)
-
-        late_gifs = {}  # total_transitions -> its problem; its trials' own checkpoints would repeat it
-        for trial in expand_sweep(self.sweep) if self.gif is not None else ():
-            total = total_of(trial)
+        problems = []
+        for trial in expand_sweep({k: v for k, v in self.sweep.items() if v}) if self.gif is not None else ():
+            total = trial.overrides.get("total_transitions", self.total_transitions)
             if type(total) is not int or total < 1:
                 continue  # not a length: the sweep's own check says so
             late = [at for at in self.gif.at if at > total]
             if late:
-                late_gifs[total] = PlacedError(f"gif.at {late} beyond total_transitions {total}"
-                                               f"{where_swept(trial, 'total_transitions')}",
-                                               ("gif", "at", self.gif.at.index(late[0])))
-        _, problems = training_sweep_trials(self.sweep, self.settings_for,
-                                            skip=lambda trial: type(total_of(trial)) is int and total_of(trial) in late_gifs)
-        raise_placed([*late_gifs.values(), *problems])
+                problems.append(PlacedError(f"gif.at {late} beyond total_transitions {total}"
+                                            f"{where_swept(trial, 'total_transitions')}",
+                                            ("gif", "at", self.gif.at.index(late[0]))))
+        # the trials are checked without the GIFs' checkpoints, which the lines above judge
+        problems += training_sweep_trials(self.sweep, lambda overrides: self.settings_for(overrides, gifs=False))[1]
         if "seed" in self.sweep and self.seeds is not None:
-            raise ValueError("both `seeds` and a sweep over `seed`: list the training seeds once, in `seeds`")
+            problems.append(PlacedError("both `seeds` and a sweep over `seed`: list the training seeds once, in "
+                                        "`seeds`", ("sweep", "seed")))
+        raise_placed(problems)
         if isinstance(self.seeds, int) and self.seed + self.seeds - 1 > MAX_TRAINING_SEED:
             raise ValueError(f"seeds: {self.seeds} seeds from seed {self.seed} go past {MAX_TRAINING_SEED}")
         return self
@@ -262,10 +270,11 @@ class TrainMeasurement(TrainSettings):
         return [Pair(trial.name, trial.overrides, seed, trial.name if self.seeds is None else f"{trial.name},seed={seed}")
                 for trial in expand_sweep(self.sweep) for seed in self.training_seeds(trial.overrides)]
 
-    def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:
+    def settings_for(self, overrides: dict[str, Any], *, gifs: bool = True) -> TrainSettings:
+        """A trial's settings; with `gifs`, its checkpoints include those its GIFs are drawn from."""
         values = {**self.model_dump(include=set(TrainSettings.model_fields)), **overrides}
         marks = values["checkpoint_at"]
-        if self.gif is not None and isinstance(marks, list) and all(isinstance(m, int) for m in marks):
+        if gifs and self.gif is not None and isinstance(marks, list) and all(isinstance(m, int) for m in marks):
             values["checkpoint_at"] = sorted(set(marks) | set(self.gif.at))  # every GIF needs its checkpoint
         return TrainSettings.model_validate(values)
 
