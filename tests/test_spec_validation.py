@@ -563,6 +563,10 @@ def test_every_bad_value_of_a_sweep_is_named_at_once(write_spec):
     assert _problems(crossed) == [f"{crossed}:9: measurements[1].sweep: sweep trial 'checkpoint_at=[900],"
                                   "total_transitions=800,gamma=0.9' and 1 more: checkpoint_at [900] beyond "
                                   "total_transitions 800"]
+    hidden = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep:\n      total_transitions: [500]\n"
+                                                         "      learning_rate: [0]\n"))
+    assert [p.split(": ", 2)[1] for p in _problems(hidden)] == ["measurements[0].sweep.total_transitions[0]",
+                                                                "measurements[0].sweep.learning_rate[0]"]
     short = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep: {total_transitions: [500, 900, 2000]}\n"))
     assert _problems(short) == [
         f"{short}:5: measurements[0].sweep.total_transitions[{i}]: warmup_transitions 1000 must be below "

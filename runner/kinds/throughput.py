@@ -56,13 +56,16 @@ class ThroughputMeasurement(TrainSettings):
 
     @model_validator(mode="after")
     def _sweep_valid(self) -> "ThroughputMeasurement":
-        checked, problems = training_sweep_trials(self.sweep, self.settings_for)
-        raise_placed(problems + [
-            PlacedError(f"warmup_transitions {self.warmup_transitions} must be below total_transitions "
-                        f"{settings.total_transitions}{where_swept(trial, 'total_transitions')}",
-                        ("warmup_transitions",) if "total_transitions" not in trial.overrides else
-                        swept_at(self.sweep, "total_transitions", trial.overrides["total_transitions"]))
-            for trial, settings in checked if self.warmup_transitions >= settings.total_transitions])
+        _, problems = training_sweep_trials(self.sweep, self.settings_for)
+        for trial in expand_sweep({k: v for k, v in self.sweep.items() if v}):  # valid trials or not
+            total = trial.overrides.get("total_transitions", self.total_transitions)
+            if type(total) is int and self.warmup_transitions >= total:
+                problems.append(PlacedError(
+                    f"warmup_transitions {self.warmup_transitions} must be below total_transitions {total}"
+                    f"{where_swept(trial, 'total_transitions')}",
+                    ("warmup_transitions",) if "total_transitions" not in trial.overrides else
+                    swept_at(self.sweep, "total_transitions", total)))
+        raise_placed(problems)
         return self
 
     def settings_for(self, overrides: dict[str, Any]) -> TrainSettings:
