@@ -33,7 +33,8 @@ class TrainConfig:
     learning_rate: float = setting(1e-4, "Adam's learning rate", gt=0, lt=1)
     batch_size: int = setting(32, "transitions per gradient step", ge=1, le=4096)
     gamma: float = setting(0.99, "discount per agent step", gt=0, le=1)
-    replay_capacity: int = setting(100_000, "transitions the replay holds, split evenly over the envs", ge=1_000)
+    replay_capacity: int = setting(100_000, "transitions the replay holds, split evenly over the envs", ge=1_000,
+                                   le=10**12)
     replay_device: str = setting("numpy", "where the replay lives: numpy (host memory) or a torch device",
                                  pattern=r"^(numpy|cpu|cuda(:\d+)?)$")
     learning_starts: int = setting(1_000, "transitions collected before the first gradient step", ge=0)

@@ -611,24 +611,39 @@ def _throughput(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
 LAST_EPISODES = 20  # as the train_trial_summary view's last20_mean
 
 
+def _agent(trial: str, training_seed: int, by_seed: bool) -> str:
+    """A trained agent's label. Where either run trained several seeds, the seeds are the repeats,
+    and each agent is named as a sweep over seed names it ("base,seed=42", "learning_rate=0.0001,
+    seed=42"), whether its seed came from `seeds:` or from the sweep: the same agent pairs across
+    both spellings, and two seeds' agents are never pooled. A row without its training seed (one
+    stored without an attempt to take it from) keeps the seed its trial's name gives."""
+    parts = trial.split(",")
+    named = next((part.removeprefix("seed=") for part in parts if part.startswith("seed=")), None)
+    seed = training_seed if training_seed is not None else named
+    if not by_seed or seed is None:
+        return trial
+    rest = [part for part in parts if not part.startswith("seed=")]
+    return f"{','.join(rest) or 'base'},seed={seed}"
+
+
 def _train(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
     name = m_a["name"]
-    # a study over training seeds names each (trial, seed) as a sweep over seed would: the seeds are the repeats
-    pair = "trial || CASE WHEN ? THEN ',seed=' || training_seed ELSE '' END"
-    by_seed = m_a.get("seeds") is not None or m_b.get("seeds") is not None  # either run: never pool two seeds' agents
+    by_seed = any(m.get("seeds") is not None or "seed" in (m.get("sweep") or {}) for m in (m_a, m_b))
     rates, returns, scores = {}, {}, {}
     for label, side in (("A", a), ("B", b)):
-        scores[label] = {t: (np.asarray(s, dtype=np.int64), np.asarray(v, dtype=np.float64)) for t, s, v in con.execute(
-            f"SELECT {pair}, list(eval_seed ORDER BY eval_seed), list(score ORDER BY eval_seed) FROM train_scores "
-            "WHERE run_id = ? AND measurement = ? GROUP BY ALL", [by_seed, side.run_id, name]).fetchall()}
-        rates[label] = dict(con.execute(
-            f"SELECT {pair}, arg_max(transitions_per_s, attempt) FROM train_results WHERE run_id = ? "
-            "AND measurement = ? GROUP BY ALL", [by_seed, side.run_id, name]).fetchall())
-        returns[label] = {t: np.asarray(v, dtype=np.float64) for t, v in con.execute(
-            f"SELECT trial, list(episode_return) FROM (SELECT {pair} AS trial, episode_return, row_number() OVER "
-            "(PARTITION BY trial, training_seed ORDER BY transition DESC, env_index DESC) AS back "
-            "FROM train_episodes_valid WHERE run_id = ? AND measurement = ?) WHERE back <= ? GROUP BY trial",
-            [by_seed, side.run_id, name, LAST_EPISODES]).fetchall()}
+        args = [side.run_id, name]
+        scores[label] = {_agent(t, seed, by_seed): (np.asarray(s, dtype=np.int64), np.asarray(v, dtype=np.float64))
+                         for t, seed, s, v in con.execute(
+            "SELECT trial, training_seed, list(eval_seed ORDER BY eval_seed), list(score ORDER BY eval_seed) "
+            "FROM train_scores WHERE run_id = ? AND measurement = ? GROUP BY ALL", args).fetchall()}
+        rates[label] = {_agent(t, seed, by_seed): rate for t, seed, rate in con.execute(
+            "SELECT trial, training_seed, arg_max(transitions_per_s, attempt) FROM train_results WHERE run_id = ? "
+            "AND measurement = ? GROUP BY ALL", args).fetchall()}
+        returns[label] = {_agent(t, seed, by_seed): np.asarray(v, dtype=np.float64) for t, seed, v in con.execute(
+            "SELECT trial, training_seed, list(episode_return) FROM (SELECT trial, training_seed, episode_return, "
+            "row_number() OVER (PARTITION BY trial, training_seed ORDER BY transition DESC, env_index DESC) AS back "
+            "FROM train_episodes_valid WHERE run_id = ? AND measurement = ?) WHERE back <= ? GROUP BY ALL",
+            [*args, LAST_EPISODES]).fetchall()}
     rows = []
     for trial in sorted({t for found in (rates, returns, scores) for side in found.values() for t in side}):
         rows.append(_samples_row(name, f"trial {trial}", f"last{LAST_EPISODES}_return",

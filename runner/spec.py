@@ -12,6 +12,7 @@ from pydantic import Field, ValidationError, ValidationInfo, model_validator
 from runner.kinds import KINDS
 from runner.kinds.train import process_wide_problems
 from runner.deploy_checks import deploy_problems
+from runner.episode_scores import BootstrapSpec
 from runner.runtime_specs import ArtifactSpec, RuntimeConfig
 from runner.spec_base import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
 from runner.yaml_source import SpecSourceError, YamlSource, format_path, load_yaml, placed_each, read_spec_text
@@ -252,8 +253,13 @@ def stored_spec_problem(tree: Any) -> str | None:
     measurements = tree.get("measurements", [])
     if not isinstance(measurements, list) or not all(
             isinstance(m, dict) and isinstance(m.get("name"), str) and isinstance(m.get("kind"), str)
-            and isinstance(m.get("bootstrap", {}) or {}, dict) for m in measurements):
+            for m in measurements):
         return "measurements is not a list of named measurements, each of a kind"
+    for m in measurements:  # compare draws its intervals with a measurement's own bootstrap settings
+        try:
+            BootstrapSpec.model_validate(m.get("bootstrap") or {})
+        except ValidationError as exc:
+            return f"measurement {m['name']}: bootstrap is not valid ({exc.errors()[0]['msg']})"
     return None
 
 

@@ -227,6 +227,14 @@ def test_a_run_without_seeds_against_one_with_them_is_compared_seed_by_seed(stor
         assert sorted(rows) == ["trial base,seed=42", "trial base,seed=43"]
         assert rows["trial base,seed=42"].value_a == rows["trial base,seed=42"].value_b == 44.0
         assert rows["trial base,seed=43"].problem == f"scored only in run {b}"
+    # a sweep over seed and a study over `seeds:` name the same agents alike
+    add_run(store, "C", plain + "    sweep: {seed: [42, 43]}\n")
+    store.append_rows("train_scores", [{
+        "run_id": "C", "measurement": "tr", "trial": f"seed={seed}", "training_seed": seed, "transition": 2000,
+        "checkpoint": "final.pt", "eval_seed": k, "score": float(k + seed), "steps": 100, "ended_by": "game_over"}
+        for seed in (42, 43) for k in (1, 2, 3)])
+    rows = {r.subject: r for r in compare_runs(store, "C", "B").rows if r.metric == "final_score"}
+    assert sorted(rows) == ["trial base,seed=42", "trial base,seed=43"] and all(r.problem is None for r in rows.values())
 
 
 def test_scores_that_do_not_vary_show_no_significance(store):

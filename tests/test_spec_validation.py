@@ -558,11 +558,22 @@ def test_every_bad_value_of_a_sweep_is_named_at_once(write_spec):
                                         "    sweep: {total_transitions: [800, 1000], gamma: [0.9, 0.95, 0.99]}\n"))
     assert _problems(alone) == [f"{alone}:10: measurements[1].sweep.total_transitions[0]: sweep 'total_transitions' "
                                 "value 800: checkpoint_at [900] beyond total_transitions 800"]
+    # a field of one value, or a value whose trials fail for their own reasons elsewhere, is no cause
+    single = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    sweep:\n      learning_rate: [0.0001]\n"
+                                         "      checkpoint_at: [[3000], [100, 3000]]\n"))
+    assert [p.split(": ", 2)[1] for p in _problems(single)] == ["measurements[1].sweep"]
+    tangled = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    checkpoint_at: [900]\n    sweep:\n"
+                                          "      total_transitions: [800]\n      learning_rate: [0.0001, -2]\n"))
+    assert [p.split(": ", 2)[1] for p in _problems(tangled)] == ["measurements[1].sweep",
+                                                                 "measurements[1].sweep.learning_rate[1]"]
     crossed = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    sweep:\n      checkpoint_at: [[900], [100]]"
                                           "\n      total_transitions: [800, 1000]\n      gamma: [0.9, 0.95]\n"))
     assert _problems(crossed) == [f"{crossed}:9: measurements[1].sweep: sweep trial 'checkpoint_at=[900],"
                                   "total_transitions=800,gamma=0.9' and 1 more: checkpoint_at [900] beyond "
                                   "total_transitions 800"]
+    not_a_length = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep: {total_transitions: [0, 2000]}\n"))
+    assert [p.split(": ", 2)[2] for p in _problems(not_a_length)] == ["sweep 'total_transitions' value 0: Input should "
+                                                                      "be greater than 0"]  # said once, not twice
     hidden = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep:\n      total_transitions: [500]\n"
                                                          "      learning_rate: [0]\n"))
     assert [p.split(": ", 2)[1] for p in _problems(hidden)] == ["measurements[0].sweep.total_transitions[0]",
@@ -586,6 +597,10 @@ def test_a_late_gif_hides_no_other_problem_of_its_trials(write_spec):
     empty = write_spec(gif.replace("    gif:", "    sweep: {total_transitions: [500, 2000], batch_size: []}\n    gif:"))
     assert [p.split(": ", 2)[1] for p in _problems(empty)] == ["measurements[1].sweep.batch_size",
                                                                "measurements[1].gif.at[0]"]
+    past = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    seed: 4294967295\n    seeds: 3\n"
+                                       "    sweep: {learning_rate: [-1]}\n"))
+    assert [p.split(": ", 2)[1] for p in _problems(past)] == ["measurements[1].seeds",
+                                                              "measurements[1].sweep.learning_rate[0]"]
     seeds = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    seeds: 2\n    sweep: {seed: [1, 2], bogus: [1]}\n"))
     assert [p.split(": ", 2)[1] for p in _problems(seeds)] == ["measurements[1].sweep.bogus", "measurements[1].sweep.seed"]
 

@@ -53,7 +53,9 @@ def test_unknown_run_and_foreign_folder_are_clear_errors(tmp_path):
     ("spec_settings", '{"policies": [1]}', "its spec_settings are not a spec: policies is not a mapping"),
     ("spec_settings", '{"policies": {"dqn": "foo"}}', "its spec_settings are not a spec: policies is not a mapping"),
     ("spec_settings", '{"measurements": [{"name": "m", "kind": "evaluate", "bootstrap": [1]}]}',
-     "its spec_settings are not a spec: measurements is not a list of named measurements, each of a kind"),
+     "its spec_settings are not a spec: measurement m: bootstrap is not valid"),
+    ("spec_settings", '{"measurements": [{"name": "m", "kind": "evaluate", "bootstrap": {"resamples": 0}}]}',
+     "its spec_settings are not a spec: measurement m: bootstrap is not valid"),
     ("spec_settings", "[1]", "its spec_settings are not a spec: a spec is a mapping of keys, not list"),
     ("spec_settings", "{nope", "its spec_settings are not JSON"),
 ])

@@ -59,7 +59,7 @@ class ThroughputMeasurement(TrainSettings):
         _, problems = training_sweep_trials(self.sweep, self.settings_for)
         for trial in expand_sweep({k: v for k, v in self.sweep.items() if v}):  # valid trials or not
             total = trial.overrides.get("total_transitions", self.total_transitions)
-            if type(total) is int and self.warmup_transitions >= total:
+            if type(total) is int and total >= 1 and self.warmup_transitions >= total:  # not a length: said above
                 problems.append(PlacedError(
                     f"warmup_transitions {self.warmup_transitions} must be below total_transitions {total}"
                     f"{where_swept(trial, 'total_transitions')}",

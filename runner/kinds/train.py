@@ -109,8 +109,7 @@ def training_sweep_trials(sweep: dict[str, list[Any]], settings_for: Callable[[d
     checkable = {key: values for key, values in sweep.items()
                  if key in SWEEPABLE and key not in PROCESS_WIDE_SETTINGS and values}
     checked, unplaced = [], {}  # unplaced: message -> the trials it holds for
-    trials = expand_sweep(checkable)
-    for trial in trials:
+    for trial in expand_sweep(checkable):
         try:
             checked.append((trial, settings_for(trial.overrides)))
         except ValidationError as exc:
@@ -125,7 +124,7 @@ def training_sweep_trials(sweep: dict[str, list[Any]], settings_for: Callable[[d
     for message, failing in unplaced.items():
         if not failing[0].overrides:
             problems.append(PlacedError(message, ()))
-        elif cause := _one_cause(trials, failing):
+        elif cause := _one_cause(checkable, [trial for trial, _ in checked], failing):
             field, value = cause
             problems.append(PlacedError(f"{swept_value(field, value)}: {message}", swept_at(sweep, field, value)))
         else:
@@ -134,12 +133,20 @@ def training_sweep_trials(sweep: dict[str, list[Any]], settings_for: Callable[[d
     return checked, problems
 
 
-def _one_cause(trials: list[Trial], failing: list[Trial]) -> tuple[str, Any] | None:
-    """(field, value) when exactly one swept value is shared by the failing trials and by no
-    other trial: that value alone explains the failure."""
-    names = {t.name for t in failing}
-    causes = [(field, value) for field, value in failing[0].overrides.items()
-              if {t.name for t in trials if t.overrides[field] is value} == names]
+def _one_cause(sweep: dict[str, list[Any]], passed: list[Trial], failing: list[Trial]) -> tuple[str, Any] | None:
+    """(field, value) when exactly one swept value alone explains a failure: every failing trial
+    has it, and each of them passes with any other value of that field in its place."""
+    def place(overrides: dict[str, Any]) -> tuple[int, ...]:  # each value by its position in the sweep
+        return tuple(next(i for i, listed in enumerate(sweep[f]) if listed is overrides[f]) for f in sweep)
+
+    passing = {place(trial.overrides) for trial in passed}
+    places = [place(trial.overrides) for trial in failing]
+    causes = []
+    for j, field in enumerate(sweep):
+        if len(sweep[field]) < 2 or len({p[j] for p in places}) != 1:
+            continue
+        if all(p[:j] + (k,) + p[j + 1:] in passing for p in places for k in range(len(sweep[field])) if k != p[j]):
+            causes.append((field, sweep[field][places[0][j]]))
     return causes[0] if len(causes) == 1 else None
 
 
@@ -251,9 +258,10 @@ class TrainMeasurement(TrainSettings):
         if "seed" in self.sweep and self.seeds is not None:
             problems.append(PlacedError("both `seeds` and a sweep over `seed`: list the training seeds once, in "
                                         "`seeds`", ("sweep", "seed")))
-        raise_placed(problems)
         if isinstance(self.seeds, int) and self.seed + self.seeds - 1 > MAX_TRAINING_SEED:
-            raise ValueError(f"seeds: {self.seeds} seeds from seed {self.seed} go past {MAX_TRAINING_SEED}")
+            problems.append(PlacedError(f"seeds: {self.seeds} seeds from seed {self.seed} go past {MAX_TRAINING_SEED}",
+                                        ("seeds",)))
+        raise_placed(problems)
         return self
 
     def training_seeds(self, overrides: dict[str, Any] | None = None) -> list[int]:
