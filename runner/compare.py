@@ -443,22 +443,37 @@ def _scores_row(measurement: str, subject: str, metric: str, played_a: tuple[np.
               note=note if paired else "; ".join(filter(None, [note, "the runs played other seeds"])))
     if min(len(sa), len(sb)) < 2:
         row.test = "one episode per run cannot show significance"
-    elif paired and np.ptp(sb - sa) == 0 and sb[0] != sa[0]:
-        row.test = (f"every seed moved by {sb[0] - sa[0]:.4g} ({len(sa)} seeds): differences that do not vary "
-                    "give an interval no width")
+    elif paired and (shift := _unvarying_shift(sb - sa, "an interval")):
+        row.test = shift
     elif paired:
         ci = paired_bootstrap_ci(sb - sa, confidence=confidence, n_resamples=resamples, seed=seed)
         row.test = (f"paired bootstrap {confidence:.0%} CI of the mean same-seed difference B − A "
                     f"[{ci.low:.3g}, {ci.high:.3g}] ({len(sa)} seeds)")
         row.significant = ci.low > 0 or ci.high < 0
-    elif np.ptp(sa) == 0 and np.ptp(sb) == 0 and sa[0] != sb[0]:
-        row.test = f"neither run's scores vary: a t interval has no width ({len(sa)}/{len(sb)} episodes)"
+    elif flat := _unvarying_values(sa, sb, "scores", f"{len(sa)}/{len(sb)} episodes"):
+        row.test = flat
     else:
         ci = difference_interval(sa, sb, confidence=confidence)
         row.test = (f"{ci.method} {confidence:.0%} CI of B − A [{ci.low:.3g}, {ci.high:.3g}] "
                     f"({len(sa)}/{len(sb)} episodes, other seeds)")
         row.significant = ci.low > 0 or ci.high < 0
     return row
+
+
+def _unvarying_shift(differences: np.ndarray, interval: str) -> str | None:
+    """Why same-seed differences show nothing, or None: all equal and not zero, they give
+    `interval` no width (a handful of distinct games replayed, say)."""
+    if np.ptp(differences) == 0 and differences[0] != 0:
+        return (f"every seed moved by {differences[0]:.4g} ({len(differences)} seeds): differences that do not vary "
+                f"give {interval} no width")
+    return None
+
+
+def _unvarying_values(a: np.ndarray, b: np.ndarray, what: str, count: str) -> str | None:
+    """Why two runs' unpaired values show nothing, or None: neither varies and they differ."""
+    if np.ptp(a) == 0 and np.ptp(b) == 0 and a[0] != b[0]:
+        return f"neither run's {what} vary: a t interval has no width ({count})"
+    return None
 
 
 def _policy_files(con, run_id: str, measurement: str) -> dict[str, str]:
@@ -567,9 +582,9 @@ def _over_seeds(measurement: str, metric: str, a: dict[str, float], b: dict[str,
             if row.significant is not None and min(len(va), len(vb)) < MIN_SEEDS_FOR_INTERVAL:
                 row.test, row.significant = (f"{len(va)} vs {len(vb)} seeds: an interval over seeds needs at least "
                                              f"{MIN_SEEDS_FOR_INTERVAL} in each run"), None
-            elif row.significant is not None and np.ptp(va) == 0 and np.ptp(vb) == 0 and va[0] != vb[0]:
-                row.test, row.significant = ("neither run's seeds vary: a t interval has no width "
-                                             f"({len(va)} vs {len(vb)} seeds)"), None
+            elif row.significant is not None and (flat := _unvarying_values(va, vb, "seeds",
+                                                                            f"{len(va)} vs {len(vb)} seeds")):
+                row.test, row.significant = flat, None
             rows.append(row)
             continue
         seeds = sorted(sa)
@@ -577,9 +592,8 @@ def _over_seeds(measurement: str, metric: str, a: dict[str, float], b: dict[str,
         significant: bool | None = None
         if len(seeds) < MIN_SEEDS_FOR_INTERVAL:
             test = f"{len(seeds)} seeds: an interval over seeds needs at least {MIN_SEEDS_FOR_INTERVAL}"
-        elif np.ptp(differences) == 0 and differences[0] != 0:
-            test = (f"every seed moved by {differences[0]:.4g} ({len(seeds)} seeds): differences that do not vary "
-                    "give a t interval no width")
+        elif shift := _unvarying_shift(differences, "a t interval"):
+            test = shift
         else:
             ci = trimmed_mean_interval(differences)
             test = (f"paired {ci.method} {ci.confidence:.0%} CI of the mean same-seed difference B − A "

@@ -88,9 +88,9 @@ def _check_tags_and_map_lines(node: yaml.Node, path: tuple, lines: dict[tuple, i
         raise SpecSourceError(f"{where}:{line}: {format_path(path)}: {node.value} reads as {_NOT_TEXT[node.tag]} "
                               f"in YAML: quote it ('{node.value}') if it is text")
     if node.tag in (_CORE + "int", _CORE + "float") and node.style is None and _NUMBER_11.match(node.value):
-        raise SpecSourceError(f"{where}:{line}: {format_path(path)}: {node.value} is read as "
-                              f"{yaml.safe_load(node.value)!r} by YAML 1.1's rules alone: write {yaml.safe_load(node.value)!r}, "
-                              "or quote it if it is text")
+        meant = yaml.safe_load(node.value)
+        raise SpecSourceError(f"{where}:{line}: {format_path(path)}: {node.value} is read as {meant!r} by YAML 1.1's "
+                              f"rules alone: write {meant!r}, or quote it if it is text")
     if node.tag not in ALLOWED_TAGS:
         raise SpecSourceError(f"{where}:{line}: {format_path(path)}: YAML tag {node.tag!r} is not allowed in a spec "
                               "(plain values only)")

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from runner.kinds.base import Kind, RunContext, Section
-from runner.kinds.train import TrainSettings, swept_at, training_sweep_trials, where_swept
+from runner.kinds.train import TrainSettings, swept_at, training_sweep_trials, trial_lengths, where_swept
 from runner.spec_base import Name
 from runner.sweeps import expand_sweep
 from runner.yaml_source import PlacedError, raise_placed
@@ -57,9 +57,8 @@ class ThroughputMeasurement(TrainSettings):
     @model_validator(mode="after")
     def _sweep_valid(self) -> "ThroughputMeasurement":
         _, problems = training_sweep_trials(self.sweep, self.settings_for)
-        for trial in expand_sweep({k: v for k, v in self.sweep.items() if v}):  # valid trials or not
-            total = trial.overrides.get("total_transitions", self.total_transitions)
-            if type(total) is int and total >= 1 and self.warmup_transitions >= total:  # not a length: said above
+        for trial, total in trial_lengths(self.sweep, self.total_transitions):  # valid trials or not
+            if self.warmup_transitions >= total:
                 problems.append(PlacedError(
                     f"warmup_transitions {self.warmup_transitions} must be below total_transitions {total}"
                     f"{where_swept(trial, 'total_transitions')}",

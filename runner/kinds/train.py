@@ -137,7 +137,7 @@ def _one_cause(sweep: dict[str, list[Any]], passed: list[Trial], failing: list[T
     """(field, value) when exactly one swept value alone explains a failure: every failing trial
     has it, and each of them passes with any other value of that field in its place."""
     def place(overrides: dict[str, Any]) -> tuple[int, ...]:  # each value by its position in the sweep
-        return tuple(next(i for i, listed in enumerate(sweep[f]) if listed is overrides[f]) for f in sweep)
+        return tuple(_listed_at(sweep[f], overrides[f]) for f in sweep)
 
     passing = {place(trial.overrides) for trial in passed}
     places = [place(trial.overrides) for trial in failing]
@@ -150,9 +150,22 @@ def _one_cause(sweep: dict[str, list[Any]], passed: list[Trial], failing: list[T
     return causes[0] if len(causes) == 1 else None
 
 
+def _listed_at(values: list[Any], value: Any) -> int:
+    """Where `values` lists `value`: the very object a trial took, not an equal one."""
+    return next(i for i, listed in enumerate(values) if listed is value)
+
+
 def swept_at(sweep: dict[str, list[Any]], field: str, value: Any) -> tuple:
-    """Where in a measurement the sweep lists `value` for `field` (the very object a trial took)."""
-    return ("sweep", field, next(i for i, listed in enumerate(sweep[field]) if listed is value))
+    """Where in a measurement the sweep lists `value` for `field`."""
+    return ("sweep", field, _listed_at(sweep[field], value))
+
+
+def trial_lengths(sweep: dict[str, list[Any]], total_transitions: int) -> list[tuple[Trial, int]]:
+    """Each trial of `sweep` (over the keys that list values) with its total_transitions, where
+    that is a length: a value that is not is refused by the trials' own check."""
+    trials = expand_sweep({key: values for key, values in sweep.items() if values})
+    return [(trial, total) for trial in trials
+            if type(total := trial.overrides.get("total_transitions", total_transitions)) is int and total >= 1]
 
 
 def swept_value(field: str, value: Any) -> str:
@@ -244,10 +257,7 @@ class TrainMeasurement(TrainSettings):
     @model_validator(mode="after")
     def _sweep_valid(self) -> "TrainMeasurement":
         problems = []
-        for trial in expand_sweep({k: v for k, v in self.sweep.items() if v}) if self.gif is not None else ():
-            total = trial.overrides.get("total_transitions", self.total_transitions)
-            if type(total) is not int or total < 1:
-                continue  # not a length: the sweep's own check says so
+        for trial, total in trial_lengths(self.sweep, self.total_transitions) if self.gif is not None else ():
             late = [at for at in self.gif.at if at > total]
             if late:
                 problems.append(PlacedError(f"gif.at {late} beyond total_transitions {total}"
