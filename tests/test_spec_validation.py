@@ -155,6 +155,11 @@ def _problems(path: Path) -> list[str]:
     return problems
 
 
+def _fields(path: Path) -> list[str]:
+    """The field each problem of the spec at `path` names, in the order they are reported."""
+    return [p.split(": ", 2)[1] for p in _problems(path)]
+
+
 def test_the_table_is_big_enough():
     assert len(CASES) >= 18
     assert len({c.id for c in CASES}) == len(CASES)
@@ -500,7 +505,7 @@ def test_an_evaluate_gif_error_names_the_gif_line(checkpoint, write_spec):
                                                       f"      seed: {seed}\n"))
         assert _problems(path) == [f"{path}:{problem}"]
     both = write_spec(edit("    batch_size: 4\n", "    batch_size: 4\n    gif:\n      policy: nobody\n      seed: 99\n"))
-    assert [p.split(": ", 2)[1] for p in _problems(both)] == ["measurements[0].gif.policy", "measurements[0].gif.seed"]
+    assert _fields(both) == ["measurements[0].gif.policy", "measurements[0].gif.seed"]
 
 
 @pytest.mark.parametrize("text, problem", [
@@ -550,7 +555,7 @@ def test_every_bad_value_of_a_sweep_is_named_at_once(write_spec):
     # every kind of problem in one pass: a key that is no field, a bad value, a trial too short
     mixed = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep:\n      nope: [1]\n"
                                                         "      batch_size: [0, 32]\n      total_transitions: [500, 2000]\n"))
-    assert [p.split(": ", 2)[1] for p in _problems(mixed)] == [
+    assert _fields(mixed) == [
         "measurements[0].sweep.nope", "measurements[0].sweep.batch_size[0]", "measurements[0].sweep.total_transitions[0]"]
     # a trial error that one swept value alone explains is placed at that value, though the
     # message is about another field; one that no single value causes names its trials, once
@@ -561,10 +566,10 @@ def test_every_bad_value_of_a_sweep_is_named_at_once(write_spec):
     # a field of one value, or a value whose trials fail for their own reasons elsewhere, is no cause
     single = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    sweep:\n      learning_rate: [0.0001]\n"
                                          "      checkpoint_at: [[3000], [100, 3000]]\n"))
-    assert [p.split(": ", 2)[1] for p in _problems(single)] == ["measurements[1].sweep"]
+    assert _fields(single) == ["measurements[1].sweep"]
     tangled = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    checkpoint_at: [900]\n    sweep:\n"
                                           "      total_transitions: [800]\n      learning_rate: [0.0001, -2]\n"))
-    assert [p.split(": ", 2)[1] for p in _problems(tangled)] == ["measurements[1].sweep",
+    assert _fields(tangled) == ["measurements[1].sweep",
                                                                  "measurements[1].sweep.learning_rate[1]"]
     crossed = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    sweep:\n      checkpoint_at: [[900], [100]]"
                                           "\n      total_transitions: [800, 1000]\n      gamma: [0.9, 0.95]\n"))
@@ -576,7 +581,7 @@ def test_every_bad_value_of_a_sweep_is_named_at_once(write_spec):
                                                                       "be greater than 0"]  # said once, not twice
     hidden = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep:\n      total_transitions: [500]\n"
                                                          "      learning_rate: [0]\n"))
-    assert [p.split(": ", 2)[1] for p in _problems(hidden)] == ["measurements[0].sweep.total_transitions[0]",
+    assert _fields(hidden) == ["measurements[0].sweep.total_transitions[0]",
                                                                 "measurements[0].sweep.learning_rate[0]"]
     short = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep: {total_transitions: [500, 900, 2000]}\n"))
     assert _problems(short) == [
@@ -595,14 +600,14 @@ def test_a_late_gif_hides_no_other_problem_of_its_trials(write_spec):
         ["measurements[1].gif.at[0]", "gif.at [900] beyond total_transitions 500 (sweep 'total_transitions' value 500)"],
         ["measurements[1].gif.at[0]", "gif.at [900] beyond total_transitions 800 (sweep 'total_transitions' value 800)"]]
     empty = write_spec(gif.replace("    gif:", "    sweep: {total_transitions: [500, 2000], batch_size: []}\n    gif:"))
-    assert [p.split(": ", 2)[1] for p in _problems(empty)] == ["measurements[1].sweep.batch_size",
+    assert _fields(empty) == ["measurements[1].sweep.batch_size",
                                                                "measurements[1].gif.at[0]"]
     past = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    seed: 4294967295\n    seeds: 3\n"
                                        "    sweep: {learning_rate: [-1]}\n"))
-    assert [p.split(": ", 2)[1] for p in _problems(past)] == ["measurements[1].seeds",
+    assert _fields(past) == ["measurements[1].seeds",
                                                               "measurements[1].sweep.learning_rate[0]"]
     seeds = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    seeds: 2\n    sweep: {seed: [1, 2], bogus: [1]}\n"))
-    assert [p.split(": ", 2)[1] for p in _problems(seeds)] == ["measurements[1].sweep.bogus", "measurements[1].sweep.seed"]
+    assert _fields(seeds) == ["measurements[1].sweep.bogus", "measurements[1].sweep.seed"]
 
 
 def test_gif_checkpoints_are_checked_as_gif_at_and_kept_in_every_trial(write_spec):
