@@ -31,6 +31,7 @@ import numpy as np
 
 from breakout_core.contract import Contract
 from breakout_core.driver import STOPPED, EpisodeDriver, play_seeds
+from breakout_core.files import write_whole
 from breakout_core.hashing import file_sha256
 from breakout_core.policies import Policy
 
@@ -270,10 +271,7 @@ def save_fixed_states(path: str | Path, states: FixedStates) -> Path:
         steps=states.steps,
         actions=states.actions,
     )
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buffer.getvalue())
-    tmp.replace(path)
-    return path
+    return write_whole(path, buffer.getvalue())
 
 
 def states_contract(path: str | Path) -> tuple[str | None, str]:

@@ -14,6 +14,7 @@ from torch import nn
 
 from breakout_core.contract import Contract
 from breakout_core.envs import NUM_ACTIONS
+from breakout_core.files import torch_bytes, write_whole
 from breakout_core.messages import described
 
 CHECKPOINT_FORMAT = "breakout-dqn-checkpoint/1"
@@ -68,10 +69,7 @@ def save_checkpoint(
         "transitions": int(transitions),
         "train_config": dict(train_config or {}),
     }
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)  # a reader never sees a half-written checkpoint
-    return path
+    return write_whole(path, torch_bytes(payload))  # a reader never sees a half-written checkpoint
 
 
 def load_checkpoint(path: str | Path) -> tuple[QNetwork, dict[str, Any]]:

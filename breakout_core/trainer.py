@@ -22,6 +22,7 @@ from breakout_core import allocator
 from breakout_core.contract import Contract
 from breakout_core.driver import EpisodeDriver
 from breakout_core.envs import NUM_ACTIONS
+from breakout_core.files import torch_bytes, write_whole
 from breakout_core.input_major import (
     input_major_weights, optimizer_state_transposed_at, transposed_at, with_input_major_linears)
 from breakout_core.qnetwork import QNetwork, load_checkpoint, save_checkpoint
@@ -131,9 +132,7 @@ class Trainer:
             "resumes": self.resumes,
             "initial": transposed_at(self.initial, self._input_major), "measured": list(measured), "wall_s": wall_s,
         }
-        tmp = self.state_path().with_suffix(".tmp")
-        torch.save(payload, tmp)
-        tmp.replace(self.state_path())
+        write_whole(self.state_path(), torch_bytes(payload))
 
     def load_state(self) -> None:
         payload = torch.load(self.state_path(), map_location=self.device, weights_only=True)

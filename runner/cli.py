@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from breakout_core.contract import CONTRACTS
+from breakout_core.files import is_no_space
 from breakout_core.messages import first_line
 
 EXIT_USAGE = 2  # a spec or an argument is wrong
@@ -43,6 +44,8 @@ def _fail(message: str, code: int = EXIT_FAILED) -> None:
 
 
 def _unwritable(reports_dir: Path, exc: OSError) -> str:
+    if is_no_space(exc):
+        return f"no space left on device: {exc.filename or reports_dir}"
     return f"--reports {reports_dir}: cannot write the report there ({exc.strerror or exc})"
 
 
@@ -63,7 +66,25 @@ def _store(db: Path | None):
     return Store(db)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class RunnerCommands(click.Group):
+    """Every command's last word on a full disk or a damaged database: one line, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+            _fail(f"no space left on device: {exc.filename or 'a file this command writes'}")
+        except Exception as exc:
+            from runner.store import StoreError
+
+            if not isinstance(exc, StoreError):
+                raise
+            _fail(str(exc))
+
+
+@click.group(cls=RunnerCommands, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Declarative experiments on a Breakout DQN: specs in, DuckDB rows and verdicts out."""
 
@@ -129,6 +150,7 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
     console = log_console()
     store = Store(db, busy_timeout_s=None, on_wait=console.log)  # a slow reader delays a run, never fails it
     try:
+        store.verify_readable()
         run_id, verdicts = run_spec(loaded, store, reports_dir, console, resume=resume, runs_dir=runs_dir,
                                     executor=Executor(executor, ray_address, ray_retries))
     except NothingToResume as exc:
@@ -138,7 +160,7 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
     except StoreError as exc:
         _fail(str(exc))
     except Exception as exc:  # noqa: BLE001 - the run row already records it as failed
-        _fail(f"run failed: {exc.__class__.__name__}: {exc}")
+        _fail(str(exc) if is_no_space(exc) else f"run failed: {exc.__class__.__name__}: {exc}")
     click.echo(f"run {run_id} ({loaded.spec.name}) done; database {store.path}")
     for v in verdicts:
         label = json.loads(v["evidence"]).get("label")
@@ -157,9 +179,30 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
 @db_option
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
 def runs(db: Path | None, limit: int) -> None:
-    """List the latest runs."""
-    _print_query(db, "SELECT run_id, spec_name, status, started_at, ended_at, contract_hash, error "
-                     f"FROM runs ORDER BY started_at DESC LIMIT {int(limit)}")
+    """List the latest runs (a run whose process is gone shows as interrupted; the next writing
+    command stores it so)."""
+    columns = ["run_id", "spec_name", "status", "started_at", "ended_at", "contract_hash", "error"]
+
+    def ended_shown(con, rows: list[tuple]) -> list[tuple]:
+        stale = _store(db).stale_runs(con)
+        status, error = columns.index("status"), columns.index("error")
+        return [row[:status] + ("interrupted",) + row[status + 1:error] + (stale[row[0]],) if row[0] in stale else row
+                for row in rows]
+
+    _print_query(db, f"SELECT {', '.join(columns)} FROM runs ORDER BY started_at DESC LIMIT {int(limit)}",
+                 shown=ended_shown)
+
+
+@main.command()
+@db_option
+def migrate(db: Path | None) -> None:
+    """Upgrade the database to this runner's schema (reading commands never write it; a run does this too)."""
+    store = _store(db)
+    before = set(store.schema_version())
+    with store.writer():
+        pass
+    added = [name for name in store.schema_version() if name not in before]
+    click.echo(f"{store.path}: " + (f"applied {', '.join(added)}" if added else "up to date"))
 
 
 @main.command(name="mark-interrupted")
@@ -178,7 +221,7 @@ def mark_interrupted(run_id: str, db: Path | None) -> None:
     click.echo(f"run {run_id} was interrupted already: {already}" if already else f"run {run_id} marked interrupted")
 
 
-@main.command()
+@main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("query")
 @db_option
 @click.option("--csv", "as_csv", is_flag=True, help="print CSV instead of a table")
@@ -188,7 +231,8 @@ def sql(query: str, db: Path | None, as_csv: bool) -> None:
     _print_query(db, query, as_csv=as_csv)
 
 
-def _print_query(db: Path | None, query: str, as_csv: bool = False) -> None:
+def _print_query(db: Path | None, query: str, as_csv: bool = False, shown=None) -> None:
+    """Print the rows of `query`; `shown(con, rows)` may change them before they are printed."""
     import duckdb
 
     from runner.store import StoreError
@@ -202,6 +246,8 @@ def _print_query(db: Path | None, query: str, as_csv: bool = False) -> None:
                 return
             columns = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
+            if shown is not None:
+                rows = shown(con, rows)
     except StoreError as exc:
         _fail(str(exc))
     except duckdb.Error as exc:
@@ -397,14 +443,16 @@ def import_command(in_dir: Path, db: Path | None) -> None:
     from runner.store import StoreError
     from runner.transfer import TransferRefused, import_run
 
+    store = _store(db)
+    made_here = not store.path.exists()
     try:
-        run_id, counts = import_run(_store(db), in_dir)
-    except TransferRefused as exc:
-        _fail(str(exc), EXIT_USAGE)
-    except StoreError as exc:
-        _fail(str(exc))
-    except duckdb.Error as exc:
-        _fail(f"{in_dir}: cannot import ({first_line(exc)})")
+        run_id, counts = import_run(store, in_dir)
+    except (TransferRefused, StoreError, duckdb.Error) as exc:
+        if made_here:  # a failed import leaves no database where there was none
+            store.remove_files()
+        if isinstance(exc, TransferRefused):
+            _fail(str(exc), EXIT_USAGE)
+        _fail(str(exc) if isinstance(exc, StoreError) else f"{in_dir}: cannot import ({first_line(exc)})")
     click.echo(f"imported run {run_id}: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
 
 

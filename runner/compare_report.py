@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from breakout_core.files import write_whole
 from breakout_core.stats import RANK_TEST_ALPHA
 from runner.compare import Comparison
 from runner.kinds.base import Section
@@ -118,8 +119,8 @@ def build_compare_report(store: Store, comparison: Comparison, out_dir: Path) ->
     a, b = comparison.a, comparison.b
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"compare-{a.spec_name}-{a.run_id}-{b.run_id}.html"
-    path.write_text(render_page(f"{a.spec_name}: {a.run_id} (A) vs {b.run_id} (B)", _intro(comparison), sections),
-                    encoding="utf-8")
+    write_whole(path, render_page(f"{a.spec_name}: {a.run_id} (A) vs {b.run_id} (B)", _intro(comparison),
+                                  sections).encode("utf-8"))
     return path
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from breakout_core.files import write_whole
 from breakout_core.hashing import file_sha256
 from runner.store import Store, StoreError
 
@@ -219,5 +220,5 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         "```",
         "",
     ]
-    out.write_text("\n".join(lines), encoding="utf-8")
+    write_whole(out, "\n".join(lines).encode("utf-8"))
     return out

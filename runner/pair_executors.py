@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from breakout_core.files import write_whole
 from breakout_core.messages import described
 from runner.train_pairs import Pair, PairJob, Record, final_checkpoint, score_pair, train_pair
 
@@ -144,9 +145,7 @@ def _received(job: PairJob, records: list[Record], files: dict[str, bytes]) -> l
     out_dir = Path(job.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
-        tmp = out_dir / f"{name}.tmp"
-        tmp.write_bytes(data)
-        tmp.replace(out_dir / name)
+        write_whole(out_dir / name, data)
     fixed = []
     for table, row in records:
         if table == "train_attempts":

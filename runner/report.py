@@ -6,6 +6,7 @@ import html
 import json
 from pathlib import Path
 
+from breakout_core.files import write_whole
 from breakout_core.messages import described
 from runner.kinds.base import Section
 from runner.report_html import render_page, table_html
@@ -101,7 +102,7 @@ def build_run_report(store: Store, out_dir: Path, run_id: str | None = None, spe
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{run['spec_name']}-{run_id}.html"
-    path.write_text(render_page(f"{run['spec_name']} — {run_id}", intro, sections), encoding="utf-8")
+    write_whole(path, render_page(f"{run['spec_name']} — {run_id}", intro, sections).encode("utf-8"))
     return path
 
 
@@ -122,6 +123,6 @@ def build_verdicts_report(store: Store, out_dir: Path):
              "never shown as another's.</p>")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "verdicts.html"
-    path.write_text(render_page("Verdicts (latest per spec, host and contract)", intro,
-                                sections or [Section("Verdicts", html="<p>No verdicts yet.</p>")]), encoding="utf-8")
+    write_whole(path, render_page("Verdicts (latest per spec, host and contract)", intro,
+                                  sections or [Section("Verdicts", html="<p>No verdicts yet.</p>")]).encode("utf-8"))
     return path, frame

@@ -10,6 +10,7 @@ from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 
+from breakout_core.files import write_whole
 from runner.kinds.base import Section
 
 MAX_CHART_POINTS = 20_000  # rows a chart embeds; tables and intervals use every row
@@ -45,7 +46,8 @@ def vega_bundle() -> str:
                 return bundle
     bundle = vl_convert.javascript_bundle()
     if file is not None:
-        _write_whole(file, f"{_digest_line(bundle)}\n{bundle}")
+        with suppress(OSError):  # a cache, not a result: without it every report bundles the script
+            write_whole(file, f"{_digest_line(bundle)}\n{bundle}".encode())
     return bundle
 
 
@@ -63,21 +65,6 @@ def cache_folder() -> Path | None:
 
 def _digest_line(text: str) -> str:
     return "// sha256 " + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _write_whole(file: Path, text: str) -> None:
-    """Write `file` whole or not at all (reports may run at once); errors leave no file behind."""
-    partial = file.with_name(f"{file.name}.{os.getpid()}.tmp")
-    try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        with open(partial, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        partial.replace(file)
-    except OSError:
-        with suppress(OSError):
-            partial.unlink(missing_ok=True)
 
 
 def blank_nulls(frame):

@@ -14,16 +14,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import socket
 import time
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import duckdb
 
+from breakout_core.files import write_whole
 from breakout_core.messages import first_line
-
 from runner import schema
 
 DEFAULT_DB = "results.duckdb"
@@ -125,6 +126,35 @@ class RunNotRunning(StoreError):
     """A run that cannot be marked interrupted: unknown, or not running."""
 
 
+class StoreDamaged(StoreError):
+    """The file cannot be read back (truncated, a block whose checksum fails, an IO error) or
+    written (no space left on the device)."""
+
+
+def damage(path: Path, exc: duckdb.Error) -> StoreDamaged | None:
+    """The user-facing error for a DuckDB error that comes from the file rather than from a
+    query: None for an error of the SQL itself (a typo, a missing table)."""
+    text = first_line(exc)
+    if "no space left on device" in text.lower():
+        return StoreDamaged(f"no space left on device: {path} ({text})")
+    if isinstance(exc, (duckdb.IOException, duckdb.InternalException, duckdb.FatalException,
+                        duckdb.SerializationException)) or "corrupt" in text.lower() or "checksum" in text.lower():
+        return StoreDamaged(f"{path}: damaged or unreadable ({text})")
+    return None
+
+
+@contextlib.contextmanager
+def _damage_told(path: Path) -> Iterator[None]:
+    """DuckDB errors of the file itself raised inside the block become StoreDamaged."""
+    try:
+        yield
+    except duckdb.Error as exc:
+        told = damage(path, exc)
+        if told is None:
+            raise
+        raise told from None
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -175,8 +205,9 @@ class Store:
         take this lock exclusively and readers shared, so creation, migration and appends
         are serialised. Where no lock file can be made (a read-only folder), DuckDB's own
         lock is all there is."""
-        try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # a reader makes no file: where no writer made the lock file, there is none to take
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644) if exclusive else \
+                os.open(self.lock_path, os.O_RDONLY)
         except OSError:
             yield
             return
@@ -202,7 +233,7 @@ class Store:
                 return duckdb.connect(str(self.path), read_only=read_only, config=config or {})
             except duckdb.IOException as exc:
                 if not _is_lock_error(exc):
-                    raise StoreError(f"{self.path}: cannot open ({exc})") from None
+                    raise damage(self.path, exc) from None
                 self._still_busy(deadline, since, notices,
                                  f"another process to release it: {first_line(exc)}")
                 time.sleep(delay)
@@ -218,36 +249,62 @@ class Store:
         with self._process_lock(exclusive=True, deadline=deadline):
             con = self._connect(read_only=False, deadline=deadline)
             try:
-                if not self._prepared:
-                    self._migrate(con)
-                    self._recover_stale_runs(con)
-                    self._append_left_spools(con)
-                    self._prepared = True
-                yield con
+                with _damage_told(self.path):
+                    if not self._prepared:
+                        self._migrate(con)
+                        self._recover_stale_runs(con)
+                        self._append_left_spools(con)
+                        self._prepared = True
+                    yield con
             finally:
                 con.close()
 
     @contextlib.contextmanager
     def reader(self, *, files: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A read-only connection for one query. With `files` False it can touch no file but the
-        database (no COPY TO, EXPORT, ATTACH or read_csv): ad-hoc SQL a user types."""
-        self._must_exist()
-        if not self._prepared and os.access(self.path, os.W_OK):
-            # migrations and views as this runner defines them: after an upgrade, a query or a
-            # report must not read the views an older runner left (a file we may not write is read as it is)
-            with self.writer():
-                pass
+        """A read-only connection for one query; it never writes the file. With `files` False it
+        can touch no file but the database (no COPY TO, EXPORT, ATTACH or read_csv): ad-hoc SQL
+        a user types. The views are this runner's, made for this connection alone (temporary
+        views shadow those an older runner left in the file); a file an older runner wrote,
+        which lacks some of this runner's tables, is refused until a writing command upgrades it."""
+        self.must_exist()
         deadline = self._deadline(wait=True)
         with self._process_lock(exclusive=False, deadline=deadline):
             con = self._connect(read_only=True, deadline=deadline,
                                 config=None if files else {"enable_external_access": False})
             try:
-                self._check_version(con)
-                yield con
+                with _damage_told(self.path):
+                    self._check_version(con, reading=True)
+                    for view in schema.views():
+                        con.execute(_temporary(view))
+                    yield con
             finally:
                 con.close()
 
-    def _must_exist(self) -> None:
+    def verify_readable(self) -> None:
+        """Read every row of every table, so that a damaged file is refused before a run appends to
+        it (DuckDB finds a bad block only when a query reads it). A missing file passes."""
+        if not self.path.exists():
+            return
+        deadline = self._deadline(wait=True)
+        with self._process_lock(exclusive=False, deadline=deadline):
+            con = self._connect(read_only=True, deadline=deadline)
+            try:
+                with _damage_told(self.path):
+                    tables = [r[0] for r in con.execute(
+                        "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+                        "AND table_catalog = current_database()").fetchall()]
+                    for table in tables:
+                        con.execute(f'SELECT bit_xor(hash(t)) FROM "{table}" t').fetchall()
+            finally:
+                con.close()
+
+    def remove_files(self) -> None:
+        """Remove the database and the files beside it (its WAL, lock and spool)."""
+        for path in (self.path, self.path.with_name(self.path.name + ".wal"), self.lock_path):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(self.spool_root, ignore_errors=True)
+
+    def must_exist(self) -> None:
         """Raise unless the database file is there: reading, or ending a run, never creates one."""
         if not self.path.exists():
             raise StoreError(f"{self.path}: no results database here yet (run a spec first, or pass --db)")
@@ -264,17 +321,25 @@ class Store:
         con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMPTZ)")
         return [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
 
-    def _check_version(self, con: duckdb.DuckDBPyConnection) -> None:
-        known = {name for name, _ in schema.migrations()}
+    def _applied_names(self, con: duckdb.DuckDBPyConnection) -> list[str]:
         try:
-            applied = [r[0] for r in con.execute("SELECT name FROM schema_migrations").fetchall()]
+            return [r[0] for r in con.execute("SELECT name FROM schema_migrations").fetchall()]
         except duckdb.CatalogException:
             raise StoreError(f"{self.path}: not a runner results database (no schema_migrations table)") from None
+
+    def _check_version(self, con: duckdb.DuckDBPyConnection, reading: bool = False) -> None:
+        """Refuse a file of a newer runner; `reading`, also one that lacks migrations of this one."""
+        known = {name for name, _ in schema.migrations()}
+        applied = self._applied_names(con)
         unknown = sorted(set(applied) - known)
         if unknown:
             raise StoreError(
                 f"{self.path}: written by a newer runner (unknown migrations: {', '.join(unknown)}); upgrade runner"
             )
+        missing = sorted(known - set(applied))
+        if reading and missing:
+            raise StoreError(f"{self.path}: written by an older runner (migrations {', '.join(missing)} not applied); "
+                             "reading commands never write it: `runner migrate` upgrades it")
 
     def _migrate(self, con: duckdb.DuckDBPyConnection) -> None:
         applied = set(self._applied(con))
@@ -294,27 +359,39 @@ class Store:
             con.execute(view)
 
     def schema_version(self) -> list[str]:
-        with self.reader() as con:
-            return [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
+        """The migrations the file has, read without judging them (a file to upgrade has fewer)."""
+        self.must_exist()
+        deadline = self._deadline(wait=True)
+        with self._process_lock(exclusive=False, deadline=deadline):
+            con = self._connect(read_only=True, deadline=deadline)
+            try:
+                with _damage_told(self.path):
+                    return sorted(self._applied_names(con))
+            finally:
+                con.close()
 
     # -- runs ----------------------------------------------------------------------
-    def _recover_stale_runs(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Runs left 'running' end as interrupted: those of a process of this host that no longer
-        exists, and those of any host without a heartbeat for STALE_AFTER_S (a process on a host
-        gone for good, or a reused pid)."""
+    def stale_runs(self, con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+        """Runs left 'running' that have ended, with why: those of a process of this host that no
+        longer exists, and those of any host without a heartbeat for STALE_AFTER_S (a process on
+        a host gone for good, or a reused pid). A writer stores them as interrupted; a reader
+        shows them so."""
         host, now = socket.gethostname(), utcnow()
         rows = con.execute("SELECT run_id, host, pid, coalesce(heartbeat_at, started_at) FROM runs "
                            "WHERE status = 'running'").fetchall()
+        stale = {}
         for run_id, run_host, pid, beat in rows:
             if run_host == host and not _process_alive(pid):
-                error = f"process {pid} on {host} ended without finishing the run (killed?)"
+                stale[run_id] = f"process {pid} on {host} ended without finishing the run (killed?)"
             elif (now - beat).total_seconds() > STALE_AFTER_S:
-                error = (f"no heartbeat from process {pid} on {run_host} since {beat:%Y-%m-%d %H:%M:%S %Z} "
-                         f"(more than {STALE_AFTER_S:g} s): it ended without finishing the run")
-            else:
-                continue
+                stale[run_id] = (f"no heartbeat from process {pid} on {run_host} since {beat:%Y-%m-%d %H:%M:%S %Z} "
+                                 f"(more than {STALE_AFTER_S:g} s): it ended without finishing the run")
+        return stale
+
+    def _recover_stale_runs(self, con: duckdb.DuckDBPyConnection) -> None:
+        for run_id, error in self.stale_runs(con).items():
             con.execute("UPDATE runs SET status = 'interrupted', ended_at = ?, error = ? WHERE run_id = ?",
-                        [now, error, run_id])
+                        [utcnow(), error, run_id])
 
     def begin_run(self, row: dict) -> None:
         now = utcnow()
@@ -336,7 +413,7 @@ class Store:
         """End a run stuck 'running' by hand; refused for a run that is done or failed. Return None
         once marked, or the error already stored where the run was interrupted before (opening
         the database marks a run whose process is gone at once)."""
-        self._must_exist()
+        self.must_exist()
         with self.writer() as con:
             row = con.execute("SELECT status, error FROM runs WHERE run_id = ?", [run_id]).fetchone()
             if row is None:
@@ -421,13 +498,10 @@ class Store:
         import pyarrow.parquet as pq
 
         folder = self.spool_root / run_id
-        folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{time.time_ns():020d}-{os.getpid()}-{table}.parquet"  # appended in name order
-        tmp = path.with_suffix(".tmp")
-        pq.write_table(pa.Table.from_pylist(list(rows)), tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        tmp.replace(path)
+        buffer = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pylist(list(rows)), buffer)
+        write_whole(path, buffer.getvalue().to_pybytes())
         _fsync_dir(folder)
         return path
 
@@ -462,6 +536,15 @@ class Store:
         for folder in sorted(self.spool_root.iterdir()):
             if folder.is_dir() and folder.name not in running:
                 self.append_spooled(con, folder.name)
+
+
+def _temporary(view: str) -> str:
+    """A view statement of the schema as a temporary view of one connection."""
+    head = "CREATE OR REPLACE VIEW"
+    statement = view.lstrip()
+    if not statement.startswith(head):
+        raise ValueError(f"a schema view must begin with {head!r}: {statement[:60]!r}")
+    return "CREATE OR REPLACE TEMP VIEW" + statement[len(head):]
 
 
 def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, data) -> None:

@@ -13,8 +13,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import duckdb
 import yaml
 
+from breakout_core.files import NoSpaceLeft
 from breakout_core.messages import first_line
 from runner.spec import stored_spec_problem
 from runner.spec_base import NAME_PATTERN
@@ -56,8 +58,13 @@ def export_run(store: Store, run_id: str, out_dir: Path) -> dict[str, int]:
                 n = con.execute(f'SELECT count(*) FROM "{table}" WHERE run_id = ?', [run_id]).fetchone()[0]
                 if n:
                     target = str(staging / f"{table}.parquet").replace("'", "''")
-                    con.execute(f"""COPY (SELECT * FROM "{table}" WHERE run_id = ?) TO '{target}' (FORMAT parquet)""",
-                                [run_id])
+                    try:
+                        con.execute(f"""COPY (SELECT * FROM "{table}" WHERE run_id = ?) TO '{target}' """
+                                    "(FORMAT parquet)", [run_id])
+                    except duckdb.IOException as exc:
+                        if "no space left" in str(exc).lower():
+                            raise NoSpaceLeft(out_dir) from None
+                        raise
                     counts[table] = n
         if out_dir.exists():
             out_dir.rmdir()  # still empty (checked above); rename needs it gone

@@ -20,6 +20,7 @@ import yaml
 from breakout_core.messages import first_line
 
 MAX_ALIASES = 50
+MAX_SPEC_BYTES = 256 * 1024  # a spec file or stored spec text; read no further (README: "Limits")
 _CORE = "tag:yaml.org,2002:"
 ALLOWED_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "merge")}
 # YAML 1.2 floats such as 1e-4, which PyYAML's YAML 1.1 resolver would read as strings
@@ -159,6 +160,8 @@ def raise_placed(errors: list[PlacedError]) -> None:
 def read_spec_text(text: str) -> Any:
     """A spec's stored text read as `load_yaml` reads its file (`1e-4` is a number there, as in
     YAML 1.2, not the string PyYAML's safe_load makes of it); None for an empty text."""
+    if len(text) > MAX_SPEC_BYTES:
+        raise ValueError(f"a spec text of {len(text)} characters; a spec is at most {MAX_SPEC_BYTES} bytes")
     loader = _BoundedSafeLoader(text)
     try:
         return loader.get_single_data()
@@ -169,7 +172,12 @@ def read_spec_text(text: str) -> Any:
 def load_yaml(path: str | Path) -> YamlSource:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as source:  # read no further than a spec can be: /dev/zero ends here too
+            raw = source.read(MAX_SPEC_BYTES + 1)
+        if len(raw) > MAX_SPEC_BYTES:
+            raise SpecSourceError(f"{path}: larger than {MAX_SPEC_BYTES // 1024} KiB, the most a spec may be "
+                                  "(the largest shipped spec is under 4 KiB)")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise SpecSourceError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -15,6 +15,7 @@ import pytest
 
 from runner import schema
 from runner.store import Store, StoreError, utcnow
+from test_end_to_end import runner
 
 TABLES = {"runs", "episodes", "verdicts", "artifacts", "schema_migrations"}
 VIEWS = {"episode_summary", "episode_pairs", "latest_verdicts"}
@@ -108,6 +109,13 @@ def test_a_database_written_before_the_owned_schema_opens_and_migrates(tmp_path)
     assert set(SHIPPED_MIGRATIONS) <= before
 
     store = Store(path)
+    unread = path.read_bytes()
+    with pytest.raises(StoreError, match="older runner .* `runner migrate` upgrades it"):
+        with store.reader():
+            pass
+    assert path.read_bytes() == unread  # a reader refuses; it never migrates
+    migrated = runner("migrate", "--db", str(path), cwd=tmp_path)
+    assert migrated.returncode == 0 and "applied 0004_runs_spec_settings" in migrated.stdout, migrated.stderr
     with store.reader() as con:
         assert con.execute("SELECT status FROM runs").fetchall() == [("done",)]
         assert con.execute("SELECT candidate, baseline, diff FROM episode_pairs ORDER BY candidate").fetchall() == \

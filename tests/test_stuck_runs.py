@@ -35,8 +35,12 @@ def test_a_run_whose_heartbeat_stopped_is_interrupted_wherever_it_ran(tmp_path):
     _run(writer, "gone_host", host="container-before-restart", pid=1, beat_age_s=STALE_AFTER_S + 60)
     _run(writer, "reused_pid", host=socket.gethostname(), pid=os.getpid(), beat_age_s=STALE_AFTER_S + 60)
     _run(writer, "beating", host="another-host", pid=1, beat_age_s=5)
-    listed = runner("runs", "--db", str(path), cwd=tmp_path)  # any command that opens the database
+    listed = runner("runs", "--db", str(path), cwd=tmp_path)  # a reader shows them ended, and writes nothing
     assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("interrupted") == 2 and "container-before-restart" in listed.stdout
+    assert _statuses(path) == {"gone_host": "running", "reused_pid": "running", "beating": "running"}
+    with Store(path).writer():  # the next writing command stores them as interrupted
+        pass
     assert _statuses(path) == {"gone_host": "interrupted", "reused_pid": "interrupted", "beating": "running"}
     with duckdb.connect(str(path), read_only=True) as con:
         error = con.execute("SELECT error FROM runs WHERE run_id = 'gone_host'").fetchone()[0]
