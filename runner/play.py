@@ -8,34 +8,59 @@ Q-values with onnxruntime-web in the page, reads the person's keys, and sends bo
 back. The page paces the steps (15 a second by default: one agent step is 4 frames of a
 60 Hz game). When both games are over the server stores one row in `play_games`.
 
+The agent's score is only as honest as the actions the page sends, so the server runs the
+same ONNX model with onnxruntime on the CPU on each observation it sent and counts the steps
+where the page's action is not that model's argmax (`agent_actions_unlike_cpu`). It plays
+the page's action all the same: two runtimes may rank near-equal Q-values differently, so
+a count above zero is evidence to look at, not proof of a forged game.
+
+At most MAX_OPEN_GAMES games are open at once (each holds two emulators), and a game that
+gets no message for `idle_timeout_s` is closed. A finished game whose row cannot be
+appended within STORE_WAIT_S (another process holds the database) is spooled beside it and
+appended later: after the next game stored, when the server stops, or by the next runner
+command that writes to the database.
+
 Protocol (JSON text messages):
     page -> server  {"type": "start", "seed": int}
                     {"type": "act", "human_action": 0-3, "agent_action": 0-3}
     server -> page  {"type": "state", ...both sides...}    after start and each act
-                    {"type": "over", ...both sides' last views..., "game": {...the stored row...}}
-                    {"type": "error", "message": str}      a bad message; nothing is stepped
+                    {"type": "over", ...both sides' last views..., "game": {...the row...},
+                     "stored": "now" | "later", "stored_reason": null | str}
+                    {"type": "error", "message": str}      a bad message (nothing is stepped),
+                                                           a refused start, or why the socket closes
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
+import logging
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import Any, Self
 
 import cv2
+import numpy as np
 
 from breakout_core.contract import Contract
 from breakout_core.driver import EpisodeDriver
 from breakout_core.envs import ACTION_NAMES, NUM_ACTIONS
+from breakout_core.messages import first_line
+from breakout_core.runtimes import Runtime, make_runtime
 from runner import schema
 from runner.spec_base import MAX_SEED
+from runner.store import Store, StoreBusy, utcnow
+
+log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 4096  # a start or act message is a few dozen bytes
+MAX_OPEN_GAMES = 8  # each holds two ALE emulators: 400 idle games took a server from 252 to 834 MB
+IDLE_TIMEOUT_S = 300.0  # a page steps 15 times a second; one silent for 5 minutes is gone
+STORE_WAIT_S = 3.0  # how long a finished game waits for a busy database before it is spooled
+SPOOL = "play"  # the spool folder of the play server's rows (Store.spool's run id)
 
 MIGRATIONS = [
     (
@@ -51,7 +76,15 @@ MIGRATIONS = [
             agent_actions JSON NOT NULL
         );
         """,
-    )
+    ),
+    (
+        # NULL in games stored before the server checked the page's actions
+        "0901_play_games_agent_source",
+        """
+        ALTER TABLE play_games ADD COLUMN agent_actions_from VARCHAR;
+        ALTER TABLE play_games ADD COLUMN agent_actions_unlike_cpu INTEGER;
+        """,
+    ),
 ]
 
 schema.declare("play", MIGRATIONS)
@@ -68,7 +101,7 @@ class Side:
     actions: np.ndarray = field(default_factory=lambda: np.zeros(NUM_ACTIONS, dtype=np.int64))
 
     @classmethod
-    def start(cls, contract: Contract, seed: int) -> "Side":
+    def start(cls, contract: Contract, seed: int) -> Side:
         driver = EpisodeDriver(contract, 1)
         driver.start(0, seed)
         side = cls(driver=driver)
@@ -106,16 +139,15 @@ class Side:
 
 
 class PlayGame:
-    """The person's and the agent's games on one seed."""
+    """The person's and the agent's games on one seed; `cpu_model` checks the page's agent actions."""
 
-    def __init__(self, contract: Contract, seed: int):
-        from runner.store import utcnow
-
-        self.contract, self.seed = contract, seed
+    def __init__(self, contract: Contract, seed: int, cpu_model: Runtime):
+        self.contract, self.seed, self.cpu_model = contract, seed, cpu_model
         self.game_id = uuid.uuid4().hex[:12]
         self.started_at = utcnow()
         self.human = Side.start(contract, seed)
         self.agent = Side.start(contract, seed)
+        self.agent_unlike_cpu = 0  # steps where the page's agent action was not the CPU model's
 
     @property
     def over(self) -> bool:
@@ -125,6 +157,9 @@ class PlayGame:
         if not self.human.done:
             self.human.step(human_action)
         if not self.agent.done:
+            # the observation the last state sent: the page's action should be its argmax
+            q = self.cpu_model.infer(self.agent.driver.obs[:1])[0]
+            self.agent_unlike_cpu += int(agent_action != int(np.argmax(q)))
             self.agent.step(agent_action)
 
     def state(self) -> dict[str, Any]:
@@ -132,8 +167,6 @@ class PlayGame:
                 "human": self.human.view(with_obs=False), "agent": self.agent.view(with_obs=True)}
 
     def row(self, model_path: Path, model_sha256: str, provider: str) -> dict[str, Any]:
-        from runner.store import utcnow
-
         return {
             "game_id": self.game_id, "started_at": self.started_at, "finished_at": utcnow(), "seed": self.seed,
             "contract_hash": self.contract.hash, "contract": json.dumps(self.contract.to_dict()),
@@ -142,6 +175,8 @@ class PlayGame:
             "human_actions": self.human.action_counts(),
             "agent_score": self.agent.score, "agent_steps": self.agent.steps, "agent_ended_by": self.agent.ended_by,
             "agent_actions": self.agent.action_counts(),
+            "agent_actions_from": f"page: onnxruntime-web {provider}",
+            "agent_actions_unlike_cpu": self.agent_unlike_cpu,
         }
 
 
@@ -155,7 +190,7 @@ def _parse(data: str) -> dict:
     except RecursionError:
         raise ValueError("a message nested too deeply; messages are flat JSON objects") from None
     if not isinstance(message, dict):
-        raise ValueError("a message must be a JSON object")
+        raise ValueError("a message must be a JSON object")  # noqa: TRY004 -- every bad message is a ValueError
     return message
 
 
@@ -176,13 +211,17 @@ def _action(message: dict, key: str) -> int:
 class PlayServer:
     """The page, the model and the game WebSocket on 127.0.0.1; finished games go to `store`."""
 
-    def __init__(self, store, model: Path, contract: Contract, *, provider: str = "wasm", seed: int = 0,
-                 port: int = 0, pace_ms: float = 1000 / 15):
-        from breakout_core.hashing import file_sha256
-
+    def __init__(self, store: Store, model: Path, contract: Contract, *, provider: str = "wasm", seed: int = 0,
+                 port: int = 0, pace_ms: float = 1000 / 15, idle_timeout_s: float = IDLE_TIMEOUT_S):
         self.store, self.model, self.contract = store, Path(model), contract
-        self.model_sha256 = file_sha256(self.model)
+        # one thread: a batch-1 inference takes well under a millisecond, and games run side by side
+        self.cpu_model = make_runtime("onnxruntime", provider="cpu", node_placement=False,
+                                      intra_op_threads=1).load(self.model)
+        self.model_sha256 = self.cpu_model.artifact_sha256
         self.provider, self.seed, self.port, self.pace_ms = provider, seed, port, pace_ms
+        self.idle_timeout_s = idle_timeout_s
+        self.quick_store = Store(store.path, busy_timeout_s=STORE_WAIT_S)  # a game's row waits this long
+        self.open_games = 0  # sockets with a game open or being set up, at most MAX_OPEN_GAMES
         self.server = None
 
     def config(self) -> dict[str, Any]:
@@ -196,45 +235,94 @@ class PlayServer:
         return web.json_response(self.config())
 
     async def _games(self, request):
-        import asyncio
-
         from aiohttp import WSMsgType, web
 
         # larger than this, aiohttp closes the socket (1009); up to it, _parse answers with an error
         ws = web.WebSocketResponse(max_msg_size=1 << 20)
         await ws.prepare(request)
-        loop = asyncio.get_running_loop()
         game: PlayGame | None = None
-        async for msg in ws:
-            if msg.type != WSMsgType.TEXT:
-                continue
-            try:
-                message = _parse(msg.data)
-                kind = message.get("type")
-                if kind == "start":
-                    # two emulators set up and played through the no-op start: off the event loop,
-                    # which serves every other player and page meanwhile
-                    game = await asyncio.to_thread(PlayGame, self.contract, _seed(message))
-                    await ws.send_json(await asyncio.to_thread(game.state))
-                elif kind == "act":
-                    if game is None:
-                        raise ValueError("send {'type': 'start', 'seed': N} before any action")
-                    game.step(_action(message, "human_action"), _action(message, "agent_action"))
-                    if game.over:
-                        row = game.row(self.model, self.model_sha256, self.provider)
-                        await loop.run_in_executor(None, self.store.append_rows, "play_games", [row])
-                        final = game.state()
-                        game = None
-                        await ws.send_json({**final, "type": "over", "game": _jsonable(row)})
+        seated = False  # this socket counts in open_games: its game is open or being set up
+        try:
+            while True:
+                try:
+                    msg = await ws.receive(timeout=self.idle_timeout_s if seated else None)
+                except TimeoutError:
+                    await ws.send_json(_error(f"the game was closed for inactivity: no message for "
+                                              f"{self.idle_timeout_s:g} s; reload the page to play again"))
+                    break
+                if msg.type == WSMsgType.BINARY:
+                    await ws.send_json(_error("binary frames are not accepted; send JSON text messages"))
+                    continue
+                if msg.type != WSMsgType.TEXT:
+                    break
+                try:
+                    message = _parse(msg.data)
+                    kind = message.get("type")
+                    if kind == "start":
+                        seed = _seed(message)
+                        if not seated:
+                            if self.open_games >= MAX_OPEN_GAMES:
+                                raise ValueError(f"{MAX_OPEN_GAMES} games are open, the most this server plays "
+                                                 "at once; finish one or try later")
+                            self.open_games, seated = self.open_games + 1, True
+                        game = None  # a start replaces this socket's game: its emulators go first
+                        # two emulators set up and played through the no-op start: off the event loop,
+                        # which serves every other player and page meanwhile
+                        game = await asyncio.to_thread(PlayGame, self.contract, seed, self.cpu_model)
+                        await ws.send_json(await asyncio.to_thread(game.state))
+                    elif kind == "act":
+                        if game is None:
+                            raise ValueError("send {'type': 'start', 'seed': N} before any action")
+                        game.step(_action(message, "human_action"), _action(message, "agent_action"))
+                        if game.over:
+                            over = await self._over(game)
+                            game, seated, self.open_games = None, False, self.open_games - 1
+                            await ws.send_json(over)
+                        else:
+                            await ws.send_json(game.state())
                     else:
-                        await ws.send_json(game.state())
-                else:
-                    raise ValueError(f"unknown message type {kind!r}; expected 'start' or 'act'")
-            except ValueError as exc:
-                await ws.send_json({"type": "error", "message": str(exc)})
+                        raise ValueError(f"unknown message type {kind!r}; expected 'start' or 'act'")
+                except ValueError as exc:
+                    await ws.send_json(_error(str(exc)))
+        except Exception as exc:  # never a silent close: the page is told why its game ends
+            log.exception("play server: a game failed")
+            with contextlib.suppress(ConnectionError):
+                await ws.send_json(_error(f"the server failed ({first_line(exc)}); this game is closed"))
+        finally:
+            if seated:
+                self.open_games -= 1
+            await ws.close()
         return ws
 
-    def start(self) -> "PlayServer":
+    async def _over(self, game: PlayGame) -> dict[str, Any]:
+        """A finished game's last message, once its row is stored or kept to be stored later."""
+        row = game.row(self.model, self.model_sha256, self.provider)
+        stored, reason = await asyncio.to_thread(self._store, row)
+        return {**game.state(), "type": "over", "game": _jsonable(row), "stored": stored, "stored_reason": reason}
+
+    def _store(self, row: dict[str, Any]) -> tuple[str, str | None]:
+        """Append a finished game's row: ("now", None); or, while another process holds the
+        database past STORE_WAIT_S, spool it to be appended later: ("later", why)."""
+        try:
+            self.quick_store.append_rows("play_games", [row])
+        except StoreBusy as exc:
+            path = self.store.spool(SPOOL, "play_games", [row])
+            log.warning("game %s kept in %s until the database is free: %s", row["game_id"], path, first_line(exc))
+            return "later", first_line(exc)
+        self.append_spooled()  # the database is free: games kept earlier go in too
+        return "now", None
+
+    def append_spooled(self) -> int:
+        """Append the games spooled while the database was busy, unless it still is; the rows appended."""
+        if not (self.store.spool_root / SPOOL).is_dir():
+            return 0
+        try:
+            with self.quick_store.writer() as con:
+                return self.quick_store.append_spooled(con, SPOOL)
+        except StoreBusy:
+            return 0
+
+    def start(self) -> Self:
         from breakout_core.browser.server import PageServer
 
         self.server = PageServer(files={"/artifact/model.onnx": self.model},
@@ -249,12 +337,17 @@ class PlayServer:
         if self.server is not None:
             self.server.stop()
             self.server = None
+            self.append_spooled()
 
-    def __enter__(self) -> "PlayServer":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _error(message: str) -> dict[str, str]:
+    return {"type": "error", "message": message}
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

@@ -1,20 +1,28 @@
-"""The play server's WebSocket against hostile or heavy use: a seed the store cannot hold,
-nested and oversized messages, and many players starting games at once."""
+"""The play server against hostile or heavy use: other web sites (a foreign or `null` Origin,
+a rebinding Host), a seed the store cannot hold, nested, oversized and binary messages, more
+players than it plays at once, idle games, agent actions the CPU model would not take, and a
+game that ends while another process holds the database."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
+import aiohttp
+import numpy as np
 import pytest
 
 from breakout_core.contract import Contract
-from runner.play import PlayServer
+from runner.play import MAX_OPEN_GAMES, PlayServer
 from runner.store import Store
 
 MODEL = Path(__file__).resolve().parent.parent / "models" / "reference" / "dqn_breakout.onnx"
+SHORT = Contract().replace(max_episode_frames=400)  # both games end by the time limit within 100 steps
 
 
 @pytest.fixture
@@ -23,16 +31,23 @@ def server(tmp_path):
         yield running
 
 
-async def _replies(server: PlayServer, messages: list[str]) -> list[dict]:
-    import aiohttp
+def _origin(server: PlayServer) -> str:
+    return server.server.url("")
 
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(server.server.url("/play/ws").replace("http", "ws")) as ws:
-            replies = []
-            for message in messages:
-                await ws.send_str(message)
-                replies.append(json.loads((await ws.receive(timeout=60)).data))
-            return replies
+
+def _connect(session: aiohttp.ClientSession, server: PlayServer, **headers: str):
+    """The game socket as the server's own page opens it (its Origin), unless `headers` say otherwise."""
+    return session.ws_connect(server.server.url("/play/ws").replace("http", "ws"),
+                              headers={"Origin": _origin(server), **headers})
+
+
+async def _replies(server: PlayServer, messages: list[str | bytes]) -> list[dict]:
+    async with aiohttp.ClientSession() as session, _connect(session, server) as ws:
+        replies = []
+        for message in messages:
+            await (ws.send_bytes(message) if isinstance(message, bytes) else ws.send_str(message))
+            replies.append(json.loads((await ws.receive(timeout=60)).data))
+        return replies
 
 
 @pytest.mark.parametrize("message, mentions", [
@@ -42,9 +57,10 @@ async def _replies(server: PlayServer, messages: list[str]) -> list[dict]:
     ({"type": "start", "seed": 1.5}, "seed must be an integer"),
     ("[" * 2_000 + "]" * 2_000, "nested"),
     ({"type": "act", "human_action": "x" * 100_000, "agent_action": 0}, "bytes"),
-], ids=["seed-2^63", "seed-2^31", "negative", "float", "nested", "oversized"])
+    (b'{"type": "start", "seed": 3}', "binary frames are not accepted; send JSON text messages"),
+], ids=["seed-2^63", "seed-2^31", "negative", "float", "nested", "oversized", "binary"])
 def test_a_bad_message_gets_one_line_and_the_server_goes_on(server, caplog, message, mentions):
-    text = message if isinstance(message, str) else json.dumps(message)
+    text = message if isinstance(message, (str, bytes)) else json.dumps(message)
     with caplog.at_level(logging.WARNING):
         error, after = asyncio.run(_replies(server, [text, json.dumps({"type": "start", "seed": 3})]))
     assert error["type"] == "error" and mentions in error["message"] and "\n" not in error["message"]
@@ -52,32 +68,232 @@ def test_a_bad_message_gets_one_line_and_the_server_goes_on(server, caplog, mess
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
-def test_starting_games_leaves_the_server_answering(server):
-    """Twenty players start a game at once; config.json is answered while most of their games
-    are still being set up, not after them all."""
-    import aiohttp
+# -- only the server's own page -------------------------------------------------------------------
 
+@pytest.mark.parametrize("bad, header, value", [
+    ({"Origin": "http://evil.example"}, "Origin", "'http://evil.example'"),
+    ({"Origin": "null"}, "Origin", "'null'"),  # a sandboxed frame or a file:// page
+    ({"Host": "evil.example:{port}"}, "Host", "'evil.example:{port}'"),  # DNS rebinding: evil.example -> 127.0.0.1
+], ids=["cross-origin", "null-origin", "rebinding-host"])
+def test_another_sites_page_and_socket_are_refused(server, caplog, bad, header, value):
+    port = server.server.port
+    bad = {k: v.format(port=port) for k, v in bad.items()}
+    value = value.format(port=port)
+
+    async def scenario() -> tuple[int, int]:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(server.url(), headers={"Origin": _origin(server), **bad}) as page:
+                page_status = page.status
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                async with _connect(session, server, **bad):
+                    pass
+            return page_status, refused.value.status
+
+    with caplog.at_level(logging.WARNING):
+        assert asyncio.run(scenario()) == (403, 403)
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(lines) == 2 and all(f"{header} {value}" in line and "\n" not in line for line in lines), lines
+    assert "'/play.html'" in lines[0] and "'/play/ws'" in lines[1]
+
+
+def test_a_socket_without_origin_is_refused_and_the_pages_own_origins_play(server, caplog):
+    port = server.server.port
+
+    async def scenario() -> list[dict]:
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                async with session.ws_connect(server.server.url("/play/ws").replace("http", "ws")):
+                    pass
+            assert refused.value.status == 403
+            # a page fetched by name (Host localhost, any case) and its socket with that origin
+            async with session.get(f"http://127.0.0.1:{port}/play/config.json",
+                                   headers={"Host": f"LocalHost:{port}", "Origin": f"http://localhost:{port}"}) as config:
+                assert config.status == 200 and (await config.json())["seed"] == 0
+            replies = []
+            for origin in (f"http://127.0.0.1:{port}", f"http://localhost:{port}"):
+                async with _connect(session, server, Origin=origin) as ws:
+                    await ws.send_json({"type": "start", "seed": 1})
+                    replies.append(await ws.receive_json(timeout=60))
+            return replies
+
+    with caplog.at_level(logging.WARNING):
+        assert [reply["type"] for reply in asyncio.run(scenario())] == ["state", "state"]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == \
+        [f"refused '/play/ws': a WebSocket upgrade without Origin (send this server's: http://127.0.0.1:{port})"]
+
+
+# -- open games: a cap and an idle timeout ------------------------------------------------------
+
+def test_starting_games_leaves_the_server_answering(server):
+    """Twenty players start a game at once: the first MAX_OPEN_GAMES get one, the others are
+    refused at once with the reason, and config.json is answered while most of the admitted
+    games are still being set up, not after them all."""
     players = 20
 
-    async def scenario() -> int:
+    async def scenario() -> tuple[int, list[dict]]:
         async with aiohttp.ClientSession() as session:
-            sockets = [await session.ws_connect(server.server.url("/play/ws").replace("http", "ws"))
-                       for _ in range(players)]
-            started: list[int] = []
+            sockets = [await _connect(session, server) for _ in range(players)]
+            replies: list[dict] = []
 
             async def start(i: int, ws) -> None:
                 await ws.send_json({"type": "start", "seed": i})
-                assert (await ws.receive_json(timeout=300))["type"] == "state"
-                started.append(i)
+                replies.append(await ws.receive_json(timeout=300))
 
             tasks = [asyncio.create_task(start(i, ws)) for i, ws in enumerate(sockets)]
             await asyncio.sleep(0)  # the starts are sent first
-            async with session.get(server.server.url("/play/config.json")) as response:
+            async with session.get(server.server.url("/play/config.json"), headers={"Origin": _origin(server)}) as response:
                 assert (await response.json())["seed"] == 0
-                answered_after = len(started)
+                answered_after = sum(reply["type"] == "state" for reply in replies)
             await asyncio.gather(*tasks)
             for ws in sockets:
                 await ws.close()
-            return answered_after
+            return answered_after, replies
 
-    assert asyncio.run(scenario()) <= players // 2
+    answered_after, replies = asyncio.run(scenario())
+    assert answered_after <= MAX_OPEN_GAMES // 2
+    assert sum(reply["type"] == "state" for reply in replies) == MAX_OPEN_GAMES
+    refusals = [reply["message"] for reply in replies if reply["type"] == "error"]
+    refusal = f"{MAX_OPEN_GAMES} games are open, the most this server plays at once; finish one or try later"
+    assert refusals == [refusal] * (players - MAX_OPEN_GAMES)
+
+
+def test_open_games_never_pass_the_cap_and_a_finished_one_frees_its_seat(server):
+    async def scenario() -> tuple[list[int], int, list[str], str]:
+        counts: list[int] = []
+
+        async def watch() -> None:
+            while True:
+                counts.append(server.open_games)
+                await asyncio.sleep(0.005)
+
+        watcher = asyncio.create_task(watch())
+        async with aiohttp.ClientSession() as session:
+            sockets = [await _connect(session, server) for _ in range(MAX_OPEN_GAMES + 1)]
+            for i, ws in enumerate(sockets):
+                await ws.send_json({"type": "start", "seed": i})
+            kinds = [(await ws.receive_json(timeout=300))["type"] for ws in sockets]
+            after_starts = server.open_games
+            await sockets[kinds.index("state")].close()  # a player leaves: the refused one may start
+            while server.open_games == MAX_OPEN_GAMES:
+                await asyncio.sleep(0.01)
+            refused = sockets[kinds.index("error")]
+            await refused.send_json({"type": "start", "seed": 0})
+            again = (await refused.receive_json(timeout=60))["type"]
+            for ws in sockets:
+                await ws.close()
+        watcher.cancel()
+        return counts, after_starts, kinds, again
+
+    counts, after_starts, kinds, again = asyncio.run(scenario())
+    assert sorted(kinds) == ["error"] + ["state"] * MAX_OPEN_GAMES and again == "state"
+    assert after_starts == max(counts) == MAX_OPEN_GAMES
+
+
+def test_an_idle_game_is_closed_with_the_reason(tmp_path):
+    async def scenario(server: PlayServer) -> list:
+        async with aiohttp.ClientSession() as session, _connect(session, server) as ws:
+            await ws.send_json({"type": "start", "seed": 0})
+            assert (await ws.receive_json(timeout=60))["type"] == "state"
+            assert server.open_games == 1
+            return [await ws.receive(timeout=10) for _ in range(2)]
+
+    with PlayServer(Store(tmp_path / "play.duckdb"), MODEL, Contract(), port=0, pace_ms=0,
+                    idle_timeout_s=1) as server:
+        error, close = asyncio.run(scenario(server))
+        assert json.loads(error.data) == {
+            "type": "error",
+            "message": "the game was closed for inactivity: no message for 1 s; reload the page to play again"}
+        assert close.type == aiohttp.WSMsgType.CLOSE and server.open_games == 0
+
+
+# -- a finished game: the page's agent actions checked, and stored even while the database is busy -
+
+def _cpu_argmax():
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(MODEL), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+
+    def argmax(obs_base64: str) -> int:
+        obs = np.frombuffer(base64.b64decode(obs_base64), dtype=np.uint8).reshape(1, 4, 84, 84)
+        return int(np.argmax(session.run(None, {name: obs})[0][0]))
+    return argmax
+
+
+async def _play(ws, seed: int, argmax, unlike_every: int = 0) -> tuple[dict, int]:
+    """One game to its end, the agent's action the CPU model's argmax except every
+    `unlike_every`-th step (0: never); the over message and how many steps sent another."""
+    await ws.send_json({"type": "start", "seed": seed})
+    state, unlike = await ws.receive_json(timeout=60), 0
+    for step in range(1, 10_000):
+        assert state["type"] == "state", state
+        action = 0
+        if not state["agent"]["done"]:
+            action = argmax(state["agent"]["obs"])
+            if unlike_every and step % unlike_every == 0:
+                action, unlike = (action + 1) % 4, unlike + 1
+        await ws.send_json({"type": "act", "human_action": step % 4, "agent_action": action})
+        state = await ws.receive_json(timeout=60)
+        if state["type"] == "over":
+            return state, unlike
+    raise AssertionError("the game did not end")
+
+
+def test_the_page_agent_actions_are_checked_against_the_cpu_model(tmp_path):
+    store = Store(tmp_path / "play.duckdb")
+
+    async def scenario(server: PlayServer) -> tuple[dict, int]:
+        async with aiohttp.ClientSession() as session, _connect(session, server) as ws:
+            return await _play(ws, 4, _cpu_argmax(), unlike_every=3)
+
+    with PlayServer(store, MODEL, SHORT, port=0, pace_ms=0) as server:
+        over, unlike = asyncio.run(scenario(server))
+    assert over["stored"] == "now" and over["stored_reason"] is None and unlike > 0
+    with store.reader() as con:
+        row = con.execute("SELECT game_id, agent_steps, agent_actions_from, agent_actions_unlike_cpu "
+                          "FROM play_games").fetchall()
+    assert row == [(over["game"]["game_id"], over["game"]["agent_steps"], "page: onnxruntime-web wasm", unlike)]
+    assert over["game"]["agent_actions_unlike_cpu"] == unlike
+
+
+@pytest.mark.parametrize("kept_until", ["the next game", "the server stops"])
+def test_a_game_that_ends_while_the_database_is_busy_is_kept_and_stored_later(tmp_path, caplog, kept_until):
+    store = Store(tmp_path / "play.duckdb")  # its readers below write nothing: they append no spool
+    argmax = _cpu_argmax()
+
+    async def play(server: PlayServer, seed: int) -> dict:
+        async with aiohttp.ClientSession() as session, _connect(session, server) as ws:
+            return (await _play(ws, seed, argmax))[0]
+
+    def games() -> list[str]:
+        with store.reader() as con:
+            return [game_id for game_id, in con.execute("SELECT game_id FROM play_games ORDER BY finished_at").fetchall()]
+
+    with PlayServer(store, MODEL, SHORT, port=0, pace_ms=0) as server:
+        # a game stored first: the server's store has opened the file, so it is the server's own
+        # retry, not a first writer's look at left spools, that appends the kept game later
+        before = asyncio.run(play(server, 0))
+        assert before["stored"] == "now"
+        # another process holds the file read-write (as a long `runner sql` would, or a DuckDB
+        # shell) until the test closes its stdin
+        hold = "import duckdb, sys; con = duckdb.connect(sys.argv[1]); print('held', flush=True); sys.stdin.read()"
+        holder = subprocess.Popen([sys.executable, "-c", hold, str(store.path)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline() == "held\n"
+            with caplog.at_level(logging.WARNING):
+                kept = asyncio.run(play(server, 1))
+            assert kept["stored"] == "later" and "busy" in kept["stored_reason"]
+            assert "\n" not in kept["stored_reason"]
+            assert any(kept["game"]["game_id"] in r.getMessage() for r in caplog.records)
+            holder.stdin.close()
+            assert holder.wait(timeout=60) == 0
+            assert kept["game"]["game_id"] not in games()
+            if kept_until == "the next game":
+                after = asyncio.run(play(server, 2))
+                assert after["stored"] == "now" and after["stored_reason"] is None
+                assert games() == [before["game"]["game_id"], kept["game"]["game_id"], after["game"]["game_id"]]
+        finally:
+            holder.kill()
+            holder.wait()
+    assert kept["game"]["game_id"] in games() and not (store.spool_root / "play").exists()

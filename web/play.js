@@ -89,15 +89,20 @@ ws.onmessage = async (event) => {
   } else if (msg.type === 'over') {
     show(msg);
     const g = msg.game;
-    window.playPage.games.push(g);
-    $('status').textContent = `game over: you ${g.human_score}, agent ${g.agent_score} (stored as ${g.game_id})`;
+    window.playPage.games.push({ ...g, stored: msg.stored });
+    // 'later': another process held the database; the server keeps the game and appends it when the file is free
+    const stored = msg.stored === 'now' ? 'game stored' : 'the database is busy: the game is kept and stored when it is free';
+    $('status').textContent = `game over: you ${g.human_score}, agent ${g.agent_score} · ${stored} (${g.game_id})`;
     $('games').insertAdjacentHTML('afterbegin', `<tr><td>${g.seed}</td><td>${g.human_score}</td><td>${g.agent_score}</td>` +
-      `<td>${g.human_ended_by}</td><td>${g.agent_ended_by}</td><td>${g.human_steps} / ${g.agent_steps}</td></tr>`);
+      `<td>${g.human_ended_by}</td><td>${g.agent_ended_by}</td><td>${g.human_steps} / ${g.agent_steps}</td>` +
+      `<td>${g.agent_actions_unlike_cpu}</td><td>${msg.stored}</td></tr>`);
   } else if (msg.type === 'error') {
     window.playPage.errors.push(msg.message);
     $('status').textContent = `error: ${msg.message}`;
   }
 };
+// the server closes the socket after telling why (an idle game, a failure); the status keeps that reason
+ws.onclose = () => { $('start').disabled = true; };
 
 $('start').onclick = () => {
   ws.send(JSON.stringify({ type: 'start', seed: Number($('seed').value) }));

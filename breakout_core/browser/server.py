@@ -6,6 +6,14 @@ GET routes the caller adds (aiohttp handlers: JSON endpoints, WebSockets). Every
 cross-origin isolated: SharedArrayBuffer, hence multi-threaded WASM, needs it, and
 isolated pages get a finer performance.now().
 
+It answers only its own pages. Listening on 127.0.0.1 keeps other machines out, not other
+web sites: a page from anywhere, open in the same browser, may send requests here and open
+WebSockets (browsers do not hold WebSockets to the same-origin policy), and a site whose
+name resolves to 127.0.0.1 (DNS rebinding) is even same-origin with it. So every request
+must name this server in `Host` (127.0.0.1:PORT or localhost:PORT), an `Origin`, where there
+is one, must be this server's, and a WebSocket upgrade must carry one (browsers always
+send it); anything else gets 403.
+
 aiohttp runs on its own event loop in a daemon thread, so synchronous callers (the runtime,
 the CLI) simply start() and stop() it.
 """
@@ -13,9 +21,11 @@ the CLI) simply start() and stop() it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Self
 
 WEB_ROOT = Path(__file__).resolve().parents[2] / "web"
 ORT_WEB_DIST = WEB_ROOT / "node_modules" / "onnxruntime-web" / "dist"
@@ -48,6 +58,8 @@ def ort_web_version() -> str | None:
         return None
 
 
+log = logging.getLogger(__name__)
+
 Handler = Callable[[Any], Awaitable[Any]]  # aiohttp: async def handler(request) -> Response
 
 
@@ -63,17 +75,35 @@ class PageServer:
         self._thread: threading.Thread | None = None
         self._runner = None
 
+    def _refusal(self, headers: Mapping[str, str]) -> str | None:
+        """None when a request comes from this server's own pages, else why not, in one line."""
+        hosts = (f"{self.host}:{self.port}", f"localhost:{self.port}")
+        origins = tuple(f"http://{host}" for host in hosts)
+        host, origin = headers.get("Host"), headers.get("Origin")
+        if host is None or host.lower() not in hosts:
+            return f"Host {host!r} is not this server ({' or '.join(hosts)})"
+        if origin is None and headers.get("Upgrade", "").lower() == "websocket":
+            return f"a WebSocket upgrade without Origin (send this server's: {origins[0]})"
+        if origin is not None and origin not in origins:
+            return f"Origin {origin!r} is not this server's page ({' or '.join(origins)})"
+        return None
+
     def _app(self):
         from aiohttp import web
 
         @web.middleware
-        async def isolation(request, handler):
+        async def own_pages_only(request, handler):
+            refused = self._refusal(request.headers)
+            if refused is not None:
+                log.warning("refused %r: %s", request.path, refused)
+                return web.Response(status=403, text=f"refused: {refused}\n")
             response = await handler(request)
             if not isinstance(response, web.WebSocketResponse):
                 response.headers.update(ISOLATION_HEADERS)
             return response
 
-        app = web.Application(middlewares=[isolation])
+        app = web.Application(middlewares=[own_pages_only])
+
         def file_route(path: Path):
             async def serve_file(request):
                 return web.FileResponse(path)
@@ -86,7 +116,7 @@ class PageServer:
         app.router.add_static("/", WEB_ROOT, follow_symlinks=False)
         return app
 
-    def start(self) -> "PageServer":
+    def start(self) -> Self:
         from aiohttp import web
 
         started = threading.Event()
@@ -103,7 +133,7 @@ class PageServer:
             self.loop = asyncio.new_event_loop()
             try:
                 self.loop.run_until_complete(serve())
-            except BaseException as exc:  # reported to start()'s caller
+            except BaseException as exc:  # noqa: BLE001 -- reported to start()'s caller
                 failure.append(exc)
                 started.set()
                 return
@@ -128,7 +158,7 @@ class PageServer:
             self._thread.join(timeout=10)
         self.loop = self._thread = None
 
-    def __enter__(self) -> "PageServer":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
