@@ -91,15 +91,22 @@ def main() -> None:
 
 @main.command()
 @click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
-def validate(specs: tuple[Path, ...]) -> None:
+@click.option("--resolved", is_flag=True,
+              help="print each spec as it is validated, stored and hashed (its `extends` merged in)")
+def validate(specs: tuple[Path, ...], resolved: bool) -> None:
     """Check spec files; print one line per problem (file:line: field: message)."""
-    from runner.spec import SpecError, load_spec
+    from runner.spec import SpecError, check_base, load_spec
+    from runner.spec_extends import is_base_only
 
     bad = False
     for spec_path in specs:
         try:
-            load_spec(spec_path)
-            click.echo(f"ok: {spec_path}")
+            if is_base_only(spec_path) and not resolved:
+                check_base(spec_path)
+                click.echo(f"ok: {spec_path} (a base that specs extend)")
+                continue
+            loaded = load_spec(spec_path)
+            click.echo(loaded.text, nl=False) if resolved else click.echo(f"ok: {spec_path}")
         except SpecError as exc:
             bad = True
             for problem in exc.problems:

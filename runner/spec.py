@@ -15,6 +15,7 @@ from runner.deploy_checks import deploy_problems
 from runner.episode_scores import BootstrapSpec
 from runner.runtime_specs import ArtifactSpec, RuntimeConfig
 from runner.spec_base import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
+from runner.spec_extends import BASE_ONLY_PREFIX, EXTENDS_KEY, is_base_only, resolve_extends
 from runner.yaml_source import SpecSourceError, YamlSource, format_path, load_yaml, placed_each, read_spec_text
 
 Measurement = Annotated[Union[tuple(kind.model for kind in KINDS.values())], Field(discriminator="kind")]
@@ -204,17 +205,18 @@ def format_validation_error(exc: ValidationError, source: YamlSource) -> list[st
 
 
 def _problem(source: YamlSource, path: tuple, message: str) -> str:
-    line = source.line_of(path)
-    where = f"{source.path}:{line}" if line else str(source.path)
-    return f"{where}: {format_path(path)}: {message}"
+    return f"{source.where(path)}: {format_path(path)}: {message}"
 
 
 def load_spec(path: str | Path, *, will_exist=()) -> LoadedSpec:
     """Read, check and validate a spec file; raise SpecError listing every problem.
 
     `will_exist`: artifact paths that specs run before this one will write (a chain of specs)."""
+    if is_base_only(path):
+        raise SpecError([f"{path}: a base that specs extend (its name begins with {BASE_ONLY_PREFIX}), not a spec "
+                         "to run; run one that extends it"])
     try:
-        source = load_yaml(path)
+        source = resolve_extends(load_yaml(path))
     except SpecSourceError as exc:
         raise SpecError([str(exc)]) from None
     if not isinstance(source.data, dict):
@@ -230,6 +232,17 @@ def load_spec(path: str | Path, *, will_exist=()) -> LoadedSpec:
     if problems:
         raise SpecError([_problem(source, loc, message) for loc, message in problems])
     return LoadedSpec(spec=spec, path=source.path, text=source.text)
+
+
+def check_base(path: str | Path) -> None:
+    """A base-only spec file (see `is_base_only`) reads as YAML, with its own chain of extends;
+    its values are validated in the specs that extend it. Raise SpecError otherwise."""
+    try:
+        source = resolve_extends(load_yaml(path))
+    except SpecSourceError as exc:
+        raise SpecError([str(exc)]) from None
+    if not isinstance(source.data, dict):
+        raise SpecError([f"{source.path}:1: a base is a mapping of keys, as a spec is"])
 
 
 def settings_as_written(text: str) -> dict:
@@ -316,4 +329,11 @@ def _partial_problems(data: dict, context: dict) -> list[tuple[tuple, str]]:
 
 
 def spec_json_schema() -> dict:
-    return Spec.model_json_schema()
+    """The spec model's JSON schema, with `extends` beside its keys; a spec that extends another
+    may leave out what its base declares, so nothing is required where `extends` is given."""
+    schema = Spec.model_json_schema()
+    schema["properties"][EXTENDS_KEY] = {"type": "string", "description": "a base spec beside this file, merged under it"}
+    schema["if"] = {"required": [EXTENDS_KEY]}
+    schema["then"] = {"required": []}
+    schema["else"] = {"required": schema.pop("required", [])}
+    return schema

@@ -39,13 +39,28 @@ class YamlSource:
     text: str
     data: Any
     lines: dict[tuple, int] = field(default_factory=dict)  # value path -> 1-based line
+    files: dict[tuple, Path] = field(default_factory=dict)  # value path -> the file it is written in, if not `path`
+    layers: tuple[Path, ...] = ()  # a spec that extends others: its file, then its bases'
+
+    def _known(self, loc: tuple) -> tuple | None:
+        """The deepest prefix of `loc` (a pydantic error location) whose line is known."""
+        return next((loc[:end] for end in range(len(loc), -1, -1) if loc[:end] in self.lines), None)
 
     def line_of(self, loc: tuple) -> int | None:
-        """Line of the deepest known prefix of `loc` (a pydantic error location)."""
-        for end in range(len(loc), -1, -1):
-            if loc[:end] in self.lines:
-                return self.lines[loc[:end]]
-        return None
+        known = self._known(loc)
+        return None if known is None else self.lines[known]
+
+    def where(self, loc: tuple) -> str:
+        """'file:line' of the value at `loc`, in whichever file of an extends chain it is written."""
+        known = self._known(loc)
+        if known is None:
+            return str(self.path)
+        return f"{self.files.get(known, self.path)}:{self.lines[known]}"
+
+    @property
+    def origins(self) -> dict[tuple, tuple[Path, int]]:
+        """Every known value path -> (file, line)."""
+        return {path: (self.files.get(path, self.path), line) for path, line in self.lines.items()}
 
 
 class _BoundedSafeLoader(yaml.SafeLoader):

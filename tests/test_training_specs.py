@@ -17,6 +17,8 @@ import pytest
 import yaml
 
 from breakout_core.qnetwork import load_checkpoint
+from runner.spec import load_spec
+from runner.yaml_source import read_spec_text
 from test_end_to_end import runner, wait_for_rows
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
@@ -31,7 +33,7 @@ def shrink(name: str, tmp_path: Path) -> Path:
     """The repository spec `name` with every count cut down (one training seed, one timing, one
     torch thread); its method (measurements, sweeps, modes, verdicts) unchanged. Episodes are
     capped at 1,000 frames so an evaluated checkpoint that never serves ends quickly."""
-    spec = yaml.safe_load((SPECS / f"{name}.yaml").read_text())
+    spec = read_spec_text(load_spec(SPECS / f"{name}.yaml").text)  # with its extends merged in
     spec.setdefault("contract", {})["max_episode_frames"] = 1_000
     for m in spec["measurements"]:
         if "torch_threads" in m:  # the suite runs two tests at once on two cores; torch's threads wait on each other
