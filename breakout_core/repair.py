@@ -1,0 +1,217 @@
+"""Repair search: the fewest nodes to keep in float so an INT8 model is close enough to FP32.
+
+The nodes the full INT8 model quantizes are ranked by the effect of quantizing each one
+alone (every other node kept in float): the mean |dQ| that this alone causes on the check
+states, worst first (0 for a node that is not quantized at all on its own, such as a Reshape
+that runs quantized only between quantized neighbours). Then the search quantizes with the
+k worst kept in float, k = 0, 1, 2, ..., measures each candidate on the check states (states disjoint from the calibration
+states, so a candidate is not judged on the data that set its ranges) and stops at the first
+that meets the target, or when the nodes left would no longer be quantized. Ranking once, by each
+node's own effect, costs one quantization per node; re-ranking after each step would cost
+that at every step.
+
+Each step records its greedy-action agreement and max |dQ| with FP32 on the check states
+(batch 1, as the agent plays), and its batch-1 latency P50 on ONNX Runtime's CPU provider
+with one thread, timed in turns with the FP32 model's (one call of each in every round), so
+drift on a shared machine falls on both alike. Every figure is of what ONNX Runtime runs
+with its default (all) graph optimisations, as the onnxruntime runtime loads a model: a Conv
+or Gemm kept in float between quantized neighbours gets int8 weights from ONNX Runtime
+itself when the session is made, and the step records which (`excluded_quantized_at_load`);
+the search then goes on to the next node. The CPU's INT8 instruction sets are recorded
+with the figures (`quantize.cpu_isa`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from breakout_core.latency import MIN_TIMED_CALLS, latency_result
+from breakout_core.parity import ParityResult, compare_q
+from breakout_core.quantize import Int8Artifact, NothingToQuantize, cpu_isa, quantize_int8
+
+
+class Quantizer(Protocol):
+    """Writes an INT8 model of `fp32_path` at `out_path` with the named nodes kept in float."""
+
+    def __call__(self, fp32_path: Path, out_path: Path, *, calibration: np.ndarray,
+                 nodes_to_exclude: Sequence[str]) -> Int8Artifact: ...
+
+
+@dataclass(frozen=True)
+class RepairTarget:
+    """When a candidate is close enough: every bound that is set must hold on the check states."""
+
+    min_agreement: float | None = 1.0  # fraction of check states whose greedy action is FP32's
+    max_abs_dq: float | None = None  # largest |Q_int8 - Q_fp32| over every state and action
+
+    def __post_init__(self) -> None:
+        if self.min_agreement is None and self.max_abs_dq is None:
+            raise ValueError("a repair target needs min_agreement, max_abs_dq or both")
+        if self.min_agreement is not None and not 0.0 <= self.min_agreement <= 1.0:
+            raise ValueError(f"min_agreement must be in [0, 1], got {self.min_agreement}")
+        if self.max_abs_dq is not None and not self.max_abs_dq >= 0:
+            raise ValueError(f"max_abs_dq must be >= 0, got {self.max_abs_dq}")
+
+    def passes(self, parity: ParityResult) -> bool:
+        agree = self.min_agreement is None or parity.action_agreement_fraction >= self.min_agreement
+        close = self.max_abs_dq is None or parity.max_abs_diff <= self.max_abs_dq
+        return agree and close
+
+    def describe(self) -> str:
+        parts = []
+        if self.min_agreement is not None:
+            parts.append(f"greedy-action agreement >= {self.min_agreement:g}")
+        if self.max_abs_dq is not None:
+            parts.append(f"max |dQ| <= {self.max_abs_dq:g}")
+        return " and ".join(parts)
+
+
+@dataclass(frozen=True)
+class RepairStep:
+    excluded: tuple[str, ...]  # nodes kept in float
+    path: Path
+    sha256: str
+    nodes_quantized: tuple[str, ...]
+    excluded_quantized_at_load: tuple[str, ...]  # kept-in-float nodes onnxruntime quantizes anyway (see quantize)
+    agreement: float  # greedy-action agreement with FP32 on the check states
+    max_abs_dq: float
+    mean_abs_dq: float
+    p50_ms: float  # batch 1, one thread, timed in turns with FP32
+    fp32_p50_ms: float
+    passes: bool
+
+    @property
+    def latency_ratio(self) -> float:
+        """Candidate P50 over FP32 P50, both from the same interleaved runs."""
+        return self.p50_ms / self.fp32_p50_ms
+
+
+@dataclass(frozen=True)
+class RepairResult:
+    steps: tuple[RepairStep, ...]  # k = 0, 1, ... nodes kept in float
+    order: tuple[tuple[str, float], ...]  # (node, mean |dQ| when quantized alone), worst first
+    target: RepairTarget
+    chosen: RepairStep | None  # the first step that meets the target; None when none did
+    cpu: dict[str, bool | str | None]
+    check_states: int  # those used: a check state equal to a calibration state is left out
+    check_states_dropped: int
+
+
+def repair_search(
+    fp32_path: str | Path,
+    calibration: np.ndarray,
+    check_states: np.ndarray,
+    out_dir: str | Path,
+    *,
+    quantize: Quantizer = quantize_int8,
+    target: RepairTarget = RepairTarget(),
+    latency_runs: int = 300,
+) -> RepairResult:
+    """Find the fewest nodes to keep in float so the INT8 model meets `target` on `check_states`.
+
+    `quantize` makes each candidate (default: static QDQ, minmax; e.g. pass
+    `functools.partial(quantize_int8, calibrate_method="entropy")`). A check state equal to a
+    calibration state (the same picture occurs in different games, e.g. before a serve) is
+    left out and counted. Step files are written
+    to `out_dir` as step_<k>.onnx; `latency_runs` timed calls per model and step (>= 64).
+    """
+    fp32_path, out_dir = Path(fp32_path), Path(out_dir)
+    check_states = np.ascontiguousarray(check_states)
+    if len(check_states) == 0:
+        raise ValueError("repair needs check states; none were given")
+    if latency_runs < MIN_TIMED_CALLS:
+        raise ValueError(f"latency_runs must be >= {MIN_TIMED_CALLS}, got {latency_runs}")
+    calibrated = {s.tobytes() for s in np.ascontiguousarray(calibration)}
+    fresh = np.array([s.tobytes() not in calibrated for s in check_states], dtype=bool)
+    check_states = check_states[fresh]
+    if len(check_states) == 0:
+        raise ValueError("every check state is also a calibration state; check states must be others")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    baseline = q_values(fp32_path, check_states)
+
+    full = quantize(fp32_path, out_dir / "step_0.onnx", calibration=calibration, nodes_to_exclude=[])
+    candidates = full.nodes_quantized
+    scores = []
+    with tempfile.TemporaryDirectory(prefix="repair-") as folder:
+        for k, node in enumerate(candidates):
+            others = [n for n in candidates if n != node]
+            try:
+                alone = quantize(fp32_path, Path(folder) / f"alone_{k}.onnx", calibration=calibration,
+                                 nodes_to_exclude=others)
+            except NothingToQuantize:  # e.g. a Reshape: quantized only between quantized neighbours
+                scores.append((node, 0.0))
+                continue
+            scores.append((node, compare_q(baseline, q_values(alone.path, check_states)).mean_abs_diff))
+    order = tuple(sorted(scores, key=lambda item: -item[1]))
+
+    steps = []
+    chosen = None
+    for k in range(len(order)):  # keeping every node in float would leave nothing quantized
+        excluded = [node for node, _ in order[:k]]
+        try:
+            artifact = full if k == 0 else quantize(fp32_path, out_dir / f"step_{k}.onnx", calibration=calibration,
+                                                    nodes_to_exclude=excluded)
+        except NothingToQuantize:  # what is left (a Reshape) is quantized only beside a quantized neighbour
+            break
+        parity = compare_q(baseline, q_values(artifact.path, check_states))
+        p50, fp32_p50 = interleaved_p50_ms([artifact.path, fp32_path], check_states, runs=latency_runs)
+        step = RepairStep(
+            excluded=tuple(excluded),
+            path=artifact.path,
+            sha256=artifact.sha256,
+            nodes_quantized=artifact.nodes_quantized,
+            excluded_quantized_at_load=artifact.excluded_quantized_at_load,
+            agreement=parity.action_agreement_fraction,
+            max_abs_dq=parity.max_abs_diff,
+            mean_abs_dq=parity.mean_abs_diff,
+            p50_ms=p50,
+            fp32_p50_ms=fp32_p50,
+            passes=target.passes(parity),
+        )
+        steps.append(step)
+        if step.passes:
+            chosen = step
+            break
+    return RepairResult(steps=tuple(steps), order=order, target=target, chosen=chosen, cpu=cpu_isa(),
+                        check_states=len(check_states), check_states_dropped=int((~fresh).sum()))
+
+
+def q_values(path: str | Path, states: np.ndarray) -> np.ndarray:
+    """A model's outputs on each state, run one state at a time (ONNX Runtime CPU, one thread)."""
+    session = _session(path)
+    name = session.get_inputs()[0].name
+    return np.concatenate([session.run(None, {name: states[i:i + 1]})[0] for i in range(len(states))])
+
+
+def interleaved_p50_ms(paths: Sequence[str | Path], states: np.ndarray, *, runs: int = 300,
+                       warmup: int = 20) -> tuple[float, ...]:
+    """Batch-1 latency P50 (ms) of each model, ONNX Runtime CPU with one thread, timed in
+    turns: each round runs every model once on the same state (states taken in rotation)."""
+    sessions = [_session(p) for p in paths]
+    feeds = [s.get_inputs()[0].name for s in sessions]
+    samples = np.zeros((len(sessions), runs))
+    clock = time.perf_counter_ns
+    for r in range(-warmup, runs):
+        state = states[r % len(states)][None]
+        for m, (session, name) in enumerate(zip(sessions, feeds)):
+            start = clock()
+            session.run(None, {name: state})
+            if r >= 0:
+                samples[m, r] = (clock() - start) / 1e6
+    return tuple(latency_result(s, warmup=warmup).p50_ms for s in samples)
+
+
+def _session(path: str | Path):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
