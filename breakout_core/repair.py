@@ -4,11 +4,11 @@ The nodes the full INT8 model quantizes are ranked by the effect of quantizing e
 alone (every other node kept in float): the mean |dQ| that this alone causes on the check
 states, worst first (0 for a node that is not quantized at all on its own, such as a Reshape
 that runs quantized only between quantized neighbours). Then the search quantizes with the
-k worst kept in float, k = 0, 1, 2, ..., measures each candidate on the check states (states disjoint from the calibration
-states, so a candidate is not judged on the data that set its ranges) and stops at the first
-that meets the target, or when the nodes left would no longer be quantized. Ranking once, by each
-node's own effect, costs one quantization per node; re-ranking after each step would cost
-that at every step.
+k worst kept in float, k = 0, 1, 2, ..., measures each candidate on the check states (states
+disjoint from the calibration states, so a candidate is not judged on the data that set its
+ranges) and stops at the first that meets the target, or when the nodes left would no longer
+be quantized. Ranking once, by each node's own effect, costs one quantization per node;
+re-ranking after each step would cost that at every step.
 
 Each step records its greedy-action agreement and max |dQ| with FP32 on the check states
 (batch 1, as the agent plays), and its batch-1 latency P50 on ONNX Runtime's CPU provider
