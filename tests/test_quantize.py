@@ -16,7 +16,14 @@ from tiny_onnx import tiny_model, tiny_states
 from breakout_core.fixed_states import load_fixed_states
 from breakout_core.hashing import file_sha256
 from breakout_core.localise import localise
-from breakout_core.quantize import MIN_CALIBRATION_STATES, NothingToQuantize, QuantizeError, cpu_isa, quantize_int8
+from breakout_core.quantize import (
+    CALIBRATION_OPTIONS,
+    MIN_CALIBRATION_STATES,
+    NothingToQuantize,
+    QuantizeError,
+    cpu_isa,
+    quantize_int8,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "models" / "reference" / "dqn_breakout.onnx"
@@ -112,6 +119,7 @@ def test_a_layer_excluded_between_quantized_ones_is_quantized_when_onnxruntime_l
 def test_dynamic_int8_needs_no_calibration(tmp_path, fixed_states):
     art = quantize_int8(SHIPPED, tmp_path / "dyn.onnx", method="dynamic")
     assert art.method == "dynamic" and art.calibrate_method is None and art.calibration_states == 0
+    assert art.calibration_options == {}
     assert set(art.nodes_quantized) == {"node_conv2d", "node_conv2d_1", "node_conv2d_2", "node_linear",
                                         "node_linear_1"}
     assert art.input_scale is None  # requantized per batch from its own range
@@ -124,13 +132,15 @@ def test_dynamic_int8_needs_no_calibration(tmp_path, fixed_states):
 
 
 def test_the_calibration_methods_give_their_own_ranges(tmp_path):
-    """Entropy gets a histogram finer than its quantized bins, so it is not min/max in disguise."""
+    """Entropy gets a histogram finer than its quantized bins, so it is not min/max in disguise.
+    (Through quantize_static alone it gets 128 bins for 128 quantized bins and equals min/max.)"""
     fp32 = tiny_model(tmp_path / "tiny.onnx")
     states = tiny_states(64)
     scales = {}
     for method in ("minmax", "entropy", "percentile"):
         art = quantize_int8(fp32, tmp_path / f"{method}.onnx", calibration=states, calibrate_method=method)
         assert art.calibrate_method == method and art.calibration_states == 64
+        assert art.calibration_options == CALIBRATION_OPTIONS[method]
         model = onnx.load(art.path)
         scales[method] = {i.name: float(numpy_helper.to_array(i)) for i in model.graph.initializer
                           if i.name.endswith("_scale") and i.dims == [] and not i.name.startswith("x01")}
