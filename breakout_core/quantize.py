@@ -46,11 +46,15 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from breakout_core.export import ExportError, _check_preprocessing, _set_metadata
 from breakout_core.hashing import file_sha256
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
 
 METHODS = ("static", "dynamic")
 CALIBRATE_METHODS = ("minmax", "entropy", "percentile")
@@ -166,31 +170,16 @@ def quantize_int8(
             else:
                 quantize_dynamic(str(prepared), str(out_path), weight_type=QuantType.QInt8, per_channel=per_channel,
                                  nodes_to_exclude=list(excluded))
-        except QuantizeError:
-            raise
         except Exception as exc:  # noqa: BLE001 -- the quantizer raises many classes
             raise QuantizeError(f"{fp32_path}: onnxruntime could not quantize it ({_one_line(exc)})") from None
 
-    model = onnx.load(out_path)
-    quantized = quantized_nodes(source, model)
-    if not quantized:
-        ops = sorted({n.op_type for n in source.graph.node})
-        raise NothingToQuantize(f"{fp32_path}: no float op that onnxruntime quantizes was quantized "
-                            f"(ops: {', '.join(ops)}; excluded: {', '.join(excluded) or 'none'})")
-    checks.append(f"{len(quantized)} node(s) quantized: {', '.join(quantized)}")
-    input_scale = None
-    if scaled_input is not None:
-        try:
-            checks.append(_check_preprocessing(model))
-        except ExportError as exc:
-            raise QuantizeError(f"{out_path}: {exc}") from None
-        input_scale = _fixed_input_scale(model, scaled_input)
-        if input_scale is not None and not np.isclose(input_scale, INPUT_SCALE, rtol=1e-6):
-            raise QuantizeError(f"{out_path}: the scaled input {scaled_input!r} is quantized with scale "
-                                f"{input_scale:.6g}, not 1/255: some uint8 pixels would not survive")
-        checks.append(f"input {scaled_input!r} " + ("stays float" if input_scale is None and method == "static" else
-                                                    "quantized per batch from its own range" if input_scale is None
-                                                    else "quantized with scale 1/255, zero point 0: every pixel exact"))
+    try:
+        model, quantized, input_scale, written_checks = _checked_output(source, fp32_path, out_path, excluded,
+                                                                         scaled_input)
+    except QuantizeError:
+        out_path.unlink(missing_ok=True)  # a file that failed its checks is not left for a caller to pick up
+        raise
+    checks += written_checks
     calibrate = calibrate_method if method == "static" else None
     calibration_options = dict(CALIBRATION_OPTIONS[calibrate]) if calibrate else {}
     n_states = len(states) if method == "static" else 0
@@ -209,11 +198,6 @@ def quantize_int8(
     at_load = _excluded_quantized_at_load(out_path, excluded)
     if at_load:
         checks.append(f"excluded but quantized by onnxruntime when it loads the file: {', '.join(at_load)}")
-    try:
-        onnx.checker.check_model(model, full_check=True)
-    except Exception as exc:  # noqa: BLE001 -- ValidationError or InferenceError
-        raise QuantizeError(f"{out_path}: onnx.checker.check_model failed ({_one_line(exc)})") from None
-    checks.append("onnx.checker.check_model(full_check=True)")
     return Int8Artifact(
         path=out_path,
         size_bytes=out_path.stat().st_size,
@@ -233,9 +217,43 @@ def quantize_int8(
     )
 
 
-def quantized_nodes(source, converted) -> tuple[str, ...]:
-    """Names of the source graph's nodes that run on quantized tensors in the converted graph
-    (onnx ModelProtos), in source order.
+def _checked_output(source: ModelProto, fp32_path: Path, out_path: Path, excluded: tuple[str, ...], scaled_input: str | None):
+    """The written model, its quantized nodes, the scaled input's fixed scale and the checks run."""
+    import onnx
+
+    model = onnx.load(out_path)
+    checks = []
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as exc:  # noqa: BLE001 -- ValidationError or InferenceError
+        raise QuantizeError(f"{out_path}: onnx.checker.check_model failed ({_one_line(exc)})") from None
+    checks.append("onnx.checker.check_model(full_check=True)")
+    quantized = quantized_nodes(source, model)
+    if not quantized:
+        ops = sorted({n.op_type for n in source.graph.node})
+        raise NothingToQuantize(f"{fp32_path}: no float op that onnxruntime quantizes was quantized "
+                                f"(ops: {', '.join(ops)}; excluded: {', '.join(excluded) or 'none'})")
+    checks.append(f"{len(quantized)} node(s) quantized: {', '.join(quantized)}")
+    if scaled_input is None:
+        return model, quantized, None, checks
+    try:
+        checks.append(_check_preprocessing(model))
+    except ExportError as exc:
+        raise QuantizeError(f"{out_path}: {exc}") from None
+    scale = _fixed_input_scale(model, scaled_input)
+    if scale is None:
+        checks.append(f"input {scaled_input!r} not quantized with a fixed scale (float, or per batch)")
+    elif np.isclose(scale, INPUT_SCALE, rtol=1e-6):
+        checks.append(f"input {scaled_input!r} quantized with scale 1/255, zero point 0: every pixel exact")
+    else:
+        raise QuantizeError(f"{out_path}: the scaled input {scaled_input!r} is quantized with scale {scale:.6g}, "
+                            "not 1/255: some uint8 pixels would not survive")
+    return model, quantized, scale, checks
+
+
+def quantized_nodes(source: ModelProto, converted: ModelProto) -> tuple[str, ...]:
+    """Names of the source graph's nodes that run on quantized tensors in the converted graph,
+    in source order.
 
     QDQ: a node that keeps its name, takes a DequantizeLinear output and feeds a
     QuantizeLinear (ONNX Runtime fuses the three into an integer kernel). Integer ops

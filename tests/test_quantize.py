@@ -196,6 +196,7 @@ def test_a_model_with_no_float_op_to_quantize_is_refused(tmp_path):
 def test_excluding_every_quantized_node_leaves_nothing_to_quantize(tmp_path, fixed_states):
     with pytest.raises(NothingToQuantize, match="excluded: node_conv2d, "):
         quantize_int8(SHIPPED, tmp_path / "x.onnx", calibration=fixed_states, nodes_to_exclude=list(SHIPPED_NODES))
+    assert not (tmp_path / "x.onnx").exists()  # the file onnxruntime wrote is not left behind
 
 
 def test_cpu_isa_reads_the_flags_of_this_cpu():
