@@ -30,6 +30,9 @@ Choices made here, and why:
   division themselves stay float, which the exporter's preprocessing check confirms on the
   written file. Dynamic quantization cannot pin it: each batch's input is requantized from
   its own range, never clipped, exact only when its brightest pixel is 255.
+- Excluded nodes: ONNX Runtime may quantize an excluded Conv or Gemm anyway when it loads
+  the file (between quantized neighbours; see _excluded_quantized_at_load). The artifact
+  names those, so "kept in float" is never claimed for a node that does not run in float.
 - Minimum calibration states (static): minmax 16; entropy and percentile 64. A histogram
   method fits each tensor's distribution: with 64 states the smallest quantized tensor of
   the Q-network, its 4 Q-values, has 256 values for 128 quantized bins, about two a bin;
@@ -180,6 +183,7 @@ def quantize_int8(
         out_path.unlink(missing_ok=True)  # a file that failed its checks is not left for a caller to pick up
         raise
     checks += written_checks
+    source_sha256 = file_sha256(fp32_path)
     calibrate = calibrate_method if method == "static" else None
     calibration_options = dict(CALIBRATION_OPTIONS[calibrate]) if calibrate else {}
     n_states = len(states) if method == "static" else 0
@@ -192,7 +196,7 @@ def quantize_int8(
         "int8_per_channel": per_channel,
         "int8_nodes_excluded": ",".join(excluded),
         "int8_quantizer": f"onnxruntime {ort.__version__} onnxruntime.quantization",
-        "int8_source_sha256": file_sha256(fp32_path),
+        "int8_source_sha256": source_sha256,
     })
     onnx.save_model(model, out_path)
     at_load = _excluded_quantized_at_load(out_path, excluded)
@@ -202,7 +206,7 @@ def quantize_int8(
         path=out_path,
         size_bytes=out_path.stat().st_size,
         sha256=file_sha256(out_path),
-        source_sha256=file_sha256(fp32_path),
+        source_sha256=source_sha256,
         method=method,
         calibrate_method=calibrate,
         calibration_states=n_states,
