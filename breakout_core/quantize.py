@@ -34,9 +34,10 @@ Choices made here, and why:
   the file (between quantized neighbours; see _excluded_quantized_at_load). The artifact
   names those, so "kept in float" is never claimed for a node that does not run in float.
 - Minimum calibration states (static): minmax 16; entropy and percentile 64. A histogram
-  method fits each tensor's distribution: with 64 states the smallest quantized tensor of
-  the Q-network, its 4 Q-values, has 256 values for 128 quantized bins, about two a bin;
-  fewer make the KL search and the 99.999th percentile fit noise. Min/max ranges only need
+  method fits each tensor's distribution, and the Q-network's smallest quantized tensor, its
+  4 Q-values, gets only 4 values a state: 64 states give it 256, already sparse in a
+  2048-bin histogram; fewer make the KL search and the 99.999th percentile fit noise (at
+  fewer than 100,000 values that percentile is close to the maximum). Min/max ranges only need
   the states to reach the extremes play reaches, and 16 states spread over games do most of
   that; more are better for every method.
 """
