@@ -222,7 +222,8 @@ def quantize_int8(
     )
 
 
-def _checked_output(source: ModelProto, fp32_path: Path, out_path: Path, excluded: tuple[str, ...], scaled_input: str | None):
+def _checked_output(source: ModelProto, fp32_path: Path, out_path: Path, excluded: tuple[str, ...],
+                    scaled_input: str | None):
     """The written model, its quantized nodes, the scaled input's fixed scale and the checks run."""
     import onnx
 
