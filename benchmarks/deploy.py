@@ -81,7 +81,7 @@ def latency_overhead(onnx_path: Path, obs: np.ndarray, calls: int, repeats: int)
 def episodes_batched_vs_sequential(onnx_path: Path, contract, episodes: int, batch: int) -> None:
     from breakout_core.evaluator import evaluate
     from breakout_core.runtimes import make_runtime
-    from runner.runtime_lifecycle import RuntimePolicy
+    from runner.kinds.shared.runtime_lifecycle import RuntimePolicy
 
     seeds = list(range(2600, 2600 + episodes))
     runtime = make_runtime("onnxruntime", provider="cpu", intra_op_threads=1, node_placement=False).load(onnx_path)

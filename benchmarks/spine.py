@@ -54,7 +54,7 @@ def episode_start_ms(contract: Contract, seeds: list[int]) -> tuple[float, float
 def store_benchmarks(rows: int) -> tuple[float, float]:
     import pyarrow as pa
 
-    from runner.store import Store
+    from runner.store.database import Store
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.duckdb"

@@ -41,23 +41,23 @@ import rich.progress  # noqa: F401
 import breakout_core.evaluator  # noqa: F401
 import breakout_core.stats  # noqa: F401
 import breakout_core.trainer  # noqa: F401
-import runner.execute  # noqa: F401
-import runner.file_checks  # noqa: F401
-import runner.heartbeat  # noqa: F401
-import runner.pair_executors  # noqa: F401
-import runner.provenance  # noqa: F401
-import runner.row_buffer  # noqa: F401
-import runner.store  # noqa: F401
-import runner.verdicts  # noqa: F401
-from runner.cli import main as runner_main
+import runner.run.execute  # noqa: F401
+import runner.spec.file_checks  # noqa: F401
+import runner.store.heartbeat  # noqa: F401
+import runner.kinds.train.executors  # noqa: F401
+import runner.store.provenance  # noqa: F401
+import runner.store.row_buffer  # noqa: F401
+import runner.store.database  # noqa: F401
+import runner.run.verdicts  # noqa: F401
+from runner.cli.commands import main as runner_main
 
 
 def event_class(event: str, args: tuple) -> str | None:
     if event == "os.rename":
-        source = os.path.basename(str(args[0]))
-        if source == "trainer_state.tmp":
+        source = os.path.basename(str(args[0]))  # breakout_core.files writes NAME.PID.tmp, then renames it
+        if source.startswith("trainer_state.pt.") and source.endswith(".tmp"):
             return "state"
-        if source.endswith(".pt.tmp"):
+        if source.endswith(".tmp") and ".pt." in source:
             return "checkpoint"
     elif event == "open" and str(args[0]).endswith(".duckdb.lock"):
         return "database"

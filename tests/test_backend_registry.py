@@ -45,7 +45,7 @@ sys.path.insert(0, {tests!r})
 from breakout_core.runtimes import RUNTIMES
 from reference_runtime import ReferenceRuntime
 RUNTIMES[ReferenceRuntime.name] = ReferenceRuntime  # the registry line a new backend adds
-from runner.cli import main
+from runner.cli.commands import main
 main(sys.argv[1:])
 """
 

@@ -178,8 +178,8 @@ def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):  # noqa: F811
 def test_play_page_person_and_agent_play_to_the_end_and_the_row_is_stored(tmp_path):
     from breakout_core.browser import chromium
     from breakout_core.contract import Contract
-    from runner.play import PlayServer
-    from runner.store import Store
+    from runner.play.server import PlayServer
+    from runner.store.database import Store
 
     # a shorter time limit (recorded: the row's contract hash differs from breakout-v2's) keeps
     # a stalling agent's episode to 1,500 steps; an agent that loses its lives ends sooner

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.store import Store
+from runner.store.database import Store
 from test_end_to_end import runner
 
 
@@ -219,7 +219,7 @@ def test_report_requests_that_cannot_be_met_are_one_line(tmp_path, db):
     be made: one line each, exit 2 for a wrong request, and no traceback."""
     from click.testing import CliRunner
 
-    from runner.cli import main
+    from runner.cli.commands import main
 
     (tmp_path / "afile").write_text("a file, not a folder")
     cli = CliRunner()

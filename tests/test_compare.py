@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from runner.cli import main
-from runner.compare import (BETTER, DIFFERENT_MACHINE, NO_CHANGE, NOT_COMPARABLE, NOT_TESTABLE, SETTINGS_FILLED, WORSE,
+from runner.cli.commands import main
+from runner.compare.runs import (BETTER, DIFFERENT_MACHINE, NO_CHANGE, NOT_COMPARABLE, NOT_TESTABLE, SETTINGS_FILLED, WORSE,
                             CompareError, compare_runs)
-from runner.spec import settings_as_written
-from runner.store import Store, utcnow
+from runner.spec.document import settings_as_written
+from runner.store.database import Store, utcnow
 
 SHA = "a" * 64
 
@@ -346,7 +346,7 @@ def test_runs_stored_before_settings_were_kept_carry_a_caution_across_commits(st
 def test_a_stored_spec_is_read_as_its_file_was():
     """`1e-2` is a number in a spec file (YAML 1.2), so it is one in the stored text too: such a
     spec runs, and reads the same as one that writes 0.01."""
-    from runner.compare import _spec_trees
+    from runner.compare.runs import _spec_trees
 
     text = ("name: ev\npolicies:\n  p: {type: checkpoint, path: m.pt, epsilon: 1e-2}\nmeasurements:\n"
             "  - kind: evaluate\n    name: ev\n    policies: [p]\n    seeds: {start: 0, count: 2}\n")
@@ -447,7 +447,7 @@ def test_spec_shorthand_and_html_report(store, tmp_path):
 
 
 def test_verdicts_are_grouped_by_host_and_contract(store, tmp_path):
-    from runner.report import build_verdicts_report
+    from runner.report.run_report import build_verdicts_report
 
     for run_id, host, contract, outcome in (("A", "box", "c2", "rejected"), ("B", "other", "c2", "deployment-worthy"),
                                             ("C", "box", "c3", "inconclusive")):
@@ -551,7 +551,7 @@ def test_training_scores_are_compared_per_agent_and_over_seeds(store):
 
 def test_the_run_report_reads_a_stored_spec_as_its_file_was(store, tmp_path):
     """A spec that writes `1e-2` validates in its run's report, which then draws its measurements."""
-    from runner.report import build_run_report
+    from runner.report.run_report import build_run_report
 
     text = ("name: ev\npolicies:\n  p: {type: checkpoint, path: m.pt, epsilon: 1e-2}\nmeasurements:\n"
             "  - kind: evaluate\n    name: ev\n    policies: [p]\n    seeds: {start: 0, count: 2}\n")

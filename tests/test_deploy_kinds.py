@@ -22,10 +22,10 @@ import pytest
 
 from breakout_core.parity import compare_q
 from breakout_core.runtimes import runtime_available
-from runner.runtime_lifecycle import greedy
-from runner.runtime_specs import RUNTIME_CONFIGS
-from runner.spec import SpecError, load_spec
-from runner.store import Store
+from runner.kinds.shared.runtime_lifecycle import greedy
+from runner.spec.runtimes import RUNTIME_CONFIGS
+from runner.spec.document import SpecError, load_spec
+from runner.store.database import Store
 
 REPO = Path(__file__).parents[1]
 Q_COLUMNS = ("q_noop", "q_fire", "q_right", "q_left")
@@ -74,7 +74,7 @@ def test_parity_views_equal_compare_q_on_known_arrays(store, atol, rtol):
         summary = con.execute("SELECT n_states, max_abs_dq, mean_abs_dq, elements_pass, elements_fail, states_pass, "
                               "allclose, action_agreement, action_agreement_fraction, disagreeing_states, near_tie_states "
                               "FROM parity_summary WHERE candidate = 'cand' AND baseline = 'base'").fetchone()
-        from runner.kinds.parity import pair_metrics
+        from runner.kinds.shared.runtime_metrics import parity_pair_metrics as pair_metrics
 
         metrics = pair_metrics(con, "r", "p", "cand", "base")
     np.testing.assert_array_equal([s[1] for s in states], expected.per_state_max_abs_diff)
@@ -106,7 +106,7 @@ def test_parity_views_finite_differences_and_worst_batch_size_decides(store):
     with store.reader() as con:
         rows = con.execute("SELECT batch_size, max_abs_dq, mean_abs_dq, elements_fail, action_agreement, near_ties "
                            "FROM parity_summary WHERE candidate = 'cand' AND baseline = 'base' ORDER BY batch_size").fetchall()
-        from runner.kinds.parity import pair_metrics
+        from runner.kinds.shared.runtime_metrics import parity_pair_metrics as pair_metrics
 
         metrics = pair_metrics(con, "r", "p", "cand", "base")
         invariance = con.execute("SELECT max_abs_dq, action_changes FROM parity_batch_consistency "
@@ -134,7 +134,7 @@ def test_latency_view_percentiles_equal_numpy(store):
     with store.reader() as con:
         row = con.execute("SELECT n, p50_ms, p90_ms, p95_ms, p99_ms, mean_ms, std_ms, min_ms, max_ms FROM latency_summary "
                           "WHERE runtime = 'a'").fetchone()
-        from runner.kinds.latency import pair_metrics
+        from runner.kinds.shared.runtime_metrics import latency_pair_metrics as pair_metrics
 
         metrics = pair_metrics(con, "r", "l", "a", "b", 1)
     assert row[0] == expected.n
@@ -260,8 +260,8 @@ def test_runtime_config_models_are_the_backends_options():
 def test_repository_specs_validate_as_a_chain():
     """Every spec in specs/ validates once the specs that write its inputs have run; every
     made_by names a spec in specs/ that writes that very file."""
-    from runner.spec_extends import is_base_only, resolve_extends
-    from runner.yaml_source import load_yaml
+    from runner.spec.extends import is_base_only, resolve_extends
+    from runner.spec.yaml_source import load_yaml
 
     specs = [path for path in sorted((REPO / "specs").glob("*.yaml")) if not is_base_only(path)]
     produced: dict[str, str] = {}
@@ -546,7 +546,7 @@ def test_artifacts_made_from_another_checkpoint_are_refused(tiny_run):
 
     from breakout_core.contract import CONTRACTS
     from breakout_core.qnetwork import QNetwork, save_checkpoint
-    from runner.lineage import check_lineage
+    from runner.kinds.shared.lineage import check_lineage
 
     folder, _ = tiny_run
     torch.manual_seed(1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from runner.store import Store
+from runner.store.database import Store
 
 REPO = Path(__file__).parents[1]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from runner.spec import settings_as_written
+from runner.spec.document import settings_as_written
 
 TINY = """\
 name: tiny_eval
@@ -171,7 +171,7 @@ def test_interrupted_run_is_marked_and_keeps_what_was_stored(tmp_path, write_spe
     if how == "sigint":
         assert proc.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr
     # the next command that opens the database for writing closes a killed run
-    from runner.store import Store
+    from runner.store.database import Store
 
     with Store(db).writer() as con:
         status, error = con.execute("SELECT status, error FROM runs").fetchone()

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from breakout_core.contract import Contract
-from runner.play import MAX_OPEN_GAMES, PlayServer
-from runner.store import Store
+from runner.play.server import MAX_OPEN_GAMES, PlayServer
+from runner.store.database import Store
 
 MODEL = Path(__file__).resolve().parent.parent / "models" / "reference" / "dqn_breakout.onnx"
 SHORT = Contract().replace(max_episode_frames=400)  # both games end by the time limit within 100 steps

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import vl_convert
 
-from runner import report_html
-from runner.report_html import cache_folder, vega_bundle
+from runner.report import html as report_html
+from runner.report.html import cache_folder, vega_bundle
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ measurements:
 """
 HOLDER = """
 import sys
-from runner.store import Store
+from runner.store.database import Store
 with Store(sys.argv[1]).reader(files=False) as con:  # as `runner sql` does, for as long as the test says
     con.execute("SELECT count(*) FROM runs").fetchall()
     print("holding", flush=True)

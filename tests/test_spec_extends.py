@@ -9,9 +9,9 @@ import yaml
 from test_cli_inputs import assert_one_line_usage_error
 from test_end_to_end import runner
 
-from runner.spec import SpecError, load_spec, settings_as_written
-from runner.spec_extends import MAX_EXTENDS_DEPTH
-from runner.yaml_source import read_spec_text
+from runner.spec.document import SpecError, load_spec, settings_as_written
+from runner.spec.extends import MAX_EXTENDS_DEPTH
+from runner.spec.yaml_source import read_spec_text
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = """\

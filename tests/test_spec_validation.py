@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from breakout_core.contract import CONTRACTS
-from runner.cli import main
-from runner.kinds.train import SWEEPABLE
-from runner.spec import SpecError, load_spec
-from runner.spec_extends import is_base_only
-from runner.yaml_source import MAX_ALIASES, SpecSourceError, load_yaml
+from runner.cli.commands import main
+from runner.kinds.shared.training_settings import SWEEPABLE
+from runner.spec.document import SpecError, load_spec
+from runner.spec.extends import is_base_only
+from runner.spec.yaml_source import MAX_ALIASES, SpecSourceError, load_yaml
 
 REPO = Path(__file__).parents[1]
 

@@ -15,8 +15,8 @@ import pytest
 from test_end_to_end import TINY, runner
 
 from breakout_core.files import NoSpaceLeft
-from runner.store import Store, StoreDamaged
-from runner.yaml_source import MAX_SPEC_BYTES
+from runner.store.database import Store, StoreDamaged
+from runner.spec.yaml_source import MAX_SPEC_BYTES
 
 READ_COMMANDS = (("runs",), ("sql", "SELECT count(*) FROM episodes"), ("report", "--verdicts"))
 

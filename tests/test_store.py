@@ -13,8 +13,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from runner import schema
-from runner.store import Store, StoreError, utcnow
+from runner.store import schema
+from runner.store.database import Store, StoreError, utcnow
 from test_end_to_end import runner
 
 TABLES = {"runs", "episodes", "verdicts", "artifacts", "schema_migrations"}
@@ -63,7 +63,7 @@ def test_migrations_from_blank_database(tmp_path):
     assert _migrations(path) == first  # same names, same applied_at
 
 
-# The commit before the schema was declared by its owners (runner.schema): the store then
+# The commit before the schema was declared by its owners (runner.store.schema): the store then
 # imported the kinds and the play server to collect it. Its databases must open unchanged.
 BEFORE_OWNED_SCHEMA = "dcd7572"
 SHIPPED_MIGRATIONS = ["0001_runs", "0002_spooled_batches", "0003_runs_heartbeat", "0100_episodes", "0200_train",
@@ -89,7 +89,7 @@ def test_a_database_written_before_the_owned_schema_opens_and_migrates(tmp_path)
     subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True, timeout=60)
     path = tmp_path / "old.duckdb"
     code = f"""
-        import runner.store, json
+        import runner.store, json  # the runner of that commit: one module per file, flat
         assert runner.store.__file__.startswith({str(old)!r}), runner.store.__file__
         from runner.store import Store, utcnow
         store = Store({str(path)!r})
@@ -221,7 +221,7 @@ def test_two_writer_processes_append_concurrently(tmp_path):
     batches, per_batch = 200, 3
     code = f"""
         import sys
-        from runner.store import Store
+        from runner.store.database import Store
         store = Store({str(path)!r}, busy_timeout_s=120)
         tag = sys.argv[1]
         for i in range({batches}):

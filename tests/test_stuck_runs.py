@@ -11,8 +11,8 @@ from datetime import timedelta
 
 import duckdb
 
-from runner.heartbeat import Heartbeat
-from runner.store import STALE_AFTER_S, Store, utcnow
+from runner.store.heartbeat import Heartbeat
+from runner.store.database import STALE_AFTER_S, Store, utcnow
 from test_cli_inputs import assert_one_line_usage_error
 from test_end_to_end import runner
 

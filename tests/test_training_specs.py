@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from breakout_core.qnetwork import load_checkpoint
-from runner.spec import load_spec
-from runner.yaml_source import read_spec_text
+from runner.spec.document import load_spec
+from runner.spec.yaml_source import read_spec_text
 from test_end_to_end import runner, wait_for_rows
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
@@ -221,7 +221,7 @@ def test_killed_training_resumes_to_the_same_total(tmp_path, write_spec):
     con.close()
 
     # killed while evaluating checkpoints: --resume evaluates only what is missing
-    from runner.store import Store
+    from runner.store.database import Store
 
     with Store(db).writer() as writer:
         writer.execute("DELETE FROM episodes WHERE policy = 'base@1000'")
@@ -322,7 +322,7 @@ def test_a_pair_refuses_a_start_file_replaced_after_its_job_was_made(tmp_path):
     from breakout_core.contract import Contract
     from breakout_core.hashing import file_sha256
     from breakout_core.train_config import TrainConfig
-    from runner.train_pairs import Pair, PairJob, train_pair
+    from runner.kinds.train.pairs import Pair, PairJob, train_pair
 
     start = tmp_path / "start.pt"
     start.write_bytes((SPECS / "../models/reference/dqn_breakout.pt").read_bytes())

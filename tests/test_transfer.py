@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
-from runner.store import Store, StoreError
-from runner.transfer import TransferRefused, export_run, import_run
+from runner.store.database import Store, StoreError
+from runner.store.transfer import TransferRefused, export_run, import_run
 
 
 def _seed_run(store: Store, run_id: str) -> None:

@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 from breakout_core.stats import paired_bootstrap_ci, summarize
-from runner.spec_base import VerdictSpec, parse_rule
-from runner.verdicts import decide
+from runner.spec.fields import VerdictSpec, parse_rule
+from runner.run.verdicts import decide
 
 
 def verdict(**rules: str) -> VerdictSpec:
@@ -174,7 +174,7 @@ def test_full_rate_against_its_learner_bound_is_judged_over_repeats(tmp_path, fu
     """A setting's full rate over its learner bound, paired by repeat, with its interval over
     the repeats; an interval across 0.9 cannot decide, and one timing per mode gives none."""
     from runner.kinds.throughput import ThroughputMeasurement, metrics
-    from runner.store import Store
+    from runner.store.database import Store
 
     store = Store(tmp_path / "r.duckdb")
     repeats = len(full)

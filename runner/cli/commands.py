@@ -50,7 +50,7 @@ def _unwritable(reports_dir: Path, exc: OSError) -> str:
 
 
 def _load(spec_path: Path):
-    from runner.spec import SpecError, load_spec
+    from runner.spec.document import SpecError, load_spec
 
     try:
         return load_spec(spec_path)
@@ -61,7 +61,7 @@ def _load(spec_path: Path):
 
 
 def _store(db: Path | None):
-    from runner.store import Store
+    from runner.store.database import Store
 
     return Store(db)
 
@@ -77,7 +77,7 @@ class RunnerCommands(click.Group):
                 raise
             _fail(f"no space left on device: {exc.filename or 'a file this command writes'}")
         except Exception as exc:
-            from runner.store import StoreError
+            from runner.store.database import StoreError
 
             if not isinstance(exc, StoreError):
                 raise
@@ -95,8 +95,8 @@ def main() -> None:
               help="print each spec as it is validated, stored and hashed (its `extends` merged in)")
 def validate(specs: tuple[Path, ...], resolved: bool) -> None:
     """Check spec files; print one line per problem (file:line: field: message)."""
-    from runner.spec import SpecError, check_base, load_spec
-    from runner.spec_extends import is_base_only
+    from runner.spec.document import SpecError, check_base, load_spec
+    from runner.spec.extends import is_base_only
 
     bad = False
     for spec_path in specs:
@@ -119,7 +119,7 @@ def schema() -> None:
     """Print the JSON schema of specs (for editors' YAML checking)."""
     import json
 
-    from runner.spec import spec_json_schema
+    from runner.spec.document import spec_json_schema
 
     click.echo(json.dumps(spec_json_schema(), indent=2))
 
@@ -141,10 +141,11 @@ def schema() -> None:
 def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resume: bool, runs_dir: Path,
         executor: str, ray_address: str | None, ray_retries: int) -> None:
     """Validate SPEC, execute its measurements, store every row, decide its verdicts."""
-    from runner.execute import NothingToResume, run_spec
-    from runner.pair_executors import Executor
-    from runner.store import Store, StoreError
-    from runner.terminal import log_console
+    from runner.cli.terminal import log_console
+    from runner.kinds.train.executors import Executor
+    from runner.run.errors import ResumeRefused
+    from runner.run.execute import run_spec
+    from runner.store.database import Store, StoreError
 
     if ray_address and executor != "ray":
         _fail("--ray-address joins a Ray cluster: it needs --executor ray", EXIT_USAGE)
@@ -160,7 +161,7 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
         store.verify_readable()
         run_id, verdicts = run_spec(loaded, store, reports_dir, console, resume=resume, runs_dir=runs_dir,
                                     executor=Executor(executor, ray_address, ray_retries))
-    except NothingToResume as exc:
+    except ResumeRefused as exc:
         _fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
         _fail("run interrupted; it is stored with status 'interrupted' and nothing stored before is lost", EXIT_INTERRUPTED)
@@ -173,7 +174,7 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
         label = json.loads(v["evidence"]).get("label")
         click.echo(f"  verdict {v['verdict']}: {v['outcome']}{f' ({label})' if label else ''} — {v['reason']}")
     if report:
-        from runner.report import build_run_report
+        from runner.report.run_report import build_run_report
 
         try:
             click.echo(f"  report {build_run_report(store, reports_dir, run_id=run_id)}")
@@ -217,7 +218,7 @@ def migrate(db: Path | None) -> None:
 @db_option
 def mark_interrupted(run_id: str, db: Path | None) -> None:
     """Mark RUN_ID, left 'running' by a process that is gone, as interrupted (then --resume goes on with it)."""
-    from runner.store import RunNotRunning, StoreError
+    from runner.store.database import RunNotRunning, StoreError
 
     try:
         already = _store(db).mark_interrupted(run_id, "marked interrupted by hand (runner mark-interrupted)")
@@ -242,7 +243,7 @@ def _print_query(db: Path | None, query: str, as_csv: bool = False, shown=None) 
     """Print the rows of `query`; `shown(con, rows)` may change them before they are printed."""
     import duckdb
 
-    from runner.store import StoreError
+    from runner.store.database import StoreError
 
     try:
         with _store(db).reader(files=False) as con:
@@ -266,7 +267,7 @@ def _print_query(db: Path | None, query: str, as_csv: bool = False, shown=None) 
         writer.writerow(columns)
         writer.writerows(rows)
         return
-    from runner.terminal import folding_table, table_console
+    from runner.cli.terminal import folding_table, table_console
 
     table = folding_table(*columns)
     for row in rows:
@@ -283,8 +284,8 @@ def _print_query(db: Path | None, query: str, as_csv: bool = False, shown=None) 
 @reports_option
 def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: Path | None, reports_dir: Path) -> None:
     """Write the HTML report of RUN_ID (default: the latest run), or the verdicts page."""
-    from runner.report import build_run_report, build_verdicts_report
-    from runner.store import NoSuchRun, StoreError
+    from runner.report.run_report import build_run_report, build_verdicts_report
+    from runner.store.database import NoSuchRun, StoreError
 
     if run_id and spec_name:
         _fail("give either RUN_ID or --spec NAME, not both", EXIT_USAGE)
@@ -320,9 +321,9 @@ def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: P
 def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor: float, fail_factor: float | None,
             report: bool, db: Path | None, reports_dir: Path) -> None:
     """Every measurement and metric of RUN_A and RUN_B (one spec), with significance and a mark."""
-    from runner.compare import CompareError, compare_runs
-    from runner.compare_report import build_compare_report, print_comparison
-    from runner.store import StoreError
+    from runner.compare.page import build_compare_report, print_comparison
+    from runner.compare.runs import CompareError, compare_runs
+    from runner.store.database import StoreError
 
     store = _store(db)
     try:
@@ -368,8 +369,8 @@ def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contr
 
     from breakout_core.browser.server import web_files_missing
     from breakout_core.export import onnx_contract
-    from runner.file_checks import file_problem
-    from runner.play import PlayServer
+    from runner.play.server import PlayServer
+    from runner.spec.file_checks import file_problem
 
     missing = web_files_missing() or file_problem(model, "onnx")
     if missing:
@@ -407,8 +408,8 @@ def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contr
 def model_card(checkpoint: Path, train_run: str, eval_runs: tuple[str, ...], out: Path | None, measurement: str,
                db: Path | None) -> None:
     """Write the checkpoint's model card from the training and evaluation runs' rows."""
-    from runner.model_card import write_model_card
-    from runner.store import StoreError
+    from runner.report.model_card import write_model_card
+    from runner.store.database import StoreError
 
     try:
         path = write_model_card(_store(db), checkpoint, train_run, list(eval_runs),
@@ -425,8 +426,8 @@ def model_card(checkpoint: Path, train_run: str, eval_runs: tuple[str, ...], out
 @db_option
 def export_command(run_id: str, out_dir: Path | None, db: Path | None) -> None:
     """Write every stored row of RUN_ID as Parquet, one file per table."""
-    from runner.store import StoreError
-    from runner.transfer import TransferRefused, export_run
+    from runner.store.database import StoreError
+    from runner.store.transfer import TransferRefused, export_run
 
     out_dir = out_dir or Path("exports") / run_id
     try:
@@ -447,8 +448,8 @@ def import_command(in_dir: Path, db: Path | None) -> None:
     """Append a run written by `runner export` (refused if that run is already stored)."""
     import duckdb
 
-    from runner.store import StoreError
-    from runner.transfer import TransferRefused, import_run
+    from runner.store.database import StoreError
+    from runner.store.transfer import TransferRefused, import_run
 
     store = _store(db)
     made_here = not store.path.exists()
@@ -464,8 +465,8 @@ def import_command(in_dir: Path, db: Path | None) -> None:
 
 
 def _print_verdicts(frame) -> None:
-    from runner.report import compared, outcome_text, verdict_groups
-    from runner.terminal import coloured, folding_table, table_console
+    from runner.cli.terminal import coloured, folding_table, table_console
+    from runner.report.run_report import compared, outcome_text, verdict_groups
 
     colours = {"deployment-worthy": "green", "rejected": "red", "inconclusive": "yellow", "unavailable": "bright_black"}
     console = table_console()

@@ -10,10 +10,10 @@ import pandas as pd
 
 from breakout_core.files import write_whole
 from breakout_core.stats import RANK_TEST_ALPHA
-from runner.compare import Comparison
-from runner.kinds.base import Section
-from runner.report_html import MAX_CHART_POINTS, altair, blank_nulls, render_page, table_html
-from runner.store import Store
+from runner.compare.runs import Comparison
+from runner.report.html import MAX_CHART_POINTS, altair, blank_nulls, render_page, table_html
+from runner.report.section import Section
+from runner.store.database import Store
 
 MARK_CLASSES = {"better": "deployment-worthy", "worse": "rejected", "not comparable": "unavailable",
                 "different machine": "inconclusive"}  # the page's existing colours
@@ -128,7 +128,7 @@ def print_comparison(comparison: Comparison) -> None:
     """The comparison in the terminal: both runs, what differs between their machines, every row."""
     from rich.text import Text
 
-    from runner.terminal import coloured, folding_table, table_console
+    from runner.cli.terminal import coloured, folding_table, table_console
 
     colours = {"better": "green", "worse": "red", "not comparable": "bright_black", "different machine": "yellow"}
     console = table_console()

@@ -18,11 +18,14 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_lifecycle import greedy, open_runtime
-from runner.runtime_specs import RuntimeMeasurement
-from runner.runtime_status import found_unavailable, runtime_sections, with_unavailable
-from runner.spec_base import MAX_SEED, Name
+from runner.compare.rows import Row, RunSide, runtime_problem, samples_row, unavailable_rows
+from runner.kinds.kind import Kind
+from runner.kinds.shared.runtime_lifecycle import greedy, open_runtime
+from runner.kinds.shared.runtime_status import found_unavailable, runtime_sections, with_unavailable
+from runner.report.section import Section
+from runner.run.context import RunContext
+from runner.spec.fields import MAX_SEED, Name
+from runner.spec.runtimes import RuntimeMeasurement
 
 
 class ClosedLoopMeasurement(RuntimeMeasurement):
@@ -134,7 +137,7 @@ def metrics(con, run_id: str, m: ClosedLoopMeasurement, candidate: str, baseline
 
 
 def report(con, run_id: str, m: ClosedLoopMeasurement) -> list[Section]:
-    from runner.report_html import altair, blank_nulls, table_html
+    from runner.report.html import altair, blank_nulls, table_html
 
     alt = altair()
     sections = runtime_sections(con, run_id, m.name)
@@ -161,6 +164,24 @@ def report(con, run_id: str, m: ClosedLoopMeasurement) -> list[Section]:
     return sections
 
 
+# -- runner compare ---------------------------------------------------------------------------
+
+def compare_closed_loop(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    name = m_a["name"]
+    scores = {label: dict(con.execute("SELECT runtime, score FROM closed_loop_summary WHERE run_id = ? AND "
+                                      "measurement = ?", [side.run_id, name]).fetchall())
+              for label, side in (("A", a), ("B", b))}
+    rows = []
+    for runtime in sorted(set(scores["A"]) | set(scores["B"])):
+        va, vb = scores["A"].get(runtime), scores["B"].get(runtime)
+        row = samples_row(name, runtime, "score", np.asarray([] if va is None else [va]),
+                           np.asarray([] if vb is None else [vb]), lower_is_better=False, machine_bound=False,
+                           note="one game from one seed")
+        row.problem = row.problem or runtime_problem(con, a, b, name, [runtime])
+        rows.append(row)
+    return rows + unavailable_rows(con, a, b, name, "score", set(scores["A"]) | set(scores["B"]))
+
+
 KIND = Kind(
     name="closed_loop",
     model=ClosedLoopMeasurement,
@@ -172,4 +193,6 @@ KIND = Kind(
     metrics=metrics,
     report=report,
     references=ClosedLoopMeasurement.references,
+    compare=compare_closed_loop,
+    not_settings=frozenset({"runtimes", "baseline"}),
 )

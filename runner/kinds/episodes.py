@@ -3,7 +3,7 @@
 The evaluator plays `batch_size` episodes side by side and asks the policy once per vector
 step for every deciding slot; here the policy is the runtime itself, so each vector step is
 one runtime.infer() of a (B, 4, 84, 84) batch. Rows land in the shared `episodes` table
-(runner.episode_scores) with policy = the runtime's name, so its views (`episode_summary`,
+(runner.kinds.shared.episode_scores) with policy = the runtime's name, so its views (`episode_summary`,
 `episode_pairs`), its paired bootstrap metrics and its report serve unchanged.
 `episode_inference` records how many inference calls and states each runtime needed.
 
@@ -20,14 +20,22 @@ from typing import Literal
 
 from pydantic import Field
 
-from runner import episode_scores
-from runner.episode_scores import BootstrapSpec, episode_row, score_metrics, score_report
-from runner.kinds import latency, parity
-from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_lifecycle import RuntimePolicy, open_runtime
-from runner.runtime_specs import RuntimeMeasurement
-from runner.runtime_status import found_unavailable, runtime_sections, with_unavailable
-from runner.spec_base import Name, Seeds, seed_list
+from runner.compare.rows import Row, RunSide, episode_rows, runtime_problem, unavailable_rows
+from runner.kinds.kind import Kind
+from runner.kinds.shared import episode_scores
+from runner.kinds.shared.episode_scores import BootstrapSpec, episode_row, score_metrics, score_report
+from runner.kinds.shared.runtime_lifecycle import RuntimePolicy, open_runtime
+from runner.kinds.shared.runtime_metrics import (
+    LATENCY_METRIC_NAMES,
+    PARITY_METRIC_NAMES,
+    latency_pair_metrics,
+    parity_pair_metrics,
+)
+from runner.kinds.shared.runtime_status import found_unavailable, runtime_sections, with_unavailable
+from runner.report.section import Section
+from runner.run.context import RunContext
+from runner.spec.fields import Name, Seeds, seed_list
+from runner.spec.runtimes import RuntimeMeasurement
 
 
 class EpisodesMeasurement(RuntimeMeasurement):
@@ -48,9 +56,9 @@ class EpisodesMeasurement(RuntimeMeasurement):
         return refs
 
     def metric_problem(self, metric: str) -> str | None:
-        if metric in parity.METRIC_NAMES and self.parity is None:
+        if metric in PARITY_METRIC_NAMES and self.parity is None:
             return f"{metric} is a parity metric: name the parity measurement with `parity:` in {self.name!r}"
-        if metric in latency.METRIC_NAMES and self.latency is None:
+        if metric in LATENCY_METRIC_NAMES and self.latency is None:
             return f"{metric} is a latency metric: name the latency measurement with `latency:` in {self.name!r}"
         return None
 
@@ -69,7 +77,7 @@ MIGRATIONS = [
     )
 ]
 
-METRIC_NAMES = episode_scores.METRIC_NAMES + parity.METRIC_NAMES + latency.METRIC_NAMES
+METRIC_NAMES = episode_scores.METRIC_NAMES + PARITY_METRIC_NAMES + LATENCY_METRIC_NAMES
 
 
 def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
@@ -113,14 +121,14 @@ def _play_runtime(m: EpisodesMeasurement, ctx: RunContext, name: str, seeds: lis
 def metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: str) -> dict:
     found = score_metrics(con, run_id, m.name, m.bootstrap, candidate, baseline)
     if m.parity is not None:
-        found.update(parity.pair_metrics(con, run_id, m.parity, candidate, baseline))
+        found.update(parity_pair_metrics(con, run_id, m.parity, candidate, baseline))
     if m.latency is not None:
-        found.update(latency.pair_metrics(con, run_id, m.latency, candidate, baseline, None))
+        found.update(latency_pair_metrics(con, run_id, m.latency, candidate, baseline, None))
     return with_unavailable(found, con, run_id, [m.name, m.parity, m.latency], [candidate, baseline])
 
 
 def report(con, run_id: str, m: EpisodesMeasurement) -> list[Section]:
-    from runner.report_html import table_html
+    from runner.report.html import table_html
 
     sections = runtime_sections(con, run_id, m.name)
     sections += score_report(con, run_id, m.name, m.bootstrap, baseline=m.baseline_runtime)
@@ -131,6 +139,14 @@ def report(con, run_id: str, m: EpisodesMeasurement) -> list[Section]:
         sections.append(Section(f"{m.name}: inference per runtime (one call per vector step of {m.batch_size} games)",
                                 html=table_html(inference)))
     return sections
+
+
+# -- runner compare ---------------------------------------------------------------------------
+
+def compare_episodes(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    rows = episode_rows(con, a, b, m_a, lambda runtime: runtime_problem(con, a, b, m_a["name"], [runtime]))
+    played = {r.subject.removeprefix("policy ") for r in rows}
+    return rows + unavailable_rows(con, a, b, m_a["name"], "mean_score", played)
 
 
 KIND = Kind(
@@ -145,4 +161,6 @@ KIND = Kind(
     report=report,
     references=EpisodesMeasurement.references,
     metric_problem=EpisodesMeasurement.metric_problem,
+    compare=compare_episodes,
+    not_settings=frozenset({"runtimes", "baseline", "seeds", "batch_size", "bootstrap", "parity", "latency"}),
 )

@@ -1,5 +1,5 @@
 """`evaluate`: policies play full games on fixed episode seeds; raw scores per episode, in
-the shared `episodes` table (runner.episode_scores: its views, metrics and report)."""
+the shared `episodes` table (runner.kinds.shared.episode_scores: its views, metrics and report)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,24 @@ from contextlib import closing
 from pathlib import Path
 from typing import Literal
 
+import duckdb
 from pydantic import Field, model_validator
 
 from breakout_core.hashing import file_sha256
-from runner.episode_scores import METRIC_NAMES, BootstrapSpec, episode_row, gif_row, score_metrics, score_report
-from runner.kinds.base import Kind, RunContext, Section
-from runner.spec_base import MAX_SEED, Name, Seeds, StrictModel, seed_list
-from runner.yaml_source import PlacedError, raise_placed
+from runner.compare.rows import Row, RunSide, differences, episode_rows
+from runner.kinds.kind import Kind
+from runner.kinds.shared.episode_scores import (
+    METRIC_NAMES,
+    BootstrapSpec,
+    episode_row,
+    gif_row,
+    score_metrics,
+    score_report,
+)
+from runner.report.section import Section
+from runner.run.context import RunContext
+from runner.spec.fields import MAX_SEED, Name, Seeds, StrictModel, seed_list
+from runner.spec.yaml_source import PlacedError, raise_placed
 
 MIGRATIONS = [
     (
@@ -122,6 +133,39 @@ def report(con, run_id: str, m: EvaluateMeasurement) -> list[Section]:
     return score_report(con, run_id, m.name, m.bootstrap, baseline=m.policies[0])
 
 
+# -- runner compare ---------------------------------------------------------------------------
+
+def _policy_files(con, run_id: str, measurement: str) -> dict[str, str]:
+    """{policy: sha256} of the checkpoint files a run's evaluate measurement played; none where
+    the database predates the table (a file this runner may read but not migrate)."""
+    try:
+        return dict(con.execute("SELECT policy, sha256 FROM policy_files WHERE run_id = ? AND measurement = ?",
+                                [run_id, measurement]).fetchall())
+    except duckdb.CatalogException:
+        return {}
+
+def compare_evaluate(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    files = [_policy_files(con, side.run_id, m_a["name"]) for side in (a, b)]
+
+    def policy_problem(policy: str) -> str | None:
+        settings = differences(a.spec.get("policies", {}).get(policy), b.spec.get("policies", {}).get(policy))
+        if settings:
+            return f"policy {policy} differs: {'; '.join(settings)}"
+        sha_a, sha_b = (side.get(policy) for side in files)
+        if sha_a and sha_b and sha_a != sha_b:
+            return f"model file of policy {policy} differs: sha256 {sha_a[:12]}… → {sha_b[:12]}…"
+        return None
+
+    rows = episode_rows(con, a, b, m_a, policy_problem)
+    for row in rows:
+        policy = row.subject.removeprefix("policy ")
+        unrecorded = [label for label, side in zip("AB", files) if policy not in side]
+        if (a.spec.get("policies", {}).get(policy) or {}).get("type") == "checkpoint" and unrecorded:
+            row.note = "; ".join(filter(None, [row.note, f"its model file's sha256 is not recorded in run "
+                                                         f"{' or '.join(unrecorded)}"]))
+    return rows
+
+
 KIND = Kind(
     name="evaluate",
     model=EvaluateMeasurement,
@@ -132,4 +176,6 @@ KIND = Kind(
     metric_names=METRIC_NAMES,
     metrics=metrics,
     report=report,
+    compare=compare_evaluate,
+    not_settings=frozenset({"policies", "seeds", "batch_size", "gif", "bootstrap"}),
 )

@@ -13,10 +13,14 @@ from __future__ import annotations
 import json
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
-from runner.kinds.base import Kind, RunContext, Section
-from runner.spec_base import Name, Seeds, StrictModel, seed_list
+from runner.compare.rows import Row, RunSide, samples_row
+from runner.kinds.kind import Kind
+from runner.report.section import Section
+from runner.run.context import RunContext
+from runner.spec.fields import Name, Seeds, StrictModel, seed_list
 
 
 class CaptureSpec(StrictModel):
@@ -158,7 +162,7 @@ def metrics(con, run_id: str, m: ExportMeasurement, candidate: str, baseline: st
 
 
 def report(con, run_id: str, m: ExportMeasurement) -> list[Section]:
-    from runner.report_html import altair, blank_nulls, table_html
+    from runner.report.html import altair, blank_nulls, table_html
 
     alt = altair()
     sizes = con.execute("SELECT artifact, format, precision, bytes, megabytes, size_vs_fp32, verify_states, "
@@ -182,6 +186,26 @@ def report(con, run_id: str, m: ExportMeasurement) -> list[Section]:
     return sections
 
 
+# -- runner compare ---------------------------------------------------------------------------
+
+def compare_export(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    name = m_a["name"]
+    files = {label: {art: (size, checkpoint) for art, size, checkpoint in con.execute(
+        "SELECT artifact, bytes, checkpoint_sha256 FROM export_files WHERE run_id = ? AND measurement = ?",
+        [side.run_id, name]).fetchall()} for label, side in (("A", a), ("B", b))}
+    rows = []
+    for artifact in sorted(set(files["A"]) | set(files["B"])):
+        fa, fb = files["A"].get(artifact), files["B"].get(artifact)
+        row = samples_row(name, artifact, "bytes", np.asarray([fa[0]] if fa else []),
+                           np.asarray([fb[0]] if fb else []), lower_is_better=True, machine_bound=False)
+        if row.problem is None:  # a file's size is exact: any difference is real, no noise to test
+            row.test, row.significant = "exact sizes, one file per run", fa[0] != fb[0]
+            if fa[1] != fb[1]:
+                row.problem = f"exported from another checkpoint: sha256 {str(fa[1])[:12]} → {str(fb[1])[:12]}"
+        rows.append(row)
+    return rows
+
+
 KIND = Kind(
     name="export",
     model=ExportMeasurement,
@@ -196,4 +220,5 @@ KIND = Kind(
     comparison_metrics=("size_ratio",),
     references=ExportMeasurement.references,
     outputs=ExportMeasurement.outputs,
+    compare=compare_export,
 )

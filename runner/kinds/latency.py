@@ -17,16 +17,22 @@ numpy's default), mean, std, min, max; `latency_pairs` their ratios between runt
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_lifecycle import load_states, open_runtime
-from runner.runtime_specs import RuntimeMeasurement
-from runner.runtime_status import runtime_sections, with_unavailable
-from runner.spec_base import Name
+from runner.compare.rows import Row, RunSide, differences, percentile, runtime_problem, unavailable_rows
+from runner.kinds.kind import Kind
+from runner.kinds.shared.runtime_lifecycle import load_states, open_runtime
+from runner.kinds.shared.runtime_metrics import LATENCY_METRIC_NAMES as METRIC_NAMES
+from runner.kinds.shared.runtime_metrics import latency_pair_metrics
+from runner.kinds.shared.runtime_status import runtime_sections, with_unavailable
+from runner.report.section import Section
+from runner.run.context import RunContext
+from runner.spec.fields import Name
+from runner.spec.runtimes import RuntimeMeasurement
 
 MIN_SAMPLES = 64  # breakout_core.latency.MIN_TIMED_CALLS; a tail percentile from fewer means nothing
 
@@ -103,8 +109,6 @@ VIEWS = [
     """,
 ]
 
-METRIC_NAMES = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency_p50_ratio", "latency_p95_ratio",
-                "latency_p99_ratio", "latency_mean_ratio")
 
 
 def _inputs(m: LatencyMeasurement, ctx: RunContext) -> tuple[dict[int, np.ndarray], str]:
@@ -160,35 +164,15 @@ def execute(m: LatencyMeasurement, ctx: RunContext) -> None:
             "input": input_text}])
 
 
-def pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str, batch_size: int | None) -> dict:
-    """Latency of candidate and its ratios to baseline at `batch_size` (None: the smallest measured)."""
-    if batch_size is None:
-        batch_size = con.execute("SELECT min(batch_size) FROM latency_samples WHERE run_id = ? AND measurement = ?",
-                                 [run_id, measurement]).fetchone()[0]
-    found = {}
-    row = con.execute("SELECT p50_ms, p95_ms, p99_ms FROM latency_summary WHERE run_id = ? AND measurement = ? "
-                      "AND runtime = ? AND batch_size = ?", [run_id, measurement, candidate, batch_size]).fetchone()
-    if row:
-        found.update(latency_p50_ms=row[0], latency_p95_ms=row[1], latency_p99_ms=row[2])
-    if baseline is not None:
-        row = con.execute("SELECT p50_ratio, p95_ratio, p99_ratio, mean_ratio FROM latency_pairs WHERE run_id = ? AND "
-                          "measurement = ? AND candidate = ? AND baseline = ? AND batch_size = ?",
-                          [run_id, measurement, candidate, baseline, batch_size]).fetchone()
-        if row:
-            found.update(latency_p50_ratio=row[0], latency_p95_ratio=row[1], latency_p99_ratio=row[2],
-                         latency_mean_ratio=row[3])
-    if found:
-        found["latency_batch_size"] = float(batch_size)
-    return found
 
 
 def metrics(con, run_id: str, m: LatencyMeasurement, candidate: str, baseline: str) -> dict:
-    found = pair_metrics(con, run_id, m.name, candidate, baseline, m.decisive_batch_size)
+    found = latency_pair_metrics(con, run_id, m.name, candidate, baseline, m.decisive_batch_size)
     return with_unavailable(found, con, run_id, [m.name], [candidate, baseline])
 
 
 def report(con, run_id: str, m: LatencyMeasurement) -> list[Section]:
-    from runner.report_html import MAX_CHART_POINTS, altair, table_html
+    from runner.report.html import MAX_CHART_POINTS, altair, table_html
 
     alt = altair()
     sections = runtime_sections(con, run_id, m.name)
@@ -229,6 +213,52 @@ def report(con, run_id: str, m: LatencyMeasurement) -> list[Section]:
     return sections
 
 
+# -- runner compare ---------------------------------------------------------------------------
+
+def compare_latency(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    from breakout_core.stats import sample_shift
+
+    name = m_a["name"]
+    samples, series = {}, {}
+    for label, side in (("A", a), ("B", b)):
+        for runtime, batch, ms in con.execute(
+                "SELECT runtime, batch_size, list(ms ORDER BY sample) FROM latency_samples WHERE run_id = ? "
+                "AND measurement = ? GROUP BY ALL", [side.run_id, name]).fetchall():
+            samples[(label, runtime, batch)] = np.asarray(ms, dtype=np.float64)
+        cursor = con.execute("SELECT * EXCLUDE (run_id, measurement) FROM latency_series WHERE run_id = ? "
+                             "AND measurement = ?", [side.run_id, name])
+        columns = [d[0] for d in cursor.description]
+        for values in cursor.fetchall():
+            settings = dict(zip(columns, values))
+            settings["input"] = _by_content(settings["input"])
+            series[(label, settings.pop("runtime"), settings.pop("batch_size"))] = settings
+    rows = []
+    for runtime, batch in sorted({(r, n) for _, r, n in samples}):
+        subject = f"{runtime} b={batch}"
+        sa, sb = samples.get(("A", runtime, batch)), samples.get(("B", runtime, batch))
+        if sa is None or sb is None:
+            problem = (runtime_problem(con, a, b, name, [runtime])
+                       or f"measured only in run {'A' if sb is None else 'B'}")
+            rows.append(Row(name, subject, "p50_ms", percentile(sa, 50), percentile(sb, 50), True, "", None, machine_bound=True,
+                            problem=problem))
+            continue
+        shift = sample_shift(sa, sb)
+        p95 = f"P95 {percentile(sa, 95):.4g} → {percentile(sb, 95):.4g} ms"
+        row = Row(name, subject, "p50_ms", percentile(sa, 50), percentile(sb, 50), True, shift.method, shift.significant,
+                  machine_bound=True, note=p95)
+        settings = differences(series.get(("A", runtime, batch)), series.get(("B", runtime, batch)),
+                                {"timer_resolution_s"})
+        row.problem = (f"series settings differ: {'; '.join(settings)}" if settings
+                       else runtime_problem(con, a, b, name, [runtime]))
+        rows.append(row)
+    return rows + unavailable_rows(con, a, b, name, "p50_ms", {r for _, r, _ in samples})
+
+def _by_content(input_text: str) -> str:
+    """A latency input as recorded ("fixed states PATH (sha256 ...), ...") without its path: the same
+    states read from another folder are the same input."""
+    return re.sub(r"^fixed states .*? \(sha256", "fixed states (sha256", input_text)
+
+
 KIND = Kind(
     name="latency",
     model=LatencyMeasurement,
@@ -240,4 +270,6 @@ KIND = Kind(
     metrics=metrics,
     report=report,
     references=LatencyMeasurement.references,
+    compare=compare_latency,
+    not_settings=frozenset({"runtimes", "baseline", "batch_sizes", "verdict_batch_size"}),
 )

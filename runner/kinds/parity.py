@@ -20,11 +20,16 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from runner.kinds.base import Kind, RunContext, Section
-from runner.runtime_lifecycle import greedy, infer_in_batches, load_states, open_runtime
-from runner.runtime_specs import RuntimeMeasurement, runtime_precision
-from runner.runtime_status import found_unavailable, runtime_sections, with_unavailable
-from runner.spec_base import Name, StrictModel
+from runner.compare.rows import Row, RunSide, runtime_problem
+from runner.kinds.kind import Kind
+from runner.kinds.shared.runtime_lifecycle import greedy, infer_in_batches, load_states, open_runtime
+from runner.kinds.shared.runtime_metrics import PARITY_METRIC_NAMES as METRIC_NAMES
+from runner.kinds.shared.runtime_metrics import parity_pair_metrics
+from runner.kinds.shared.runtime_status import found_unavailable, runtime_sections, with_unavailable
+from runner.report.section import Section
+from runner.run.context import RunContext
+from runner.spec.fields import Name, StrictModel
+from runner.spec.runtimes import RuntimeMeasurement, runtime_precision
 
 
 class Tolerance(StrictModel):
@@ -130,8 +135,6 @@ VIEWS = [
     """,
 ]
 
-METRIC_NAMES = ("action_agreement", "action_disagreements", "max_abs_dq", "mean_abs_dq", "allclose",
-                "elements_fail", "near_ties", "batch_invariance_max_abs_dq")
 
 
 def tolerance_for(m: ParityMeasurement, spec, runtime: str) -> tuple[float, float, str, str]:
@@ -179,34 +182,16 @@ def execute(m: ParityMeasurement, ctx: RunContext) -> None:
         ctx.progress.advance(task)
 
 
-def pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str) -> dict:
-    """Parity of candidate against baseline over every batch size: the worst batch size decides."""
-    row = con.execute(
-        "SELECT count(*), min(action_agreement_fraction), max(n_states - action_agreement), max(max_abs_dq), "
-        "max(mean_abs_dq), bool_and(allclose), max(elements_fail), max(near_ties) FROM parity_summary "
-        "WHERE run_id = ? AND measurement = ? AND candidate = ? AND baseline = ?",
-        [run_id, measurement, candidate, baseline]).fetchone()
-    if not row or not row[0]:
-        return {}
-    found = {
-        "action_agreement": row[1], "action_disagreements": float(row[2]), "max_abs_dq": row[3],
-        "mean_abs_dq": row[4], "allclose": float(row[5]), "elements_fail": float(row[6]), "near_ties": float(row[7]),
-    }
-    invariance = con.execute("SELECT max(max_abs_dq) FROM parity_batch_consistency WHERE run_id = ? AND measurement = ? "
-                             "AND runtime = ?", [run_id, measurement, candidate]).fetchone()[0]
-    if invariance is not None:
-        found["batch_invariance_max_abs_dq"] = invariance
-    return found
 
 
 def metrics(con, run_id: str, m: ParityMeasurement, candidate: str, baseline: str) -> dict:
-    found = with_unavailable(pair_metrics(con, run_id, m.name, candidate, baseline), con, run_id, [m.name],
+    found = with_unavailable(parity_pair_metrics(con, run_id, m.name, candidate, baseline), con, run_id, [m.name],
                              [candidate, baseline])
     return found
 
 
 def report(con, run_id: str, m: ParityMeasurement) -> list[Section]:
-    from runner.report_html import MAX_CHART_POINTS, altair, table_html
+    from runner.report.html import MAX_CHART_POINTS, altair, table_html
 
     alt = altair()
     base = m.baseline_runtime
@@ -260,6 +245,39 @@ def report(con, run_id: str, m: ParityMeasurement) -> list[Section]:
     return sections
 
 
+# -- runner compare ---------------------------------------------------------------------------
+
+def compare_parity(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    name = m_a["name"]
+    baseline = m_a.get("baseline") or m_a["runtimes"][0]
+    found = {label: {(c, n): (agree, dq) for c, n, agree, dq in con.execute(
+        "SELECT candidate, batch_size, action_agreement_fraction, max_abs_dq FROM parity_summary WHERE run_id = ? "
+        "AND measurement = ? AND baseline = ?", [side.run_id, name, baseline]).fetchall()}
+        for label, side in (("A", a), ("B", b))}
+    rows = []
+    for candidate, batch in sorted(set(found["A"]) | set(found["B"])):
+        subject = f"{candidate} vs {baseline} b={batch}"
+        va, vb = found["A"].get((candidate, batch)), found["B"].get((candidate, batch))
+        if va is None or vb is None:
+            rows.append(Row(name, subject, "action_agreement", None, None, False, "", None,
+                            problem=f"compared only in run {'A' if vb is None else 'B'}"))
+            continue
+        problem = runtime_problem(con, a, b, name, [candidate, baseline])
+        rows.append(Row(name, subject, "action_agreement", va[0], vb[0], False, "any change is a change (no noise)",
+                        va[0] != vb[0], uses_factor=False, problem=problem))
+        atol, rtol, scale = con.execute(
+            "SELECT t.atol, t.rtol, max(greatest(abs(q.q_noop), abs(q.q_fire), abs(q.q_right), abs(q.q_left))) "
+            "FROM parity_settings t JOIN parity_q q ON q.run_id = t.run_id AND q.measurement = t.measurement "
+            "AND q.runtime = ? AND q.batch_size = ? WHERE t.run_id = ? AND t.measurement = ? AND t.runtime = ? "
+            "GROUP BY ALL", [baseline, batch, b.run_id, name, candidate]).fetchone()
+        tolerance = atol + rtol * scale
+        moved = abs(vb[1] - va[1])
+        rows.append(Row(name, subject, "max_abs_dq", va[1], vb[1], True,
+                        f"|change| {moved:.3g} against the tolerance {tolerance:.3g} (atol {atol:g} + rtol {rtol:g} "
+                        f"× max |Q| {scale:.3g})", moved > tolerance, uses_factor=False, problem=problem))
+    return rows
+
+
 KIND = Kind(
     name="parity",
     model=ParityMeasurement,
@@ -271,4 +289,6 @@ KIND = Kind(
     metrics=metrics,
     report=report,
     references=ParityMeasurement.references,
+    compare=compare_parity,
+    not_settings=frozenset({"runtimes", "baseline", "batch_sizes"}),
 )

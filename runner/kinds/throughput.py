@@ -25,13 +25,23 @@ import tempfile
 from dataclasses import asdict
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
-from runner.kinds.base import Kind, RunContext, Section
-from runner.kinds.train import TrainSettings, swept_at, training_sweep_trials, trial_lengths, where_swept
-from runner.spec_base import Name
-from runner.sweeps import expand_sweep
-from runner.yaml_source import PlacedError, raise_placed
+from runner.compare.rows import Row, RunSide, over_seeds, samples_row
+from runner.kinds.kind import Kind
+from runner.kinds.shared.training_settings import (
+    TrainSettings,
+    swept_at,
+    training_sweep_trials,
+    trial_lengths,
+    where_swept,
+)
+from runner.report.section import Section
+from runner.run.context import RunContext
+from runner.spec.fields import Name
+from runner.spec.sweeps import expand_sweep
+from runner.spec.yaml_source import PlacedError, raise_placed
 
 Mode = Literal["full", "collect", "explore", "learner", "env"]
 
@@ -122,7 +132,7 @@ VIEWS = [
 
 
 def _run_trainer(config, ctx: RunContext, task) -> dict:
-    from breakout_core.trainer import Trainer, TrainDone
+    from breakout_core.trainer import TrainDone, Trainer
 
     with tempfile.TemporaryDirectory(prefix="throughput-") as out_dir:  # checkpoints of a timing trial are not kept
         for record in Trainer(config, ctx.contract, out_dir).run():
@@ -214,7 +224,7 @@ def metrics(con, run_id: str, m: ThroughputMeasurement, candidate: str, baseline
 
 
 def report(con, run_id: str, m: ThroughputMeasurement) -> list[Section]:
-    from runner.report_html import altair, table_html
+    from runner.report.html import altair, table_html
 
     alt = altair()
     trials = con.execute(
@@ -239,6 +249,25 @@ def report(con, run_id: str, m: ThroughputMeasurement) -> list[Section]:
     return sections
 
 
+# -- runner compare ---------------------------------------------------------------------------
+
+def compare_throughput(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
+    name = m_a["name"]
+    values = {label: {(t, mode): np.asarray(v, dtype=np.float64) for t, mode, v in con.execute(
+        "SELECT trial, mode, list(transitions_per_s) FROM throughput_trials WHERE run_id = ? AND measurement = ? "
+        "GROUP BY ALL", [side.run_id, name]).fetchall()} for label, side in (("A", a), ("B", b))}
+    rows = []
+    for trial, mode in sorted(set(values["A"]) | set(values["B"])):
+        va, vb = values["A"].get((trial, mode), np.empty(0)), values["B"].get((trial, mode), np.empty(0))
+        rows.append(samples_row(name, f"{trial} / {mode}", "transitions_per_s", va, vb, lower_is_better=False,
+                                 machine_bound=True))
+    for mode in sorted({mode for side in values.values() for _, mode in side}):
+        per_trial = [{t: float(v.mean()) for (t, m), v in values[label].items() if m == mode} for label in "AB"]
+        rows += over_seeds(name, "transitions_per_s", *per_trial, lower_is_better=False, machine_bound=True,
+                            suffix=f" / {mode}")
+    return rows
+
+
 KIND = Kind(
     name="throughput",
     model=ThroughputMeasurement,
@@ -252,4 +281,6 @@ KIND = Kind(
     needs_baseline=False,
     comparison_metrics=tuple(name for name in METRIC_NAMES if name.startswith(RAW_SPEEDUPS)),
     metric_problem=ThroughputMeasurement.metric_problem,
+    compare=compare_throughput,
+    not_settings=frozenset({"sweep", "grid", "modes", "repeats"}),  # grid: the spelling of specs stored before
 )

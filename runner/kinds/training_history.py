@@ -2,7 +2,7 @@
 
 `rows:` names a `runner export` folder (one Parquet file per table) committed beside a
 checkpoint. execute() appends that run to this database unless it is already there
-(runner.transfer.import_run) and records which run and measurement it holds; the report
+(runner.store.transfer.import_run) and records which run and measurement it holds; the report
 shows them with the train kind's own report (summary, learning curve with its 20-episode
 moving average, diagnostics, checkpoints). A clean clone thus shows how the shipped agent
 learned from the shipped rows alone.
@@ -15,8 +15,10 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from runner.kinds.base import Kind, RunContext, Section
-from runner.spec_base import Name, StrictModel, checks_files, spec_relative
+from runner.kinds.kind import Kind
+from runner.report.section import Section
+from runner.run.context import RunContext
+from runner.spec.fields import Name, StrictModel, checks_files, spec_relative
 
 
 class TrainingHistoryMeasurement(StrictModel):
@@ -48,7 +50,7 @@ MIGRATIONS = [
 
 
 def execute(m: TrainingHistoryMeasurement, ctx: RunContext) -> None:
-    from runner.transfer import exported_run_id, import_run
+    from runner.store.transfer import exported_run_id, import_run
 
     folder = Path(m.rows)
     with ctx.store.reader() as con:
@@ -66,7 +68,7 @@ def execute(m: TrainingHistoryMeasurement, ctx: RunContext) -> None:
 
 
 def report(con, run_id: str, m: TrainingHistoryMeasurement) -> list[Section]:
-    from runner.kinds import train
+    from runner.kinds.shared.training_report import training_sections
 
     row = con.execute("SELECT source_run_id, source_measurement, rows_path FROM training_history "
                       "WHERE run_id = ? AND measurement = ?", [run_id, m.name]).fetchone()
@@ -76,7 +78,7 @@ def report(con, run_id: str, m: TrainingHistoryMeasurement) -> list[Section]:
     intro = Section(f"{m.name}: how the shipped agent was trained",
                     html=f"<p>Training run <code>{source}</code>, measurement <code>{measurement}</code>, "
                          f"from the shipped rows in <code>{path}</code>.</p>")
-    return [intro] + train.training_sections(con, source, measurement)
+    return [intro] + training_sections(con, source, measurement)
 
 
 KIND = Kind(

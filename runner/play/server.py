@@ -50,9 +50,9 @@ from breakout_core.driver import EpisodeDriver
 from breakout_core.envs import ACTION_NAMES, NUM_ACTIONS
 from breakout_core.messages import first_line
 from breakout_core.runtimes import Runtime, make_runtime
-from runner import schema
-from runner.spec_base import MAX_SEED
-from runner.store import Store, StoreBusy, utcnow
+from runner.spec.fields import MAX_SEED
+from runner.store import schema
+from runner.store.database import Store, StoreBusy, utcnow
 
 log = logging.getLogger(__name__)
 

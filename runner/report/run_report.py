@@ -8,9 +8,9 @@ from pathlib import Path
 
 from breakout_core.files import write_whole
 from breakout_core.messages import described
-from runner.kinds.base import Section
-from runner.report_html import render_page, table_html
-from runner.store import NoSuchRun, Store
+from runner.report.html import render_page, table_html
+from runner.report.section import Section
+from runner.store.database import NoSuchRun, Store
 
 
 def _run_row(con, run_id: str | None, spec_name: str | None) -> dict:
@@ -72,15 +72,15 @@ def _verdict_section(frame) -> Section:
 
 
 def build_run_report(store: Store, out_dir: Path, run_id: str | None = None, spec_name: str | None = None) -> Path:
-    from runner.kinds import KINDS
-    from runner.spec import Spec
-    from runner.yaml_source import read_spec_text
+    from runner.kinds.registry import KINDS
+    from runner.spec.document import spec_model
+    from runner.spec.yaml_source import read_spec_text
 
     with store.reader() as con:
         run = _run_row(con, run_id, spec_name)
         run_id = run["run_id"]
         try:
-            spec = Spec.model_validate(read_spec_text(run["spec_text"]), context={"check_files": False})
+            spec = spec_model().model_validate(read_spec_text(run["spec_text"]), context={"check_files": False})
         except Exception as exc:  # a spec the current code no longer accepts: show rows, not charts
             spec, spec_problem = None, described(exc)
         sections = [_verdict_section(verdict_rows(con, run_id))]

@@ -14,14 +14,14 @@ import signal
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from breakout_core.contract import Contract
-from runner.spec import LoadedSpec, settings_as_written
+from runner.run.errors import ResumeRefused
+from runner.spec.document import LoadedSpec, settings_as_written
 
 if TYPE_CHECKING:
-    from runner.pair_executors import Executor
+    from runner.kinds.train.executors import Executor
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -44,41 +44,44 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
-class NothingToResume(ValueError):
-    pass
-
-
 def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: bool = False,
              runs_dir: Path = Path("runs"), executor: "Executor | None" = None) -> tuple[str, list[dict]]:
     """Execute every measurement of `loaded`; returns the run id and its verdict rows.
 
     With `resume`, the latest interrupted or failed run of the same spec text goes on under
     its own run id; each kind skips or continues the work that run already stored."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    from runner.heartbeat import Heartbeat
-    from runner.kinds import KINDS
-    from runner.kinds.base import RunContext
-    from runner.provenance import provenance
-    from runner.verdicts import evaluate_verdicts
+    from runner.kinds.registry import KINDS
+    from runner.run.context import RunContext
+    from runner.run.verdicts import evaluate_verdicts
+    from runner.store.heartbeat import Heartbeat
+    from runner.store.provenance import provenance
 
     spec = loaded.spec
     contract = spec.contract.build()
     if resume:
         run_id = store.unfinished_run(spec.name, loaded.hash)
         if run_id is None:
-            raise NothingToResume(f"no interrupted or failed run of spec {spec.name!r} with this exact text to resume")
+            raise ResumeRefused(f"no interrupted or failed run of spec {spec.name!r} with this exact text to resume")
         own = _stored_contract(store, run_id)
         if own.hash != contract.hash:
             console.print(f"run {run_id} goes on under its own contract {own.name} ({own.hash}), not {contract.name} "
                           f"({contract.hash}), what this spec text builds today", highlight=False)
         contract = own
         if changed := _settings_changed_since(store, run_id, settings_as_written(loaded.text)):
-            raise NothingToResume(f"run {run_id} began with other settings than this runner reads from its spec "
+            raise ResumeRefused(f"run {run_id} began with other settings than this runner reads from its spec "
                                   f"({'; '.join(changed)}): resume it with the runner that began it, or start anew")
         for measurement in spec.measurements:  # before any of them goes on
             if problem := KINDS[measurement.kind].resume_problem(measurement, store, run_id):
-                raise NothingToResume(problem)
+                raise ResumeRefused(problem)
         store.reopen_run(run_id)
     else:
         run_id = new_run_id()
@@ -122,7 +125,7 @@ def _stored_contract(store, run_id: str) -> Contract:
                                         [run_id]).fetchone()
     contract = Contract(**json.loads(text))
     if contract.hash != stored_hash:
-        raise NothingToResume(f"run {run_id}: its stored contract does not rebuild to its hash {stored_hash}, "
+        raise ResumeRefused(f"run {run_id}: its stored contract does not rebuild to its hash {stored_hash}, "
                               "so it cannot be resumed in the same game")
     return contract
 

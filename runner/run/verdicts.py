@@ -15,7 +15,7 @@ import json
 import math
 import operator
 
-from runner.spec_base import VerdictSpec, parse_rule
+from runner.spec.fields import VerdictSpec, parse_rule
 
 OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq, "!=": operator.ne}
 
@@ -62,8 +62,8 @@ def decide(verdict: VerdictSpec, found: dict, unavailable_reason: str | None = N
 
 def evaluate_verdicts(store, run_id: str, spec) -> list[dict]:
     """Compute every verdict of a finished run's spec and append them to the store."""
-    from runner.kinds import KINDS
-    from runner.store import utcnow
+    from runner.kinds.registry import KINDS
+    from runner.store.database import utcnow
 
     by_name = {m.name: m for m in spec.measurements}
     rows = []

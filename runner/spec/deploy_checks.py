@@ -7,7 +7,7 @@ that spec). A missing file made by another spec is reported with that spec's nam
 file, so `runner validate` says what to run first. (`load_spec(..., will_exist=...)`
 accepts the outputs of specs that will run before, for checking a chain of specs.)
 
-A kind takes part through its hooks (runner.kinds.base.Kind): `references` (the runtimes,
+A kind takes part through its hooks (runner.kinds.kind.Kind): `references` (the runtimes,
 artifacts and measurements a measurement names), `outputs` (the artifacts it writes) and
 `metric_problem` (why a verdict may not use a metric there).
 """
@@ -23,7 +23,7 @@ def _names(values) -> str:
 
 def deploy_problems(spec, context: dict | None = None) -> list[tuple[tuple, str]]:
     """Artifacts, runtimes and the names measurements and verdicts use: (location, message) each."""
-    from runner.kinds import KINDS
+    from runner.kinds.registry import KINDS
 
     context = context or {}
     kinds = [KINDS[m.kind] for m in spec.measurements]
@@ -101,7 +101,7 @@ def _reference_problems(spec, kinds, outputs) -> list[tuple[tuple, str]]:
 
 
 def _metric_problems(spec) -> list[tuple[tuple, str]]:
-    from runner.kinds import KINDS
+    from runner.kinds.registry import KINDS
 
     problems: list[tuple[tuple, str]] = []
     by_name = {m.name: m for m in spec.measurements}

@@ -9,16 +9,22 @@ from typing import Annotated, Union
 
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
-from runner.kinds import KINDS
-from runner.kinds.train import process_wide_problems
-from runner.deploy_checks import deploy_problems
-from runner.episode_scores import BootstrapSpec
-from runner.runtime_specs import ArtifactSpec, RuntimeConfig
-from runner.spec_base import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
-from runner.spec_extends import BASE_ONLY_PREFIX, EXTENDS_KEY, is_base_only, resolve_extends
-from runner.yaml_source import SpecSourceError, YamlSource, format_path, load_yaml, placed_each, read_spec_text
+from runner.kinds import registry
+from runner.kinds.registry import KINDS
+from runner.kinds.shared.training_settings import process_wide_problems
+from runner.spec.deploy_checks import deploy_problems
+from runner.spec.extends import BASE_ONLY_PREFIX, EXTENDS_KEY, is_base_only, resolve_extends
+from runner.spec.fields import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
+from runner.spec.runtimes import ArtifactSpec, RuntimeConfig
+from runner.spec.yaml_source import SpecSourceError, YamlSource, format_path, load_yaml, placed_each, read_spec_text
 
-Measurement = Annotated[Union[tuple(kind.model for kind in KINDS.values())], Field(discriminator="kind")]
+
+def _measurement_union() -> object:
+    """A measurement is one of the registered kinds' models, told apart by `kind`."""
+    return Annotated[Union[tuple(kind.model for kind in KINDS.values())], Field(discriminator="kind")]
+
+
+Measurement = _measurement_union()
 
 
 class Spec(StrictModel):
@@ -26,7 +32,7 @@ class Spec(StrictModel):
     description: str = ""
     contract: ContractSpec = ContractSpec()
     policies: dict[Name, PolicySpec] = Field(default_factory=dict)
-    artifacts: dict[Name, ArtifactSpec] = Field(default_factory=dict, description="files by name (runner.runtime_specs)")
+    artifacts: dict[Name, ArtifactSpec] = Field(default_factory=dict, description="files by name (runner.spec.runtimes)")
     runtimes: dict[Name, RuntimeConfig] = Field(default_factory=dict, description="named runtime configurations")
     measurements: list[Measurement] = Field(min_length=1)
     verdicts: list[VerdictSpec] = Field(default_factory=list)
@@ -38,6 +44,20 @@ class Spec(StrictModel):
             if problems:
                 raise ValueError("; ".join(f"{format_path(loc)}: {message}" for loc, message in problems))
         return self
+
+
+_built_for = registry.version
+
+
+def spec_model() -> type[Spec]:
+    """`Spec`, rebuilt first where the registry of kinds changed since it was built (a kind
+    registered for a while): every validation goes through here."""
+    global _built_for
+    if _built_for != registry.version:
+        Spec.model_fields["measurements"].annotation = list[_measurement_union()]
+        Spec.model_rebuild(force=True)
+        _built_for = registry.version
+    return Spec
 
 
 def reference_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, str]]:
@@ -93,7 +113,7 @@ def spec_files(spec: Spec) -> list[tuple[tuple, Path, str, str | None]]:
 
 def file_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, str]]:
     """Checkpoint policies and artifacts on disk that are not what their type says."""
-    from runner.file_checks import file_problem
+    from runner.spec.file_checks import file_problem
 
     if not (context or {}).get("check_files", True):
         return []
@@ -223,7 +243,7 @@ def load_spec(path: str | Path, *, will_exist=()) -> LoadedSpec:
         raise SpecError([f"{source.path}:1: a spec is a mapping of keys (name, measurements, ...), not {type(source.data).__name__}"])
     context = {"base_dir": source.path.parent, "will_exist": will_exist}
     try:
-        spec = Spec.model_validate(source.data, context={**context, "defer_references": True})
+        spec = spec_model().model_validate(source.data, context={**context, "defer_references": True})
     except ValidationError as exc:
         problems = format_validation_error(exc, source)
         problems += [_problem(source, loc, message) for loc, message in _partial_problems(source.data, context)]
@@ -250,30 +270,8 @@ def settings_as_written(text: str) -> dict:
     against a folder: what a run stores as the settings it ran, so that `runner compare` sets
     side by side runs made in two checkouts. Raises ValidationError for a spec this runner
     does not accept."""
-    return Spec.model_validate(read_spec_text(text) or {}, context={"check_files": False}).model_dump(mode="json")
-
-
-def stored_spec_problem(tree: Any) -> str | None:
-    """Why a stored spec (a run's text read as YAML, or its settings) is not shaped as a spec,
-    whatever runner stored it: a mapping whose policies, artifacts and runtimes are mappings and
-    whose measurements are a list of mappings, each with a name. None when it is."""
-    if not isinstance(tree, dict):
-        return f"a spec is a mapping of keys, not {type(tree).__name__}"
-    for key in ("policies", "artifacts", "runtimes"):
-        section = tree.get(key, {})
-        if not isinstance(section, dict) or not all(isinstance(entry, dict) for entry in section.values()):
-            return f"{key} is not a mapping of named mappings"
-    measurements = tree.get("measurements", [])
-    if not isinstance(measurements, list) or not all(
-            isinstance(m, dict) and isinstance(m.get("name"), str) and isinstance(m.get("kind"), str)
-            for m in measurements):
-        return "measurements is not a list of named measurements, each of a kind"
-    for m in measurements:  # compare draws its intervals with a measurement's own bootstrap settings
-        try:
-            BootstrapSpec.model_validate(m.get("bootstrap") or {})
-        except ValidationError as exc:
-            return f"measurement {m['name']}: bootstrap is not valid ({exc.errors()[0]['msg']})"
-    return None
+    return spec_model().model_validate(read_spec_text(text) or {}, context={"check_files": False}).model_dump(
+        mode="json")
 
 
 def _partial_problems(data: dict, context: dict) -> list[tuple[tuple, str]]:
@@ -288,7 +286,7 @@ def _partial_problems(data: dict, context: dict) -> list[tuple[tuple, str]]:
     from pydantic import TypeAdapter
 
     def valid(field: str, value):
-        annotation = Spec.model_fields[field].annotation
+        annotation = spec_model().model_fields[field].annotation
         return TypeAdapter(get_args(annotation)[-1]).validate_python(value, context=context)
 
     parts: dict = {}
@@ -331,7 +329,7 @@ def _partial_problems(data: dict, context: dict) -> list[tuple[tuple, str]]:
 def spec_json_schema() -> dict:
     """The spec model's JSON schema, with `extends` beside its keys; a spec that extends another
     may leave out what its base declares, so nothing is required where `extends` is given."""
-    schema = Spec.model_json_schema()
+    schema = spec_model().model_json_schema()
     schema["properties"][EXTENDS_KEY] = {"type": "string", "description": "a base spec beside this file, merged under it"}
     schema["if"] = {"required": [EXTENDS_KEY]}
     schema["then"] = {"required": []}

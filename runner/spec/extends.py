@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from runner.yaml_source import SpecSourceError, YamlSource, load_yaml
+from runner.spec.yaml_source import SpecSourceError, YamlSource, load_yaml
 
 BASE_ONLY_PREFIX = "_"  # a spec file named _x.yaml is a base that specs extend, never run itself
 EXTENDS_KEY = "extends"
@@ -170,8 +170,12 @@ def _merge_named(base: list, base_at: Origins, over: list, over_at: Origins) -> 
 def _removals(data: object) -> list[tuple]:
     """Paths of `~name` removals anywhere in `data`."""
     found: list[tuple] = []
+    seen: set[int] = set()
 
     def walk(node: object, path: tuple) -> None:
+        if not isinstance(node, (dict, list)) or id(node) in seen:  # an alias met again: walked once
+            return
+        seen.add(id(node))
         if isinstance(node, dict):
             for key, value in node.items():
                 if _removed(key) is not None:

@@ -7,8 +7,17 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from breakout_core.contract import MAX_EPISODE_SEED, MAX_REPEAT_ACTION_PROBABILITY
 

@@ -14,7 +14,7 @@ A runtime's keys are its backend's options (breakout_core.runtimes: each class's
 from which one model per registered backend is derived here; an unknown backend or option
 is a validation error listing the known ones. What files a backend loads and in which
 precision it computes are the backend's own facts too. The checks across sections are in
-runner.deploy_checks; running a configured runtime is runner.runtime_lifecycle.
+runner.spec.deploy_checks; running a configured runtime is runner.kinds.shared.runtime_lifecycle.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import Field, ValidationInfo, create_model, field_validator, model_validator
 
 from breakout_core.runtimes import RUNTIMES, Option, Runtime
-from runner.spec_base import Name, StrictModel, spec_relative
+from runner.spec.fields import Name, StrictModel, spec_relative
 
 ARTIFACT_TYPES = {".pt": "checkpoint", ".pth": "checkpoint", ".onnx": "onnx", ".npz": "fixed_states",
                   ".engine": "engine", ".plan": "engine"}

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from runner.yaml_source import PlacedError
+from runner.spec.yaml_source import PlacedError
 
 
 @dataclass(frozen=True)

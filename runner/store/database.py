@@ -25,7 +25,7 @@ import duckdb
 
 from breakout_core.files import write_whole
 from breakout_core.messages import first_line
-from runner import schema
+from runner.store import schema
 
 DEFAULT_DB = "results.duckdb"
 RUN_STATUSES = ("running", "done", "failed", "interrupted")

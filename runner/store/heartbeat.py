@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from runner.store import HEARTBEAT_S, Store
+from runner.store.database import HEARTBEAT_S, Store
 
 
 class Heartbeat:

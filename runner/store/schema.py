@@ -2,7 +2,7 @@
 
 Each owner declares its tables (ordered, named migrations that never change once shipped)
 and its views once, with `declare`: the store its own tables, each measurement kind through
-its `Kind`, `runner.runtime_status` and `runner.episode_scores` the tables several kinds
+its `Kind`, `runner.kinds.shared.runtime_status` and `runner.kinds.shared.episode_scores` the tables several kinds
 share, the play page its games. The store asks `migrations()` and `views()` and knows no
 owner; a migration's name is global and sorts it among every other owner's.
 """
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 # The modules whose import declares every part of the schema (runner.kinds imports each kind).
-OWNER_MODULES = ("runner.store", "runner.runtime_status", "runner.episode_scores", "runner.kinds", "runner.play")
+OWNER_MODULES = ("runner.store.database", "runner.kinds.shared.runtime_status", "runner.kinds.shared.episode_scores",
+                 "runner.kinds.registry", "runner.play.server")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,11 @@ def declare(owner: str, migrations: Iterable[tuple[str, str]] = (), views: Itera
         raise ValueError(f"{owner!r} declares migration(s) {clashes}, already declared by {taken[clashes[0]]!r}")
     _PARTS[owner] = part
     return part
+
+
+def forget(owner: str) -> None:
+    """Drop `owner`'s part (a kind registered for a while, runner.kinds.registry.registered)."""
+    _PARTS.pop(owner, None)
 
 
 def parts() -> list[SchemaPart]:

@@ -18,10 +18,10 @@ import yaml
 
 from breakout_core.files import NoSpaceLeft
 from breakout_core.messages import first_line
-from runner.spec import stored_spec_problem
-from runner.spec_base import NAME_PATTERN
-from runner.store import Store, StoreError
-from runner.yaml_source import read_spec_text
+from runner.spec.fields import NAME_PATTERN
+from runner.spec.stored import stored_spec_problem
+from runner.spec.yaml_source import read_spec_text
+from runner.store.database import Store, StoreError
 
 RUN_ID_PATTERN = r"[0-9A-Za-z][0-9A-Za-z_\-]{0,63}"  # safe in a file name, as a runner's ids are
 

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from runner import schema
-from runner.spec_base import StrictModel
+from runner.spec.fields import StrictModel
+from runner.store import schema
 
 if TYPE_CHECKING:
-    from runner.kinds.base import RunContext, Section
+    from runner.report.section import Section
+    from runner.run.context import RunContext
 
 
 class BootstrapSpec(StrictModel):
@@ -146,8 +147,8 @@ def score_metrics(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, 
 
 def score_report(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, baseline: str) -> "list[Section]":
     """The score distribution per player, the paired differences against `baseline`, and any GIF."""
-    from runner.kinds.base import Section
-    from runner.report_html import MAX_CHART_POINTS, altair, gif_figure, table_html
+    from runner.report.html import MAX_CHART_POINTS, altair, gif_figure, table_html
+    from runner.report.section import Section
 
     alt = altair()
 

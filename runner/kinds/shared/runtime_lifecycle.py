@@ -10,9 +10,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from runner import runtime_status
-from runner.lineage import check_lineage
-from runner.runtime_specs import runtime_precision
+from runner.kinds.shared import runtime_status
+from runner.kinds.shared.lineage import check_lineage
+from runner.spec.runtimes import runtime_precision
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runner import schema
+from runner.store import schema
 
 MIGRATIONS = [
     (
@@ -52,7 +52,7 @@ schema.declare("runtime_status", MIGRATIONS, VIEWS)
 
 def record(ctx, row: dict[str, Any], available: bool, reason: str | None, describe: dict | None = None) -> None:
     """One runtime_status row: `row` names the runtime and its artifact; describe() when it loaded."""
-    from runner.store import utcnow
+    from runner.store.database import utcnow
 
     ctx.store.append_rows("runtime_status", [{
         **row, "available": available, "reason": reason or None, "recorded_at": utcnow(),
@@ -90,8 +90,8 @@ def found_unavailable(ctx, measurement: str, runtime: str) -> bool:
 def runtime_sections(con, run_id: str, measurement: str) -> list:
     """The report's runtime table (none when no runtime was recorded), to start a kind's sections:
     each runtime's availability, reason, and what actually ran."""
-    from runner.kinds.base import Section
-    from runner.report_html import blank_nulls, table_html
+    from runner.report.html import blank_nulls, table_html
+    from runner.report.section import Section
 
     frame = con.execute(
         "SELECT runtime, backend, precision, available, reason, device, provider, actual_precision, "

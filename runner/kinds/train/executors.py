@@ -14,29 +14,20 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from breakout_core.files import write_whole
 from breakout_core.messages import described
-from runner.train_pairs import Pair, PairJob, Record, final_checkpoint, score_pair, train_pair
+from runner.kinds.train.pairs import Pair, PairJob, Record, final_checkpoint, score_pair, train_pair
+from runner.run.executor import Executor
 
 if TYPE_CHECKING:
-    from runner.kinds.base import RunContext
+    from runner.run.context import RunContext
 
 FLUSH_EVERY_S = 5.0  # seconds between appends while training: readers get the file in between
 DURABLE_TABLES = ("train_attempts", "train_checkpoints")  # stored before the trainer goes on past them
-
-
-@dataclass(frozen=True)
-class Executor:
-    """How `runner run` executes training pairs (`--executor`, `--ray-address`, `--ray-retries`)."""
-
-    name: Literal["local", "ray"] = "local"
-    ray_address: str | None = None  # None: start Ray on this machine
-    ray_retries: int = 1
-    ray_object_store_bytes: int = 512 * 2**20  # a local Ray's object store: pairs send back rows and checkpoints
 
 
 class PairsFailed(RuntimeError):
@@ -69,7 +60,7 @@ def score_here(job: PairJob, ctx: "RunContext", checkpoint: str, transition: int
 
 
 def _run_here(job: PairJob, ctx: "RunContext", on_checkpoint: OnCheckpoint | None) -> None:
-    from runner.row_buffer import RowBuffer
+    from runner.store.row_buffer import RowBuffer
 
     rows = RowBuffer(ctx.store, ctx.run_id, ctx.progress.console.log)
     task = ctx.progress.add_task(f"{job.measurement} · {job.pair.label}", total=job.config.total_transitions,
@@ -115,7 +106,7 @@ def _log_checkpoint(ctx: "RunContext", job: PairJob, row: dict) -> None:
 
 def _store_whole(ctx: "RunContext", records: list[Record]) -> None:
     """Append every record in one transaction (spooled first if the database is busy)."""
-    from runner.row_buffer import RowBuffer
+    from runner.store.row_buffer import RowBuffer
 
     rows = RowBuffer(ctx.store, ctx.run_id, ctx.progress.console.log)
     for table, row in records:

@@ -63,9 +63,8 @@ def train_pair(job: PairJob, on_transition: Callable[[int], None] | None = None)
     that were not stored."""
     import json
 
-    from breakout_core.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, Trainer, TrainDone
-
-    from runner.store import utcnow
+    from breakout_core.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, TrainDone, Trainer
+    from runner.store.database import utcnow
 
     key = job.key
     if job.resume_mode == "checkpoint":

@@ -1,0 +1,53 @@
+"""The metrics of a runtime measured against a baseline, read from the views of the parity and
+latency kinds: the parity and latency measurements use them, and so does an episodes
+measurement that names one of each (Day 26)."""
+
+from __future__ import annotations
+
+PARITY_METRIC_NAMES = ("action_agreement", "action_disagreements", "max_abs_dq", "mean_abs_dq", "allclose",
+                       "elements_fail", "near_ties", "batch_invariance_max_abs_dq")
+
+LATENCY_METRIC_NAMES = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency_p50_ratio", "latency_p95_ratio",
+                        "latency_p99_ratio", "latency_mean_ratio")
+
+
+def parity_pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str) -> dict:
+    """Parity of candidate against baseline over every batch size: the worst batch size decides."""
+    row = con.execute(
+        "SELECT count(*), min(action_agreement_fraction), max(n_states - action_agreement), max(max_abs_dq), "
+        "max(mean_abs_dq), bool_and(allclose), max(elements_fail), max(near_ties) FROM parity_summary "
+        "WHERE run_id = ? AND measurement = ? AND candidate = ? AND baseline = ?",
+        [run_id, measurement, candidate, baseline]).fetchone()
+    if not row or not row[0]:
+        return {}
+    found = {
+        "action_agreement": row[1], "action_disagreements": float(row[2]), "max_abs_dq": row[3],
+        "mean_abs_dq": row[4], "allclose": float(row[5]), "elements_fail": float(row[6]), "near_ties": float(row[7]),
+    }
+    invariance = con.execute("SELECT max(max_abs_dq) FROM parity_batch_consistency WHERE run_id = ? AND measurement = ? "
+                             "AND runtime = ?", [run_id, measurement, candidate]).fetchone()[0]
+    if invariance is not None:
+        found["batch_invariance_max_abs_dq"] = invariance
+    return found
+
+
+def latency_pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str, batch_size: int | None) -> dict:
+    """Latency of candidate and its ratios to baseline at `batch_size` (None: the smallest measured)."""
+    if batch_size is None:
+        batch_size = con.execute("SELECT min(batch_size) FROM latency_samples WHERE run_id = ? AND measurement = ?",
+                                 [run_id, measurement]).fetchone()[0]
+    found = {}
+    row = con.execute("SELECT p50_ms, p95_ms, p99_ms FROM latency_summary WHERE run_id = ? AND measurement = ? "
+                      "AND runtime = ? AND batch_size = ?", [run_id, measurement, candidate, batch_size]).fetchone()
+    if row:
+        found.update(latency_p50_ms=row[0], latency_p95_ms=row[1], latency_p99_ms=row[2])
+    if baseline is not None:
+        row = con.execute("SELECT p50_ratio, p95_ratio, p99_ratio, mean_ratio FROM latency_pairs WHERE run_id = ? AND "
+                          "measurement = ? AND candidate = ? AND baseline = ? AND batch_size = ?",
+                          [run_id, measurement, candidate, baseline, batch_size]).fetchone()
+        if row:
+            found.update(latency_p50_ratio=row[0], latency_p95_ratio=row[1], latency_p99_ratio=row[2],
+                         latency_mean_ratio=row[3])
+    if found:
+        found["latency_batch_size"] = float(batch_size)
+    return found
