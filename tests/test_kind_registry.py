@@ -49,12 +49,16 @@ def compare(con, a, b, m_a: dict, m_b: dict) -> list[Row]:
     return [samples_row(m_a["name"], "coin", "heads", *values, lower_is_better=False, machine_bound=False)]
 
 
-COIN = Kind(name="coin", model=CoinMeasurement,
-            migrations=[("9990_test_coin_flips", "CREATE TABLE coin_flips (run_id VARCHAR, measurement VARCHAR, "
-                                                  "flip INTEGER, heads INTEGER)")],
-            views=[], execute=execute, participants=lambda m: ["coin"], metric_names=("heads_fraction",),
-            metrics=metrics, report=report, needs_baseline=False, compare=compare,
-            not_settings=frozenset({"label"}))
+def coin_kind() -> Kind:
+    """Made when a test asks: making a Kind declares its tables, which only the registering test's
+    databases may have."""
+    return Kind(name="coin", model=CoinMeasurement,
+                migrations=[("9990_test_coin_flips",
+                             "CREATE TABLE coin_flips (run_id VARCHAR, measurement VARCHAR, flip INTEGER, heads INTEGER)")],
+                views=[], execute=execute, participants=lambda m: ["coin"], metric_names=("heads_fraction",),
+                metrics=metrics, report=report, needs_baseline=False, compare=compare,
+                not_settings=frozenset({"label"}))
+
 
 SPEC = """\
 name: coin_question
@@ -72,7 +76,7 @@ verdicts:
 def test_a_kind_defined_in_a_test_validates_runs_stores_reports_and_compares(tmp_path, write_spec):
     store = Store(tmp_path / "r.duckdb")
     console = Console(file=io.StringIO())
-    with registered(COIN):
+    with registered(coin_kind()):
         run_ids = []
         for label in ("first", "second"):
             loaded = load_spec(write_spec(SPEC.replace("LABEL", label)))
