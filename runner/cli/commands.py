@@ -316,33 +316,41 @@ def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: P
 @click.option("--fail-on-regression", "fail_factor", default=None, type=FiniteFloatRange(min=1.0), metavar="FACTOR",
               help="exit 1 when a metric got significantly worse beyond FACTOR")
 @click.option("--report/--no-report", default=True, show_default=True, help="write the HTML compare page")
+@click.option("--metric", "metrics", multiple=True, metavar="NAME",
+              help="also judge this metric (repeatable; e.g. p99_ms, mean_ms); the statistics the spec's verdicts "
+                   "use are judged without it")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON document (docs/compare_json.md), nothing else")
 @db_option
 @reports_option
 def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor: float, fail_factor: float | None,
-            report: bool, db: Path | None, reports_dir: Path) -> None:
+            report: bool, metrics: tuple[str, ...], as_json: bool, db: Path | None, reports_dir: Path) -> None:
     """Every measurement and metric of RUN_A and RUN_B (one spec), with significance and a mark."""
+    from runner.compare.document import comparison_json
     from runner.compare.page import build_compare_report, print_comparison
     from runner.compare.runs import CompareError, compare_runs
     from runner.store.database import StoreError
 
     store = _store(db)
     try:
-        comparison = compare_runs(store, run_a, run_b, spec_name=spec_name, factor=factor)
-        print_comparison(comparison)
-        if report:
-            click.echo(f"wrote {build_compare_report(store, comparison, reports_dir)}")
+        comparison = compare_runs(store, run_a, run_b, spec_name=spec_name, factor=factor, metrics=metrics)
+        if not as_json:
+            print_comparison(comparison)
+        page = build_compare_report(store, comparison, reports_dir) if report else None
+        if page is not None:
+            click.echo(f"wrote {page}", err=as_json)
     except CompareError as exc:
         _fail(str(exc), EXIT_USAGE)
     except StoreError as exc:
         _fail(str(exc))
     except OSError as exc:
         _fail(_unwritable(reports_dir, exc), EXIT_USAGE)
+    if as_json:
+        click.echo(comparison_json(comparison, fail_factor=fail_factor, report=page))
     if fail_factor is not None:
-        worse = comparison.regressions(fail_factor)
-        for row in worse:
-            click.echo(f"regression: {row.measurement} {row.subject} {row.metric}: {row.value_a:.4g} → "
-                       f"{row.value_b:.4g} ({row.test})", err=True)
-        if worse:
+        failures = comparison.gate_failures(fail_factor)
+        for line in failures:
+            click.echo(line, err=True)
+        if failures:
             sys.exit(EXIT_FAILED)
         if not comparison.judged():
             _fail("--fail-on-regression: no metric of the two runs could be judged (each is not comparable, not "

@@ -19,7 +19,8 @@ MARK_CLASSES = {"better": "deployment-worthy", "worse": "rejected", "not compara
                 "different machine": "inconclusive"}  # the page's existing colours
 
 
-LEGEND = ("significant: latency two-sided Mann-Whitney U p < {alpha:g}; scores a bootstrap CI of B − A without 0; "
+LEGEND = ("significant: latency P50 two-sided Mann-Whitney U p < {alpha:g}, P95/P99 a 99% bootstrap CI of B − A "
+          "without 0; scores a bootstrap CI of B − A without 0; "
           "parity any change beyond tolerance. better/worse: significant and beyond the factor {{factor:g}} "
           "(parity: tolerance alone)").format(alpha=RANK_TEST_ALPHA)
 
@@ -31,6 +32,27 @@ def rows_frame(comparison: Comparison) -> pd.DataFrame:
         "B/A": r.ratio, "significance": r.test, "mark": r.mark, "why": r.problem or r.note,
     } for r in comparison.rows], columns=["measurement", "subject", "metric", "A", "B", "B/A", "significance", "mark",
                                           "why"])
+
+
+def verdicts_frame(comparison: Comparison) -> pd.DataFrame:
+    """Each verdict as run A and run B decided it, side by side; `changed` marks one that flipped."""
+    return pd.DataFrame([{
+        "verdict": v.verdict, "candidate vs baseline": f"{v.candidate} vs {v.baseline}" if v.baseline else v.candidate,
+        "A": v.outcome_a or "not decided", "B": v.outcome_b or "not decided",
+        "changed": ("flipped: a regression" if v.regressed else "flipped") if v.flipped else "",
+    } for v in comparison.verdicts], columns=["verdict", "candidate vs baseline", "A", "B", "changed"])
+
+
+def _verdicts_table(comparison: Comparison) -> str:
+    frame = verdicts_frame(comparison)
+    if frame.empty:
+        return "<p>Neither run decided a verdict.</p>"
+    body = table_html(frame)
+    for outcome in ("deployment-worthy", "rejected", "inconclusive", "unavailable"):
+        body = body.replace(f"<td>{outcome}</td>", f"<td class='{outcome}'>{outcome}</td>")
+    for flip in ("flipped: a regression", "flipped"):
+        body = body.replace(f"<td>{flip}</td>", f"<td class='rejected'><b>⚑ {flip}</b></td>")
+    return body
 
 
 def _run_label(comparison: Comparison, label: str) -> str:
@@ -50,7 +72,9 @@ def _intro(comparison: Comparison) -> str:
     caution = (f"<p class='inconclusive'><b>Caution</b>: {html.escape(comparison.caution)}.</p>"
                if comparison.caution else "")
     return (f"<p>Spec <b>{html.escape(a.spec_name)}</b>. {html.escape(LEGEND.format(factor=comparison.factor))}.</p>"
+            + f"<p class='summary'><b>{html.escape(comparison.summary_line())}</b></p>"
             + table_html(runs) + machine + caution
+            + "<h2>Verdicts of A and B</h2>" + _verdicts_table(comparison)
             + "<h2>Where each run was made</h2>" + table_html(env))
 
 
@@ -149,3 +173,12 @@ def print_comparison(comparison: Comparison) -> None:
         table.add_row(r.measurement, r.subject, r.metric, *cells, r.significance, coloured(r.mark, colours.get(r.mark)),
                       r.why)
     console.print(table)
+    outcomes = {"deployment-worthy": "green", "rejected": "red", "inconclusive": "yellow",
+                "unavailable": "bright_black"}
+    verdicts = folding_table("verdict", "candidate vs baseline", "A", "B", "changed")
+    for v in verdicts_frame(comparison).itertuples(index=False):
+        verdicts.add_row(v.verdict, v[1], coloured(v.A, outcomes.get(v.A)), coloured(v.B, outcomes.get(v.B)),
+                         coloured(v.changed, "red" if v.changed else None))
+    if comparison.verdicts:
+        console.print(verdicts)
+    console.print(comparison.summary_line(), highlight=False)

@@ -36,6 +36,8 @@ class RunSide:
     packages: dict
     spec: dict  # the spec as the run ran it, or as `settings_read` says
     settings_read: str  # how both runs' settings were read: SETTINGS_AS_RUN, or from their text
+    # metric names judged beyond a kind's own rows: those the spec's verdicts use and those the user named
+    asked: frozenset[str] = frozenset()
 
     def measurement(self, name: str) -> dict | None:
         return next((m for m in self.spec.get("measurements", []) if m.get("name") == name), None)
@@ -135,6 +137,23 @@ def samples_row(measurement: str, subject: str, metric: str, a: np.ndarray, b: n
     problem = None if len(a) and len(b) else f"measured only in run {'A' if len(a) else 'B'}"
     return Row(measurement, subject, metric, value_a, value_b, lower_is_better, test, significant,
                machine_bound=machine_bound, problem=problem, note=note)
+
+def quantile_row(measurement: str, subject: str, metric: str, a: np.ndarray, b: np.ndarray, q: float, *,
+                 machine_bound: bool, note: str = "") -> Row:
+    """The q-th percentile of two samples (lower is better, as for a latency tail): significant
+    when the 99% bootstrap CI of the difference of the percentiles (each run resampled on its own)
+    leaves out 0. A rank test judges the whole distribution; a tail can move while the median stays."""
+    from breakout_core.stats import FALLBACK_CONFIDENCE, PERCENTILE_METHOD, independent_bootstrap_ci
+
+    def shift(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        return (np.percentile(y, q, axis=axis, method=PERCENTILE_METHOD)
+                - np.percentile(x, q, axis=axis, method=PERCENTILE_METHOD))
+
+    ci = independent_bootstrap_ci((a, b), shift, confidence=FALLBACK_CONFIDENCE, n_resamples=2_000)
+    test = f"bootstrap {ci.confidence:.0%} CI of B − A P{q:g} [{ci.low:.4g}, {ci.high:.4g}] (n {a.size}/{b.size})"
+    return Row(measurement, subject, metric, percentile(a, q), percentile(b, q), True, test,
+               ci.low > 0 or ci.high < 0, machine_bound=machine_bound, note=note)
+
 
 def percentile(values: np.ndarray | None, q: float) -> float | None:
     from breakout_core.stats import PERCENTILE_METHOD

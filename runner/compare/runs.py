@@ -2,8 +2,10 @@
 
 Every value shown for run A and run B is computed from the raw rows, and so is its
 significance:
-  latency      the samples of each runtime and batch size: a two-sided Mann-Whitney U,
-               significant at p < 0.002 (99% median intervals when too few samples)
+  latency      the samples of each runtime and batch size: P50 by a two-sided Mann-Whitney U,
+               significant at p < 0.002 (99% median intervals when too few samples); P95,
+               and P99 where a verdict or --metric names it, by a 99% bootstrap CI of the
+               difference of that percentile; the mean, where named, by Welch's t
   scores       the episodes of each policy or runtime: a paired bootstrap CI of the mean
                same-seed difference when both runs played the same seeds, otherwise
                Welch's t CI of the difference of the mean scores
@@ -14,6 +16,8 @@ significance:
                else Welch's t CI of the difference of the means: a bootstrap over a few
                repeats is far too narrow); one value per run, or too few seeds, cannot show
                significance and is marked so
+Each verdict is shown as both runs decided it; one that went from deployment-worthy to
+rejected or inconclusive is a regression as a worse row is.
 A significant change is marked better or worse only when it is also beyond `factor`
 (asv's default 1.1); parity, which has no noise, is judged by its tolerance alone.
 
@@ -29,7 +33,7 @@ better or worse.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import yaml
 
@@ -63,6 +67,30 @@ class CompareError(ValueError):
     """A request that cannot be compared as asked (unknown run, runs of two specs, too few runs)."""
 
 
+WORTHY = "deployment-worthy"
+FLIPPED_WORSE = ("rejected", "inconclusive")  # a worthy verdict that became one of these is a regression
+
+
+@dataclass(frozen=True)
+class VerdictPair:
+    """One verdict of the spec as each run decided it (None: not decided in that run)."""
+
+    verdict: str
+    measurement: str
+    candidate: str
+    baseline: str
+    outcome_a: str | None
+    outcome_b: str | None
+
+    @property
+    def flipped(self) -> bool:
+        return self.outcome_a != self.outcome_b
+
+    @property
+    def regressed(self) -> bool:
+        return self.outcome_a == WORTHY and self.outcome_b in FLIPPED_WORSE
+
+
 @dataclass
 class Comparison:
     a: RunSide
@@ -70,6 +98,7 @@ class Comparison:
     factor: float
     environment: list[tuple[str, str, str, bool]]  # (what, in A, in B, flagged)
     rows: list[Row] = field(default_factory=list)
+    verdicts: list[VerdictPair] = field(default_factory=list)
 
     @property
     def caution(self) -> str | None:
@@ -96,6 +125,30 @@ class Comparison:
         """Rows that got significantly worse beyond `factor` (timings only on the same machine)."""
         return [r for r in self.rows if r.changed_for_the_worse(factor)
                 and not (r.machine_bound and not self.same_machine)]
+
+    def gate_failures(self, factor: float) -> list[str]:
+        """Why `--fail-on-regression FACTOR` fails, one line each: a row worse beyond `factor`, or a
+        verdict that was deployment-worthy in A and is rejected or inconclusive in B."""
+        rows = [f"regression: {r.measurement} {r.subject} {r.metric}: {r.value_a:.4g} → {r.value_b:.4g} ({r.test})"
+                for r in self.regressions(factor)]
+        return rows + [f"verdict flipped: {v.verdict} ({v.candidate} vs {v.baseline}): {v.outcome_a} → {v.outcome_b}"
+                       for v in self.verdicts if v.regressed]
+
+    def totals(self) -> dict[str, int]:
+        """Rows by what their mark says, as asv compare sums them up."""
+        counts = {"worse": 0, "better": 0, "unchanged": 0, "not comparable": 0}
+        for row in self.rows:
+            key = {WORSE: "worse", BETTER: "better", NO_CHANGE: "unchanged"}.get(row.mark, "not comparable")
+            counts[key] += 1
+        return counts
+
+    def summary_line(self) -> str:
+        """One line: "n worse, n better, n unchanged, n not comparable; verdicts: n flipped"."""
+        rows = ", ".join(f"{n} {what}" for what, n in self.totals().items())
+        flipped = sum(v.flipped for v in self.verdicts)
+        regressed = sum(v.regressed for v in self.verdicts)
+        return (f"{rows}; verdicts: {flipped} of {len(self.verdicts)} flipped"
+                + (f" ({regressed} from {WORTHY})" if regressed else ""))
 
 
 # -- choosing the runs ---------------------------------------------------------------------------
@@ -167,8 +220,10 @@ def _environment(a: RunSide, b: RunSide) -> list[tuple[str, str, str, bool]]:
 # -- comparing -------------------------------------------------------------------------------------
 
 def compare_runs(store: Store, run_a: str | None, run_b: str | None, *, spec_name: str | None = None,
-                 factor: float = DEFAULT_FACTOR) -> Comparison:
-    """Every measurement of the runs' spec, metric by metric; raises CompareError for a wrong request."""
+                 factor: float = DEFAULT_FACTOR, metrics: tuple[str, ...] = ()) -> Comparison:
+    """Every measurement of the runs' spec, metric by metric, and every verdict as each run
+    decided it; `metrics` names metrics to judge beyond each kind's own rows (the statistics the
+    spec's verdicts use are judged without being named). Raises CompareError for a wrong request."""
     if factor < 1:
         raise CompareError(f"factor {factor:g} must be >= 1")
     with store.reader() as con:
@@ -177,6 +232,8 @@ def compare_runs(store: Store, run_a: str | None, run_b: str | None, *, spec_nam
         if a.spec_name != b.spec_name:
             raise CompareError(f"runs of different specs: {a.run_id} is {a.spec_name!r}, {b.run_id} is "
                                f"{b.spec_name!r}; compare asks one spec's question twice")
+        asked = _verdict_metrics(a.spec) | _verdict_metrics(b.spec) | set(metrics)
+        a, b = replace(a, asked=frozenset(asked)), replace(b, asked=frozenset(asked))
         comparison = Comparison(a, b, factor, _environment(a, b))
         run_problem = None
         if a.contract_hash != b.contract_hash:
@@ -185,9 +242,33 @@ def compare_runs(store: Store, run_a: str | None, run_b: str | None, *, spec_nam
         names += [m["name"] for m in b.spec.get("measurements", []) if m["name"] not in names]
         for name in names:
             comparison.rows += _measurement_rows(con, a, b, name, run_problem)
+        comparison.verdicts = _verdict_pairs(con, a.run_id, b.run_id)
+    shown = {r.metric for r in comparison.rows}
+    if unknown := [m for m in metrics if m not in shown]:
+        raise CompareError(f"--metric {unknown[0]}: not a metric of {a.spec_name}'s runs; they have "
+                           f"{', '.join(sorted(shown))}")
     for row in comparison.rows:
         row.mark = _mark(row, factor, comparison.same_machine)
     return comparison
+
+
+def _verdict_metrics(spec: dict) -> set[str]:
+    """The metric names a spec's verdicts judge by."""
+    return {metric for verdict in spec.get("verdicts") or [] for metric in verdict.get("deployment_worthy_when") or {}}
+
+
+def _verdict_pairs(con, id_a: str, id_b: str) -> list[VerdictPair]:
+    """Each verdict decided in either run, A's outcome beside B's, in the order of its name."""
+    decided: dict[str, dict] = {}
+    for label, run_id in (("a", id_a), ("b", id_b)):
+        for verdict, measurement, candidate, baseline, outcome in con.execute(
+                "SELECT verdict, measurement, candidate, baseline, outcome FROM verdicts WHERE run_id = ? "
+                "ORDER BY decided_at", [run_id]).fetchall():
+            entry = decided.setdefault(verdict, {"measurement": measurement, "candidate": candidate,
+                                                 "baseline": baseline, "a": None, "b": None})
+            entry[label] = outcome
+    return [VerdictPair(name, e["measurement"], e["candidate"], e["baseline"], e["a"], e["b"])
+            for name, e in sorted(decided.items())]
 
 
 def _measurement_rows(con, a: RunSide, b: RunSide, name: str, run_problem: str | None) -> list[Row]:

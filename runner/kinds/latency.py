@@ -23,7 +23,16 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from runner.compare.rows import Row, RunSide, differences, percentile, runtime_problem, unavailable_rows
+from runner.compare.rows import (
+    Row,
+    RunSide,
+    differences,
+    percentile,
+    quantile_row,
+    runtime_problem,
+    samples_row,
+    unavailable_rows,
+)
 from runner.kinds.kind import Kind
 from runner.kinds.shared.runtime_lifecycle import load_states, open_runtime
 from runner.kinds.shared.runtime_metrics import LATENCY_METRIC_NAMES as METRIC_NAMES
@@ -216,8 +225,6 @@ def report(con, run_id: str, m: LatencyMeasurement) -> list[Section]:
 # -- runner compare ---------------------------------------------------------------------------
 
 def compare_latency(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
-    from breakout_core.stats import sample_shift
-
     name = m_a["name"]
     samples, series = {}, {}
     for label, side in (("A", a), ("B", b)):
@@ -232,6 +239,7 @@ def compare_latency(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[R
             settings = dict(zip(columns, values))
             settings["input"] = _by_content(settings["input"])
             series[(label, settings.pop("runtime"), settings.pop("batch_size"))] = settings
+    statistics = judged_statistics(a.asked)
     rows = []
     for runtime, batch in sorted({(r, n) for _, r, n in samples}):
         subject = f"{runtime} b={batch}"
@@ -239,19 +247,53 @@ def compare_latency(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[R
         if sa is None or sb is None:
             problem = (runtime_problem(con, a, b, name, [runtime])
                        or f"measured only in run {'A' if sb is None else 'B'}")
-            rows.append(Row(name, subject, "p50_ms", percentile(sa, 50), percentile(sb, 50), True, "", None, machine_bound=True,
-                            problem=problem))
+            rows += [Row(name, subject, metric, _statistic(sa, metric), _statistic(sb, metric), True, "", None,
+                         machine_bound=True, problem=problem) for metric in statistics]
             continue
-        shift = sample_shift(sa, sb)
-        p95 = f"P95 {percentile(sa, 95):.4g} → {percentile(sb, 95):.4g} ms"
-        row = Row(name, subject, "p50_ms", percentile(sa, 50), percentile(sb, 50), True, shift.method, shift.significant,
-                  machine_bound=True, note=p95)
         settings = differences(series.get(("A", runtime, batch)), series.get(("B", runtime, batch)),
                                 {"timer_resolution_s"})
-        row.problem = (f"series settings differ: {'; '.join(settings)}" if settings
-                       else runtime_problem(con, a, b, name, [runtime]))
-        rows.append(row)
+        problem = (f"series settings differ: {'; '.join(settings)}" if settings
+                   else runtime_problem(con, a, b, name, [runtime]))
+        for metric in statistics:
+            row = _statistic_row(name, subject, metric, sa, sb)
+            row.problem = problem
+            rows.append(row)
     return rows + unavailable_rows(con, a, b, name, "p50_ms", {r for _, r, _ in samples})
+
+
+# the latency statistics compare can judge, by row metric: a percentile, or None for the mean
+STATISTICS = {"p50_ms": 50, "p95_ms": 95, "p99_ms": 99, "mean_ms": None}
+ALWAYS_JUDGED = ("p50_ms", "p95_ms")
+
+
+def judged_statistics(asked: frozenset[str]) -> list[str]:
+    """P50 and P95 always; P99 and the mean where a verdict or the user names them (as a verdict
+    metric, `latency_p99_ratio`, or as a row metric, `p99_ms`)."""
+    pattern = r"(?:latency_)?(p\d\d|mean)_(?:ms|ratio)"
+    named = {f"{m.group(1)}_ms" for name in asked if (m := re.fullmatch(pattern, name))}
+    return [metric for metric in STATISTICS if metric in ALWAYS_JUDGED or metric in named]
+
+
+def _statistic(values: np.ndarray | None, metric: str) -> float | None:
+    if values is None:
+        return None
+    q = STATISTICS[metric]
+    return float(np.mean(values)) if q is None else percentile(values, q)
+
+
+def _statistic_row(name: str, subject: str, metric: str, sa: np.ndarray, sb: np.ndarray) -> Row:
+    """P50 by asv's rank test on the whole samples; a tail percentile by a bootstrap of its own
+    difference; the mean by Welch's t."""
+    from breakout_core.stats import sample_shift
+
+    q = STATISTICS[metric]
+    if q == 50:
+        shift = sample_shift(sa, sb)
+        return Row(name, subject, metric, percentile(sa, 50), percentile(sb, 50), True, shift.method,
+                   shift.significant, machine_bound=True)
+    if q is None:
+        return samples_row(name, subject, metric, sa, sb, lower_is_better=True, machine_bound=True)
+    return quantile_row(name, subject, metric, sa, sb, q, machine_bound=True)
 
 def _by_content(input_text: str) -> str:
     """A latency input as recorded ("fixed states PATH (sha256 ...), ...") without its path: the same
