@@ -64,8 +64,9 @@ def _intro(comparison: Comparison) -> str:
     a, b = comparison.a, comparison.b
     runs = pd.DataFrame([{"run": label, "run id": s.run_id, "status": s.status, "started": str(s.started_at),
                           "contract": s.contract_hash} for label, s in (("A", a), ("B", b))])
-    env = pd.DataFrame([{"": "⚑ differs" if flagged else "", "what": what, "A": va, "B": vb}
-                        for what, va, vb, flagged in comparison.environment])
+    env = pd.DataFrame([{"": "⚑ differs" if va != vb else "", "what": what, "A": va, "B": vb}
+                        for what, va, vb, _ in comparison.environment if va != vb])
+    same = [(what, va) for what, va, vb, _ in comparison.environment if va == vb]
     machine = ("<p><b>Same machine</b> (host, CPU, GPU).</p>" if comparison.same_machine else
                "<p class='inconclusive'><b>Different machines</b>: timings are marked “different machine”, "
                "never better or worse.</p>")
@@ -75,7 +76,12 @@ def _intro(comparison: Comparison) -> str:
             + f"<p class='summary'><b>{html.escape(comparison.summary_line())}</b></p>"
             + table_html(runs) + machine + caution
             + "<h2>Verdicts of A and B</h2>" + _verdicts_table(comparison)
-            + "<h2>Where each run was made</h2>" + table_html(env))
+            + "<h2>Where each run was made</h2>"
+            + (table_html(env) if not env.empty else "<p>Nothing differs between the two runs' machines, packages, "
+                                                     "commits and settings.</p>")
+            + (f"<details class='same'><summary>{len(same)} the same in both runs: "
+               f"{html.escape(', '.join(what for what, _ in same))}</summary>"
+               + table_html(pd.DataFrame(same, columns=["what", "A and B"])) + "</details>" if same else ""))
 
 
 def _marked_table(frame: pd.DataFrame) -> str:
@@ -97,12 +103,22 @@ def _latency_section(con, comparison: Comparison, measurement: str) -> Section |
     if samples.empty:
         return None
     x = alt.X("ms:Q", scale=alt.Scale(type="log"), title="ms per call (log scale)")
-    ticks = alt.Chart().mark_tick(opacity=0.3, thickness=1).encode(x=x, y=alt.Y("run:N", title=None), color="run:N")
-    box = alt.Chart().mark_boxplot(extent="min-max", opacity=0.4, size=18).encode(x=x, y="run:N", color="run:N")
-    chart = alt.layer(box, ticks, data=samples).properties(width=620, height=70).facet(
-        row=alt.Row("series:N", title=None))
-    return Section(f"{measurement}: latency of A and B per series (every sample; box: quartiles and range)",
-                   charts=[chart.to_dict()])
+    chart = alt.layer(*_samples_under_box(x, "run:N"), data=samples).properties(width=620, height=70).facet(
+        row=alt.Row("series:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
+    return Section(f"{measurement}: latency of A and B per series (ticks: every sample; box on top: quartiles, "
+                   "median in black, whiskers to min and max)", charts=[chart.to_dict()])
+
+
+def _samples_under_box(x, y: str) -> list:
+    """Every sample as a faint mark, and above it, drawn last so the samples never hide it, a box
+    of the quartiles outlined in black with its median."""
+    alt = altair()
+    ticks = alt.Chart().mark_tick(opacity=0.15, thickness=1, size=12).encode(x=x, y=alt.Y(y, title=None), color=y)
+    box = alt.Chart().mark_boxplot(
+        extent="min-max", size=26, opacity=0.55, box={"stroke": "black", "strokeWidth": 1.5},
+        median={"color": "black", "strokeWidth": 2.5}, rule={"color": "black"}, ticks={"color": "black", "size": 14},
+    ).encode(x=x, y=y, color=alt.Color(y, legend=None))
+    return [ticks, box]
 
 
 def _scores_section(con, comparison: Comparison, measurement: str) -> Section | None:
@@ -115,12 +131,9 @@ def _scores_section(con, comparison: Comparison, measurement: str) -> Section | 
     scores = pd.concat(parts, ignore_index=True)
     if scores.empty:
         return None
-    x = alt.X("score:Q", title="raw score")
-    points = alt.Chart().mark_circle(size=35, opacity=0.6).encode(
-        x=x, y=alt.Y("run:N", title=None), color="run:N", tooltip=["run", "policy", "seed", "score"])
-    box = alt.Chart().mark_boxplot(extent="min-max", opacity=0.3, size=18).encode(x=x, y="run:N", color="run:N")
-    chart = alt.layer(box, points, data=scores).properties(width=620, height=70).facet(
-        row=alt.Row("policy:N", title=None))
+    x = alt.X("score:Q", title="raw score (points)")
+    chart = alt.layer(*_samples_under_box(x, "run:N"), data=scores).properties(width=620, height=70).facet(
+        row=alt.Row("policy:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
     return Section(f"{measurement}: episode scores of A and B per policy", charts=[chart.to_dict()])
 
 

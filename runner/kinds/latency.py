@@ -181,6 +181,7 @@ def metrics(con, run_id: str, m: LatencyMeasurement, candidate: str, baseline: s
 
 
 def report(con, run_id: str, m: LatencyMeasurement) -> list[Section]:
+    from runner.report.charts import log_histogram, ratio_dots
     from runner.report.html import MAX_CHART_POINTS, altair, table_html
 
     alt = altair()
@@ -200,7 +201,15 @@ def report(con, run_id: str, m: LatencyMeasurement) -> list[Section]:
                         "WHERE run_id = ? AND measurement = ? AND baseline = ? ORDER BY batch_size, candidate",
                         [run_id, m.name, m.baseline_runtime]).df()
     if not pairs.empty:
-        sections.append(Section(f"{m.name}: ratios to {m.baseline_runtime} (< 1: faster)", html=table_html(pairs)))
+        dots = pairs.melt(id_vars=["candidate", "batch_size"], value_vars=["p50_ratio", "p95_ratio", "p99_ratio",
+                                                                          "mean_ratio"], var_name="statistic",
+                          value_name="ratio")
+        dots["pair"] = dots["candidate"] + " b=" + dots["batch_size"].astype(str)
+        dots["statistic"] = dots["statistic"].str.removesuffix("_ratio")
+        chart = ratio_dots(dots, subject="pair", statistic="statistic", ratio="ratio",
+                           title=f"candidate ÷ {m.baseline_runtime} (log scale; < 1: faster, dashed: same)")
+        sections.append(Section(f"{m.name}: ratios to {m.baseline_runtime} (< 1: faster)", html=table_html(pairs),
+                                charts=[chart]))
     samples = con.execute("SELECT runtime, batch_size, round, sample, ms FROM latency_samples WHERE run_id = ? "
                           "AND measurement = ? ORDER BY runtime, batch_size, sample LIMIT ?",
                           [run_id, m.name, MAX_CHART_POINTS]).df()
@@ -213,12 +222,8 @@ def report(con, run_id: str, m: LatencyMeasurement) -> list[Section]:
         x="p50_ms:Q", y="series:N", tooltip=["series", "p50_ms"])
     p95 = alt.Chart(summary).mark_tick(color="red", thickness=3, size=22).encode(
         x="p95_ms:Q", y="series:N", tooltip=["series", "p95_ms"])
-    hist = alt.Chart(samples).mark_bar(opacity=0.6).encode(
-        x=alt.X("ms:Q", bin=alt.Bin(maxbins=60), title="ms per call"), y=alt.Y("count():Q", stack=None),
-        color="series:N")
     sections.append(Section(f"{m.name}: every sample (ticks), P50 in black, P95 in red; and the distribution",
-                            charts=[(strip + p50 + p95).properties(width=640).to_dict(),
-                                    hist.properties(width=640).to_dict()]))
+                            charts=[(strip + p50 + p95).properties(width=640).to_dict(), log_histogram(samples)]))
     return sections
 
 

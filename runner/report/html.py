@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import numbers
 import os
 from contextlib import suppress
 from functools import lru_cache
@@ -72,15 +73,26 @@ def blank_nulls(frame):
     return frame.astype(object).where(frame.notna(), "")
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Number) and not isinstance(value, bool)
+
+
 def table_html(frame, *, float_format: str = "{:.3f}") -> str:
-    """A pandas DataFrame as an HTML table (values escaped)."""
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    """A pandas DataFrame as an HTML table (values escaped): text left-aligned, numbers right-aligned
+    in class `num` cells, so that their digits line up; a column of numbers has a `num` header too."""
+    numeric = [any(_is_number(v) for v in values) and all(_is_number(v) or v == "" for v in values)
+               for values in (frame[c].tolist() for c in frame.columns)]
+    head = "".join(f"<th class='num'>{html.escape(str(c))}</th>" if n else f"<th>{html.escape(str(c))}</th>"
+                   for c, n in zip(frame.columns, numeric))
     body = []
     for row in frame.itertuples(index=False):
         cells = []
         for value in row:
-            text = float_format.format(value) if isinstance(value, float) else str(value)
-            cells.append(f"<td>{html.escape(text)}</td>")
+            if _is_number(value):
+                text = float_format.format(value) if isinstance(value, float) else str(value)
+                cells.append(f"<td class='num'>{html.escape(text)}</td>")
+            else:
+                cells.append(f"<td>{html.escape(str(value))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
@@ -100,8 +112,10 @@ def gif_figure(label: str, path: str) -> str:
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 1100px; color: #222; }
 table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.9rem; }
-th, td { border: 1px solid #ccc; padding: 0.25rem 0.6rem; text-align: right; }
-th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+th, td { border: 1px solid #ccc; padding: 0.25rem 0.6rem; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; } td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.verdicts td:nth-last-child(-n+2), table.verdicts td b { white-space: nowrap; }
+.question { font-size: 1.1rem; border-left: 4px solid #888; padding: 0.3rem 0.8rem; background: #f6f6f6; }
 .deployment-worthy { background: #d8f5d8; } .rejected { background: #f9d6d6; }
 .inconclusive { background: #fff2c4; } .unavailable { background: #e6e6e6; }
 code, pre { background: #f6f6f6; padding: 0.1rem 0.3rem; } pre { padding: 0.6rem; overflow-x: auto; }

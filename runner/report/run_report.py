@@ -35,15 +35,21 @@ def verdict_rows(con, run_id: str | None = None):
             "FROM verdicts "
             "WHERE run_id = ? ORDER BY verdict", [run_id]).df()
     return con.execute(
-        "SELECT host, contract_hash, spec_name, verdict, candidate, baseline, outcome, evidence->>'$.label' AS label, "
-        "reason, run_id, decided_at FROM latest_verdicts "
-        "ORDER BY host, contract_hash, spec_name, verdict").df()
+        "SELECT v.host, v.contract_hash, r.contract->>'$.name' AS contract_name, v.spec_name, v.verdict, v.candidate, "
+        "v.baseline, v.outcome, v.evidence->>'$.label' AS label, v.reason, v.run_id, v.decided_at "
+        "FROM latest_verdicts v JOIN runs r USING (run_id) "
+        "ORDER BY v.host, v.contract_hash, v.spec_name, v.verdict").df()
 
 
 def verdict_groups(frame):
     """(title, rows) per host and contract hash: one table never mixes machines or contracts."""
-    return [(f"host {host} · contract {contract}", group)
+    return [(f"host {host} · contract {_named(group)}{contract}", group)
             for (host, contract), group in frame.groupby(["host", "contract_hash"], sort=True, dropna=False)]
+
+
+def _named(group) -> str:
+    names = sorted({n for n in group["contract_name"] if isinstance(n, str) and n})
+    return f"{' / '.join(names)} " if names else ""
 
 
 def compared(row) -> str:
@@ -83,27 +89,68 @@ def build_run_report(store: Store, out_dir: Path, run_id: str | None = None, spe
             spec = spec_model().model_validate(read_spec_text(run["spec_text"]), context={"check_files": False})
         except Exception as exc:  # a spec the current code no longer accepts: show rows, not charts
             spec, spec_problem = None, described(exc)
-        sections = [_verdict_section(verdict_rows(con, run_id))]
+        verdicts = _verdict_section(verdict_rows(con, run_id))
+        sections = [Section("How this run was made", html=_provenance(run))]
         if spec is not None:
             for m in spec.measurements:
                 sections += KINDS[m.kind].report(con, run_id, m)
         else:
             sections.append(Section("Measurements", html=f"<p>The stored spec no longer validates ({html.escape(spec_problem)}).</p>"))
+    intro = (_question(spec.description if spec is not None else None)
+             + f"<p><b>run</b> {html.escape(run_id)} · <b>status</b> {html.escape(run['status'])}"
+             + (f" ({html.escape(run['error'] or '')})" if run["error"] else "")
+             + f" · <b>ended</b> {run['ended_at']}</p>"
+             + f"<h2>{html.escape(verdicts.title)}</h2>{verdicts.html}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / run_report_name(run["spec_name"], run_id)
+    write_whole(path, render_page(f"{run['spec_name']} — {run_id}", intro, sections).encode("utf-8"))
+    return path
+
+
+def run_report_name(spec_name: str, run_id: str) -> str:
+    """The file name of a run's report in its reports folder."""
+    return f"{spec_name}-{run_id}.html"
+
+
+def _question(description: str | None) -> str:
+    """The spec's `description`, the question the run answers, as the page's first words."""
+    if not description or not description.strip():
+        return "<p class='question'>This spec states no question (its <code>description</code> is empty).</p>"
+    return f"<p class='question'><b>The question:</b> {html.escape(description.strip())}</p>"
+
+
+def _provenance(run: dict) -> str:
     packages = json.loads(run["packages"] or "{}")
-    intro = (
-        f"<p><b>run</b> {html.escape(run_id)} · <b>status</b> {html.escape(run['status'])}"
-        + (f" ({html.escape(run['error'] or '')})" if run["error"] else "")
-        + f" · <b>started</b> {run['started_at']} · <b>ended</b> {run['ended_at']}</p>"
-        f"<p><b>contract</b> {html.escape(run['contract_hash'] or '')} · <b>commit</b> {html.escape(str(run['git_commit']))}"
+    return (
+        f"<p><b>started</b> {run['started_at']} · <b>ended</b> {run['ended_at']}</p>"
+        f"<p><b>contract</b> {html.escape(_contract_name(run.get('contract')))} "
+        f"{html.escape(run['contract_hash'] or '')}"
+        f" · <b>commit</b> {html.escape(str(run['git_commit']))}"
         f" · <b>host</b> {html.escape(run['host'])} · <b>cpu</b> {html.escape(str(run['cpu']))} · <b>gpu</b> {html.escape(str(run['gpu']))}</p>"
         f"<p><b>packages</b> {html.escape(', '.join(f'{k} {v}' for k, v in packages.items()))}</p>"
         f"<details><summary>spec {html.escape(run['spec_path'] or '')} ({html.escape(run['spec_hash'])})</summary>"
         f"<pre>{html.escape(run['spec_text'])}</pre></details>"
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{run['spec_name']}-{run_id}.html"
-    write_whole(path, render_page(f"{run['spec_name']} — {run_id}", intro, sections).encode("utf-8"))
-    return path
+
+
+def _contract_name(contract_json: str | None) -> str:
+    try:
+        name = json.loads(contract_json or "{}").get("name")
+    except (ValueError, AttributeError):
+        name = None
+    return name if isinstance(name, str) else ""
+
+
+def _minute(when) -> str:
+    """A decision time to the second, in UTC."""
+    return when.tz_convert("UTC").strftime("%Y-%m-%d %H:%M:%S") if hasattr(when, "tz_convert") else str(when)
+
+
+def _run_link(out_dir: Path, spec_name: str, run_id: str) -> str:
+    name = run_report_name(spec_name, run_id)
+    if (out_dir / name).is_file():
+        return f"<td><a href='{html.escape(name)}'>{html.escape(run_id)}</a></td>"
+    return f"<td>{html.escape(run_id)} <small>(no report here)</small></td>"
 
 
 def build_verdicts_report(store: Store, out_dir: Path):
@@ -113,14 +160,18 @@ def build_verdicts_report(store: Store, out_dir: Path):
     sections = []
     for title, group in verdict_groups(frame):
         rows = group.assign(compared=[compared(r) for r in group.itertuples()],
-                            outcome=[outcome_text(r) for r in group.itertuples()])
-        body = table_html(rows[["spec_name", "verdict", "compared", "outcome", "reason", "run_id"]])
+                            outcome=[outcome_text(r) for r in group.itertuples()],
+                            decided=[_minute(t) for t in group["decided_at"]])
+        body = table_html(rows[["spec_name", "verdict", "compared", "outcome", "reason", "run_id", "decided"]]).replace(
+            "<table>", "<table class='verdicts'>", 1)
         for r in group.itertuples():
             text = html.escape(outcome_text(r))
             body = body.replace(f"<td>{text}</td>", f"<td class='{r.outcome}'><b>{text}</b></td>")
+            body = body.replace(f"<td>{html.escape(r.run_id)}</td>", _run_link(out_dir, r.spec_name, r.run_id))
         sections.append(Section(title, html=body))
     intro = ("<p>Grouped by host and contract hash: a verdict reached on one machine or under one contract is "
-             "never shown as another's.</p>")
+             "never shown as another's. Each run links to its report in this folder where one was written "
+             "(<code>runner report RUN_ID</code> writes it); decided: when the verdict was decided (UTC).</p>")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "verdicts.html"
     write_whole(path, render_page("Verdicts (latest per spec, host and contract)", intro,
