@@ -297,3 +297,55 @@ def test_a_game_that_ends_while_the_database_is_busy_is_kept_and_stored_later(tm
             holder.kill()
             holder.wait()
     assert kept["game"]["game_id"] in games() and not (store.spool_root / "play").exists()
+
+
+def test_a_start_during_a_game_stores_it_as_abandoned_and_drops_its_late_actions(tmp_path):
+    """Start, two steps, start again: the first game comes back as `abandoned`, stored so, before
+    the new game's first state; an act still naming the first game is dropped unanswered, and
+    the new game steps once."""
+    store = Store(tmp_path / "play.duckdb")
+
+    async def scenario(server: PlayServer) -> tuple[str, dict, dict, dict]:
+        async with aiohttp.ClientSession() as session, _connect(session, server) as ws:
+            await ws.send_json({"type": "start", "seed": 3})
+            first = (await ws.receive_json(timeout=60))["game_id"]
+            for _ in range(2):
+                await ws.send_json({"type": "act", "human_action": 0, "agent_action": 1, "game_id": first})
+                assert (await ws.receive_json(timeout=60))["type"] == "state"
+            await ws.send_json({"type": "start", "seed": 4})
+            abandoned = await ws.receive_json(timeout=60)
+            new = await ws.receive_json(timeout=60)
+            await ws.send_json({"type": "act", "human_action": 0, "agent_action": 1, "game_id": first})  # late
+            await ws.send_json({"type": "act", "human_action": 0, "agent_action": 1, "game_id": new["game_id"]})
+            return first, abandoned, new, await ws.receive_json(timeout=60)
+
+    with PlayServer(store, MODEL, Contract(), port=0, pace_ms=0) as server:
+        first, abandoned, new, stepped = asyncio.run(scenario(server))
+    assert abandoned["type"] == "abandoned" and abandoned["stored"] == "now"
+    assert abandoned["game"]["game_id"] == first and abandoned["game"]["status"] == "abandoned"
+    assert stepped["type"] == "state" and stepped["game_id"] != first and stepped["seed"] == 4
+    assert stepped["agent"]["steps"] == new["agent"]["steps"] + 1  # the late act stepped nothing
+    steps = abandoned["game"]["agent_steps"]  # the no-op start's steps and the two acts
+    with store.reader() as con:
+        rows = con.execute("SELECT game_id, status, human_steps, agent_steps, human_ended_by, agent_ended_by "
+                           "FROM play_games").fetchall()
+    assert rows == [(first, "abandoned", steps, steps, "abandoned", "abandoned")]
+
+
+def test_games_stored_before_the_status_column_read_as_finished(tmp_path):
+    """A database whose play_games predates the status column: its rows read `finished`."""
+    import duckdb
+
+    from runner.play.server import MIGRATIONS
+
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    for _, sql in MIGRATIONS[:2]:
+        con.execute(sql)
+    con.execute("INSERT INTO play_games (game_id, started_at, finished_at, seed, contract_hash, contract, model_path, "
+                "model_sha256, provider, human_score, human_steps, human_ended_by, human_actions, agent_score, "
+                "agent_steps, agent_ended_by, agent_actions) VALUES ('g', now(), now(), 0, 'c', '{}', 'm', 's', "
+                "'wasm', 1, 2, 'game_over', '{}', 3, 4, 'game_over', '{}')")
+    con.execute(MIGRATIONS[2][1])
+    assert con.execute("SELECT status FROM play_games").fetchall() == [("finished",)]
+    con.close()

@@ -1,8 +1,11 @@
 // The play page: the server steps both games in the real ALE; this page draws the two
 // screens, reads the person's keys, and computes the agent's action with onnxruntime-web.
 // Each agent step: state arrives -> agent Q-values for that observation -> both actions
-// sent back; the next step is scheduled `pace` ms after the previous one was sent.
+// sent back; the next step is scheduled `pace` ms after the previous one was sent. One game
+// is stepped by one loop: Start during a game retires it (the server stores it as abandoned),
+// and a state or an action of a retired game goes no further.
 import { PageModel } from './ort_page.js';
+import { KeyLatch, qBars } from './play_view.js';
 
 const params = new URLSearchParams(location.search);
 const config = await (await fetch('/play/config.json')).json();
@@ -12,17 +15,19 @@ const ACTIONS = config.actions; // NOOP, FIRE, RIGHT, LEFT
 const $ = (id) => document.getElementById(id);
 $('seed').value = params.get('seed') ?? config.seed;
 
-const keys = new Set();
+let currentGame = null; // the game this page steps; null before the first and between games
+const retired = new Set(); // games Start left: their late states are not stepped
+const latch = new KeyLatch(ACTIONS);
 addEventListener('keydown', (e) => {
-  if (['ArrowLeft', 'ArrowRight', ' '].includes(e.key)) { keys.add(e.key); e.preventDefault(); }
+  if (!['ArrowLeft', 'ArrowRight', ' '].includes(e.key)) return;
+  e.preventDefault();
+  if (e.key === ' ' && currentGame === null && window.playPage?.ready) {
+    if (!e.repeat) start(); // space with no game on starts one, as Start does
+    return;
+  }
+  latch.down(e.key);
 });
-addEventListener('keyup', (e) => keys.delete(e.key));
-function humanAction() {
-  if (keys.has(' ')) return ACTIONS.indexOf('FIRE');
-  if (keys.has('ArrowRight') && !keys.has('ArrowLeft')) return ACTIONS.indexOf('RIGHT');
-  if (keys.has('ArrowLeft') && !keys.has('ArrowRight')) return ACTIONS.indexOf('LEFT');
-  return ACTIONS.indexOf('NOOP');
-}
+addEventListener('keyup', (e) => latch.up(e.key));
 
 // The game's own RGB screen (160x210 PNG), not the agent's 84x84 grayscale view.
 function draw(imgId, pngBase64) {
@@ -35,14 +40,15 @@ function stats(side) {
 }
 
 function showQ(q, chosen) {
-  if (!q) return;
-  const lo = Math.min(...q), hi = Math.max(...q), span = hi - lo || 1;
-  $('q').innerHTML = q.map((v, a) => {
+  const { top, bars } = qBars(q);
+  $('q').innerHTML = bars.map(({ value, percent, negative }, a) => {
     const cls = a === chosen ? 'chosen' : '';
-    const width = 10 + 90 * (v - lo) / span;
-    return `<span class="${cls}">${ACTIONS[a]}</span><span class="bar ${a === chosen ? 'chosen-bar' : ''}" style="width:${width}%"></span>` +
-      `<span class="${cls}">${v.toFixed(4)}</span>`;
+    const bar = `bar${a === chosen ? ' chosen-bar' : ''}${negative ? ' negative' : ''}`;
+    return `<span class="${cls}">${ACTIONS[a]}</span><span class="track"><span class="${bar}" style="width:${percent}%"></span></span>` +
+      `<span class="${cls} value">${value.toFixed(4)}</span>`;
   }).join('');
+  const negative = bars.some((b) => b.negative) ? '; a hatched bar is negative' : '';
+  $('q-scale').textContent = `bar length: Q-value on a scale from 0 to ${top.toFixed(4)} (the largest |Q|)${negative}`;
 }
 
 const model = await PageModel.load(config.model, provider);
@@ -54,22 +60,34 @@ $('runtime').textContent = `requested ${info.requested_provider}, ran on ${info.
 
 const ws = new WebSocket(`ws://${location.host}/play/ws`);
 await new Promise((resolve, reject) => { ws.onopen = resolve; ws.onerror = reject; });
-window.playPage = { games: [], steps: 0, errors: [], lastState: null, ready: true, info };
-$('status').textContent = 'ready: press Start';
+// acting: steps being computed now (one loop: never more than 1); mostActing: the most at once
+window.playPage = { games: [], steps: 0, errors: [], lastState: null, ready: true, info, acting: 0, mostActing: 0,
+  humanActions: Object.fromEntries(ACTIONS.map((a) => [a, 0])) };
+$('status').textContent = 'ready: press Start (or space) to play';
 
 let lastSent = 0;
 async function act(state) {
-  let agentAction = 0;
-  if (!state.agent.done) {
-    const q = await model.qValues(state.agent.obs, 1);
-    agentAction = q.indexOf(Math.max(...q));
-    showQ(q, agentAction);
+  const page = window.playPage;
+  page.acting++;
+  page.mostActing = Math.max(page.mostActing, page.acting);
+  try {
+    let agentAction = 0;
+    if (!state.agent.done) {
+      const q = await model.qValues(state.agent.obs, 1);
+      agentAction = q.indexOf(Math.max(...q));
+      showQ(q, agentAction);
+    }
+    const wait = Math.max(0, lastSent + pace - performance.now());
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    if (state.game_id !== currentGame) return; // Start was pressed meanwhile: this loop ends here
+    lastSent = performance.now();
+    const human = latch.take();
+    ws.send(JSON.stringify({ type: 'act', human_action: human, agent_action: agentAction, game_id: state.game_id }));
+    page.humanActions[ACTIONS[human]]++;
+    page.steps++;
+  } finally {
+    page.acting--;
   }
-  const wait = Math.max(0, lastSent + pace - performance.now());
-  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-  lastSent = performance.now();
-  ws.send(JSON.stringify({ type: 'act', human_action: humanAction(), agent_action: agentAction }));
-  window.playPage.steps++;
 }
 
 function show(msg) {
@@ -80,22 +98,42 @@ function show(msg) {
   $('agent-stats').textContent = stats(msg.agent);
 }
 
+function listGame(g, stored) {
+  $('games').insertAdjacentHTML('afterbegin', `<tr class="${g.status}"><td>${g.seed}</td><td>${g.human_score}</td><td>${g.agent_score}</td>` +
+    `<td>${g.human_ended_by}</td><td>${g.agent_ended_by}</td><td>${g.human_steps} / ${g.agent_steps}</td>` +
+    `<td>${g.agent_actions_unlike_cpu}</td><td>${g.status}</td><td>${stored}</td></tr>`);
+}
+
+// 'later': another process held the database; the server keeps the game and appends it when the file is free
+const storedText = (msg) => (msg.stored === 'now' ? 'stored' : 'the database is busy: kept and stored when it is free');
+
 ws.onmessage = async (event) => {
   const msg = JSON.parse(event.data);
   if (msg.type === 'state') {
+    if (retired.has(msg.game_id)) return; // a step of a game Start left, answered before the start
+    currentGame = msg.game_id;
     show(msg);
-    $('status').textContent = `game ${msg.game_id} · seed ${msg.seed}`;
+    const waiting = msg.human.done && !msg.agent.done;
+    $('human-side').classList.toggle('waiting', waiting);
+    $('human-banner').hidden = !waiting;
+    $('status').textContent = waiting
+      ? `your game is over (you scored ${msg.human.score}); the agent is still playing, step ${msg.agent.steps} · game ${msg.game_id}`
+      : `game ${msg.game_id} · seed ${msg.seed}`;
     await act(msg);
-  } else if (msg.type === 'over') {
-    show(msg);
+  } else if (msg.type === 'over' || msg.type === 'abandoned') {
     const g = msg.game;
     window.playPage.games.push({ ...g, stored: msg.stored });
-    // 'later': another process held the database; the server keeps the game and appends it when the file is free
-    const stored = msg.stored === 'now' ? 'game stored' : 'the database is busy: the game is kept and stored when it is free';
-    $('status').textContent = `game over: you ${g.human_score}, agent ${g.agent_score} · ${stored} (${g.game_id})`;
-    $('games').insertAdjacentHTML('afterbegin', `<tr><td>${g.seed}</td><td>${g.human_score}</td><td>${g.agent_score}</td>` +
-      `<td>${g.human_ended_by}</td><td>${g.agent_ended_by}</td><td>${g.human_steps} / ${g.agent_steps}</td>` +
-      `<td>${g.agent_actions_unlike_cpu}</td><td>${msg.stored}</td></tr>`);
+    listGame(g, msg.stored);
+    if (msg.type === 'over') {
+      if (currentGame === g.game_id) currentGame = null;
+      show(msg);
+      $('human-side').classList.remove('waiting');
+      $('human-banner').hidden = true;
+      $('status').textContent = `game over: you ${g.human_score}, agent ${g.agent_score} · game ${storedText(msg)} (${g.game_id}) · press Start (or space) to play again`;
+    } else {
+      $('status').textContent = `game ${g.game_id} abandoned at step ${g.agent_steps} (you ${g.human_score}, agent ${g.agent_score}): ` +
+        `${storedText(msg)} as abandoned · a new game starts`;
+    }
   } else if (msg.type === 'error') {
     window.playPage.errors.push(msg.message);
     $('status').textContent = `error: ${msg.message}`;
@@ -104,7 +142,15 @@ ws.onmessage = async (event) => {
 // the server closes the socket after telling why (an idle game, a failure); the status keeps that reason
 ws.onclose = () => { $('start').disabled = true; };
 
-$('start').onclick = () => {
+function start() {
+  if (currentGame !== null) retired.add(currentGame); // its loop stops at its next step
+  currentGame = null;
+  $('human-banner').hidden = true;
+  $('human-side').classList.remove('waiting');
   ws.send(JSON.stringify({ type: 'start', seed: Number($('seed').value) }));
+}
+
+$('start').onclick = () => {
+  start();
   $('start').blur();
 };

@@ -6,7 +6,12 @@ Over a WebSocket the page receives, each agent step, both screens (the game's RG
 as a PNG) and the agent's 4-frame 84x84 observation; it computes the agent's
 Q-values with onnxruntime-web in the page, reads the person's keys, and sends both actions
 back. The page paces the steps (15 a second by default: one agent step is 4 frames of a
-60 Hz game). When both games are over the server stores one row in `play_games`.
+60 Hz game). When both games are over the server stores one row in `play_games`, with
+status `finished`. A start while this socket's game is still on replaces it: the game left
+is stored with status `abandoned` (each unfinished side's `ended_by` is `abandoned`) and
+the page is told so before the new game's first state. A game left by closing the page is
+not stored. An act names the game it is for; one for a game this socket no longer plays
+(sent just before a start) is dropped unanswered, so one game is stepped by one loop.
 
 The agent's score is only as honest as the actions the page sends, so the server runs the
 same ONNX model with onnxruntime on the CPU on each observation it sent and counts the steps
@@ -22,8 +27,11 @@ command that writes to the database.
 
 Protocol (JSON text messages):
     page -> server  {"type": "start", "seed": int}
-                    {"type": "act", "human_action": 0-3, "agent_action": 0-3}
+                    {"type": "act", "human_action": 0-3, "agent_action": 0-3, "game_id": str}
+                    (game_id optional; an act for another game than this socket's is dropped)
     server -> page  {"type": "state", ...both sides...}    after start and each act
+                    {"type": "abandoned", "game": {...the row...}, "stored": ..., "stored_reason": ...}
+                                                           a start replaced a game still on
                     {"type": "over", ...both sides' last views..., "game": {...the row...},
                      "stored": "now" | "later", "stored_reason": null | str}
                     {"type": "error", "message": str}      a bad message (nothing is stepped),
@@ -85,7 +93,15 @@ MIGRATIONS = [
         ALTER TABLE play_games ADD COLUMN agent_actions_unlike_cpu INTEGER;
         """,
     ),
+    (
+        # 'finished': both games ended; 'abandoned': a new game was started while this one was on
+        "0902_play_games_status",
+        """
+        ALTER TABLE play_games ADD COLUMN status VARCHAR DEFAULT 'finished';
+        """,
+    ),
 ]
+FINISHED, ABANDONED = "finished", "abandoned"
 
 schema.declare("play", MIGRATIONS)
 
@@ -167,16 +183,19 @@ class PlayGame:
                 "human": self.human.view(with_obs=False), "agent": self.agent.view(with_obs=True)}
 
     def row(self, model_path: Path, model_sha256: str, provider: str) -> dict[str, Any]:
+        """The game's row: finished when both sides are over, else abandoned (its open sides too)."""
+        status = FINISHED if self.over else ABANDONED
         return {
             "game_id": self.game_id, "started_at": self.started_at, "finished_at": utcnow(), "seed": self.seed,
             "contract_hash": self.contract.hash, "contract": json.dumps(self.contract.to_dict()),
             "model_path": str(model_path), "model_sha256": model_sha256, "provider": provider,
-            "human_score": self.human.score, "human_steps": self.human.steps, "human_ended_by": self.human.ended_by,
-            "human_actions": self.human.action_counts(),
-            "agent_score": self.agent.score, "agent_steps": self.agent.steps, "agent_ended_by": self.agent.ended_by,
-            "agent_actions": self.agent.action_counts(),
+            "human_score": self.human.score, "human_steps": self.human.steps,
+            "human_ended_by": self.human.ended_by or ABANDONED, "human_actions": self.human.action_counts(),
+            "agent_score": self.agent.score, "agent_steps": self.agent.steps,
+            "agent_ended_by": self.agent.ended_by or ABANDONED, "agent_actions": self.agent.action_counts(),
             "agent_actions_from": f"page: onnxruntime-web {provider}",
             "agent_actions_unlike_cpu": self.agent_unlike_cpu,
+            "status": status,
         }
 
 
@@ -265,12 +284,16 @@ class PlayServer:
                                 raise ValueError(f"{MAX_OPEN_GAMES} games are open, the most this server plays "
                                                  "at once; finish one or try later")
                             self.open_games, seated = self.open_games + 1, True
-                        game = None  # a start replaces this socket's game: its emulators go first
+                        if game is not None:  # a start replaces this socket's game: stored as abandoned
+                            await ws.send_json(await self._over(game, "abandoned"))
+                        game = None  # its emulators go before the new game's are made
                         # two emulators set up and played through the no-op start: off the event loop,
                         # which serves every other player and page meanwhile
                         game = await asyncio.to_thread(PlayGame, self.contract, seed, self.cpu_model)
                         await ws.send_json(await asyncio.to_thread(game.state))
                     elif kind == "act":
+                        if "game_id" in message and (game is None or message["game_id"] != game.game_id):
+                            continue  # sent for a game this socket left: dropped, so no second loop steps
                         if game is None:
                             raise ValueError("send {'type': 'start', 'seed': N} before any action")
                         game.step(_action(message, "human_action"), _action(message, "agent_action"))
@@ -294,11 +317,11 @@ class PlayServer:
             await ws.close()
         return ws
 
-    async def _over(self, game: PlayGame) -> dict[str, Any]:
-        """A finished game's last message, once its row is stored or kept to be stored later."""
+    async def _over(self, game: PlayGame, kind: str = "over") -> dict[str, Any]:
+        """A finished (or abandoned) game's last message, once its row is stored or kept to be stored later."""
         row = game.row(self.model, self.model_sha256, self.provider)
         stored, reason = await asyncio.to_thread(self._store, row)
-        return {**game.state(), "type": "over", "game": _jsonable(row), "stored": stored, "stored_reason": reason}
+        return {**game.state(), "type": kind, "game": _jsonable(row), "stored": stored, "stored_reason": reason}
 
     def _store(self, row: dict[str, Any]) -> tuple[str, str | None]:
         """Append a finished game's row: ("now", None); or, while another process holds the
