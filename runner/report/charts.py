@@ -23,8 +23,10 @@ def log_histogram(samples: pd.DataFrame, *, value: str = "ms", group: str = "ser
              .transform_calculate(bin_from="pow(10, datum.log_from)", bin_to="pow(10, datum.log_to)")
              .mark_bar(opacity=0.8)
              .encode(x=alt.X("bin_from:Q", scale=alt.Scale(type="log"), title=span), x2="bin_to:Q",
-                     y=alt.Y("calls:Q", title="calls in bin"), y2=alt.datum(0), color=alt.Color(f"{group}:N", legend=None),
-                     tooltip=[alt.Tooltip(f"{group}:N"), alt.Tooltip("bin_from:Q", title=f"from ({unit})", format=".4g"),
+                     y=alt.Y("calls:Q", title="calls in bin"), y2=alt.datum(0),
+                     color=alt.Color(f"{group}:N", legend=None),
+                     tooltip=[alt.Tooltip(f"{group}:N"),
+                              alt.Tooltip("bin_from:Q", title=f"from ({unit})", format=".4g"),
                               alt.Tooltip("bin_to:Q", title=f"to ({unit})", format=".4g"), alt.Tooltip("calls:Q")])
              .properties(width=640, height=70)
              .facet(row=alt.Row(f"{group}:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left"))))

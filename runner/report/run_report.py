@@ -95,7 +95,8 @@ def build_run_report(store: Store, out_dir: Path, run_id: str | None = None, spe
             for m in spec.measurements:
                 sections += KINDS[m.kind].report(con, run_id, m)
         else:
-            sections.append(Section("Measurements", html=f"<p>The stored spec no longer validates ({html.escape(spec_problem)}).</p>"))
+            sections.append(Section("Measurements", html="<p>The stored spec no longer validates "
+                                                         f"({html.escape(spec_problem)}).</p>"))
     intro = (_question(spec.description if spec is not None else None)
              + f"<p><b>run</b> {html.escape(run_id)} · <b>status</b> {html.escape(run['status'])}"
              + (f" ({html.escape(run['error'] or '')})" if run["error"] else "")
@@ -126,7 +127,8 @@ def _provenance(run: dict) -> str:
         f"<p><b>contract</b> {html.escape(_contract_name(run.get('contract')))} "
         f"{html.escape(run['contract_hash'] or '')}"
         f" · <b>commit</b> {html.escape(str(run['git_commit']))}"
-        f" · <b>host</b> {html.escape(run['host'])} · <b>cpu</b> {html.escape(str(run['cpu']))} · <b>gpu</b> {html.escape(str(run['gpu']))}</p>"
+        f" · <b>host</b> {html.escape(run['host'])} · <b>cpu</b> {html.escape(str(run['cpu']))}"
+        f" · <b>gpu</b> {html.escape(str(run['gpu']))}</p>"
         f"<p><b>packages</b> {html.escape(', '.join(f'{k} {v}' for k, v in packages.items()))}</p>"
         f"<details><summary>spec {html.escape(run['spec_path'] or '')} ({html.escape(run['spec_hash'])})</summary>"
         f"<pre>{html.escape(run['spec_text'])}</pre></details>"
