@@ -16,12 +16,13 @@ const $ = (id) => document.getElementById(id);
 $('seed').value = params.get('seed') ?? config.seed;
 
 let currentGame = null; // the game this page steps; null before the first and between games
+let gameOn = false; // a game is on or being started: space serves rather than starting another
 const retired = new Set(); // games Start left: their late states are not stepped
 const latch = new KeyLatch(ACTIONS);
 addEventListener('keydown', (e) => {
   if (!['ArrowLeft', 'ArrowRight', ' '].includes(e.key)) return;
   e.preventDefault();
-  if (e.key === ' ' && currentGame === null && window.playPage?.ready) {
+  if (e.key === ' ' && !gameOn && window.playPage?.ready) {
     if (!e.repeat) start(); // space with no game on starts one, as Start does
     return;
   }
@@ -125,10 +126,13 @@ ws.onmessage = async (event) => {
     window.playPage.games.push({ ...g, stored: msg.stored });
     listGame(g, msg.stored);
     if (msg.type === 'over') {
-      if (currentGame === g.game_id) currentGame = null;
-      show(msg);
-      $('human-side').classList.remove('waiting');
-      $('human-banner').hidden = true;
+      if (currentGame === g.game_id) { // not a game that ended just as Start was pressed
+        currentGame = null;
+        gameOn = false;
+        show(msg);
+        $('human-side').classList.remove('waiting');
+        $('human-banner').hidden = true;
+      }
       $('status').textContent = `game over: you ${g.human_score}, agent ${g.agent_score} · game ${storedText(msg)} (${g.game_id}) · press Start (or space) to play again`;
     } else {
       $('status').textContent = `game ${g.game_id} abandoned at step ${g.agent_steps} (you ${g.human_score}, agent ${g.agent_score}): ` +
@@ -145,6 +149,7 @@ ws.onclose = () => { $('start').disabled = true; };
 function start() {
   if (currentGame !== null) retired.add(currentGame); // its loop stops at its next step
   currentGame = null;
+  gameOn = true;
   $('human-banner').hidden = true;
   $('human-side').classList.remove('waiting');
   ws.send(JSON.stringify({ type: 'start', seed: Number($('seed').value) }));
