@@ -31,7 +31,8 @@ def check_lineage(ctx, names) -> None:
         artifact = artifacts[name]
         recorded = None
         if artifact.type == "onnx":
-            from breakout_core.export import META_PREFIX, inspect_onnx
+            from breakout_core.export import inspect_onnx
+            from breakout_core.onnx_checks import META_PREFIX
 
             recorded = inspect_onnx(artifact.path).metadata.get(META_PREFIX + "checkpoint_sha256") or None
         elif artifact.type == "fixed_states":
