@@ -92,7 +92,7 @@ class OnnxInfo:
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
     opset: int
-    precision: str  # from the initializers: "fp16" when any float weight is float16
+    precision: str  # from the initializers: "fp16" when any float weight is float16, else "int8" with int8 weights
     node_count: int
     op_types: tuple[str, ...]
     metadata: dict[str, str]
@@ -131,7 +131,8 @@ def export_onnx(
             try:
                 import onnxscript  # noqa: F401  (the dynamo exporter's dependency; a clear error here)
             except ImportError as exc:
-                raise ExportError(f"the dynamo ONNX exporter needs onnxscript ({exc}); pip install onnxscript") from None
+                raise ExportError(f"the dynamo ONNX exporter needs onnxscript ({exc}); "
+                                  "pip install onnxscript") from None
             with _quiet_exporter():
                 program = torch.onnx.export(
                     network,
@@ -169,7 +170,8 @@ def export_onnx(
         "architecture": getattr(network, "architecture", "unknown"),
         "contract_hash": contract_hash or "",
         "checkpoint_sha256": checkpoint_sha or "",
-        "exporter": f"torch.onnx.export({'dynamo=True' if exporter == 'dynamo' else 'dynamo=False'}) torch {torch.__version__}",
+        "exporter": f"torch.onnx.export({'dynamo=True' if exporter == 'dynamo' else 'dynamo=False'}) "
+                    f"torch {torch.__version__}",
         "preprocessing": "uint8 -> float32, / 255, inside the graph",
     })
     fp32 = _artifact(onnx_path, "fp32")
@@ -215,11 +217,13 @@ def convert_to_fp16(onnx_path: str | Path, fp16_path: str | Path) -> tuple[OnnxA
         from onnxconverter_common import __version__ as occ_version
         from onnxconverter_common import float16
     except ImportError as exc:
-        raise ExportError(f"FP16 conversion needs onnxconverter-common ({exc}); pip install onnxconverter-common") from None
+        raise ExportError(f"FP16 conversion needs onnxconverter-common ({exc}); "
+                          "pip install onnxconverter-common") from None
     model = onnx.load(onnx_path)
     input_casts = [n.name for n in model.graph.node if n.op_type == "Cast" and INPUT_NAME in n.input]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "float32 number ... will be truncated": expected for tiny weights
+        # "float32 number ... will be truncated": expected for tiny weights
+        warnings.simplefilter("ignore", UserWarning)
         model16 = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=input_casts)
     checks = _check_model(model16, "fp16")
     checks += save_checked(model16, fp16_path, {
@@ -259,7 +263,8 @@ def _info(model) -> OnnxInfo:
 
     float_types = [i.data_type for i in model.graph.initializer
                    if i.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)]
-    precision = "fp16" if onnx.TensorProto.FLOAT16 in float_types else "fp32"
+    integer_weights = any(i.data_type == onnx.TensorProto.INT8 for i in model.graph.initializer)
+    precision = "fp16" if onnx.TensorProto.FLOAT16 in float_types else "int8" if integer_weights else "fp32"
     return OnnxInfo(
         inputs=tensors(model.graph.input),
         outputs=tensors(model.graph.output),
@@ -285,7 +290,8 @@ def _check_model(model, precision: str) -> list[str]:
         raise ExportError(f"output must be {OUTPUT_NAME} float32 (B, 4), got {out}")
     checks.append(f"io: {INPUT_NAME} uint8 {list(inp.shape)} -> {OUTPUT_NAME} float32 {list(out.shape)}")
     if not (isinstance(inp.shape[0], str) and inp.shape[0] and inp.shape[0] == out.shape[0]):
-        raise ExportError(f"batch axis must be dynamic and shared by input and output, got {inp.shape[0]!r} -> {out.shape[0]!r}")
+        raise ExportError(f"batch axis must be dynamic and shared by input and output, "
+                          f"got {inp.shape[0]!r} -> {out.shape[0]!r}")
     checks.append(f"dynamic batch axis {inp.shape[0]!r}")
     if info.precision != precision:
         raise ExportError(f"expected {precision} weights, the initializers say {info.precision}")

@@ -192,6 +192,7 @@ def quantize_int8(
             "int8_calibration_options": ",".join(f"{k}={v}" for k, v in calibration_options.items()),
             "int8_per_channel": per_channel,
             "int8_nodes_excluded": ",".join(excluded),
+            "int8_nodes_quantized": ",".join(quantized),
             "int8_quantizer": f"onnxruntime {ort.__version__} onnxruntime.quantization",
             "int8_source_sha256": source_sha256,
         }, preprocessing=scaled_input is not None)
