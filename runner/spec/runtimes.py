@@ -37,7 +37,7 @@ class ArtifactSpec(StrictModel):
     path: str = Field(description="relative to the spec file")
     made_by: Name | None = Field(default=None, description="the spec that writes this file; this spec's own name "
                                  "marks an output of one of its export measurements")
-    precision: Literal["fp32", "fp16"] = Field(default="fp32", description="weights of an ONNX file")
+    precision: Literal["fp32", "fp16", "int8"] = Field(default="fp32", description="weights of an ONNX file")
 
     @field_validator("path")
     @classmethod
@@ -105,7 +105,7 @@ RuntimeConfig = Annotated[Union[tuple(RUNTIME_CONFIGS.values())], Field(discrimi
 
 
 def runtime_precision(spec, name: str) -> str:
-    """'fp32' or 'fp16': what the runtime computes in (its own option, or its file's)."""
+    """'fp32', 'fp16' or 'int8': what the runtime computes in (its own option, or its file's)."""
     config = spec.runtimes[name]
     return config.backend.precision(config.options(), spec.artifacts[config.artifact].precision)
 
