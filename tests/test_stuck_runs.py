@@ -80,7 +80,7 @@ def test_mark_interrupted_by_hand(tmp_path):
     assert again.returncode == 0 and "stuck was interrupted already: marked interrupted by hand" in again.stdout
     assert_one_line_usage_error(runner("mark-interrupted", "nope", "--db", str(path), cwd=tmp_path), "no run 'nope'")
     mistyped = runner("mark-interrupted", "stuck", "--db", "nowhere.duckdb", cwd=tmp_path)
-    assert mistyped.returncode == 1 and "no results database here yet" in mistyped.stderr
+    assert mistyped.returncode == 3 and "no results database here yet" in mistyped.stderr
     assert not (tmp_path / "nowhere.duckdb").exists()
     assert_one_line_usage_error(runner("mark-interrupted", "alive", "--db", str(path), cwd=tmp_path),
                                 "alive", "another-host")
