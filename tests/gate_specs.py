@@ -63,3 +63,23 @@ def parity_gate(folder: Path, candidate: Path, name: str = "my_model_parity") ->
     path.write_text(PARITY_GATE.format(name=name, states=STATES, candidate=candidate, reference=REFERENCE_ONNX),
                     encoding="utf-8")
     return path
+
+
+def gate_runs(folder: Path) -> tuple[Path, str, str]:
+    """A results database in `folder` holding two finished runs of the gate, made through the CLI:
+    (database, id of the run that rejected a perturbed model, id of the run that passed the shipped one)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from runner.cli.commands import main
+
+    db = folder / "gate.duckdb"
+    ids = []
+    for name, candidate in (("perturbed_gate", perturbed_onnx(folder / "perturbed.onnx")),
+                            ("reference_gate", REFERENCE_ONNX)):
+        result = CliRunner().invoke(main, ["run", str(parity_gate(folder, candidate, name)), "--db", str(db),
+                                           "--reports", str(folder / "reports"), "--json"])
+        assert result.exit_code == 0, result.output
+        ids.append(json.loads(result.stdout)["run_id"])
+    return db, ids[0], ids[1]
