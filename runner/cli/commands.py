@@ -223,8 +223,7 @@ def runs(db: Path | None, limit: int, spec_name: str | None, status: str | None,
     """List the latest runs, how long each took and what its verdicts said (a run whose process is
     gone shows as interrupted; the next writing command stores it so)."""
     from runner.cli.run_ids import resolve_spec
-    from runner.cli.runs_listing import list_runs, runs_table
-    from runner.cli.terminal import table_console
+    from runner.cli.runs_listing import list_runs, print_runs
 
     store = _store(db)
     with store.reader() as con:
@@ -233,8 +232,7 @@ def runs(db: Path | None, limit: int, spec_name: str | None, status: str | None,
     if as_json:
         emit_json({"runs": listed})
         return
-    table_console().print(runs_table(listed))
-    click.echo(f"{len(listed)} run(s)")
+    print_runs(listed)
 
 
 @main.command()

@@ -45,23 +45,32 @@ def list_runs(store: Store, con, *, spec_name: str | None, status: str | None, l
     return runs
 
 
+def print_runs(runs: list[dict]) -> None:
+    """The runs as a terminal table, then why each run that failed or was interrupted did so,
+    one run a line (an error is too long for a column of a narrow terminal)."""
+    from runner.cli.terminal import table_console
+
+    console = table_console()
+    console.print(runs_table(runs))
+    for run in runs:
+        if run["error"]:
+            console.print(f"{run['run_id']} {run['status']}: {run['error']}", highlight=False)
+    console.print(f"{len(runs)} run(s)", highlight=False)
+
+
 def runs_table(runs: list[dict]) -> Table:
-    """The runs as a terminal table. The run id and each line of the verdicts never fold (they are
-    there to be copied and read); the contract hash is cut short and the other columns fold first,
-    and times are shown to the minute. The error column is there when some run has one."""
-    verdict_lines = ["\n".join(f"{n} {o}" for o, n in run["verdicts"].items()) for run in runs]
+    """The run id and each line of the verdicts never fold (they are there to be copied and
+    read); the contract hash is cut short and the spec and start time fold first; times are
+    shown to the minute."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("run_id", "spec", "status", "started", "took", "verdicts", "contract"):
         table.add_column(name, no_wrap=name in ("run_id", "status", "took", "verdicts"),
                          overflow="ellipsis" if name == "contract" else "fold",
                          min_width=len("2026-12-06") if name == "started" else None)  # folds at its space
-    errors = any(run["error"] for run in runs)
-    if errors:
-        table.add_column("error", overflow="fold")
-    for run, verdicts in zip(runs, verdict_lines):
-        cells = [run["run_id"], run["spec_name"], run["status"], _minute(run["started_at"]),
-                 _duration(run["duration_s"]), verdicts, run["contract_hash"] or ""]
-        table.add_row(*cells, *([run["error"] or ""] if errors else []))
+    for run in runs:
+        table.add_row(run["run_id"], run["spec_name"], run["status"], _minute(run["started_at"]),
+                      _duration(run["duration_s"]), "\n".join(f"{n} {o}" for o, n in run["verdicts"].items()),
+                      run["contract_hash"] or "")
     return table
 
 
