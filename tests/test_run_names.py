@@ -99,7 +99,7 @@ def test_runs_fit_100_columns_without_folding_a_run_id(gate):
         assert run_id in text, text  # whole, on one line
     header = next(line for line in text.splitlines() if "run_id" in line)
     assert "took" in header and "verdicts" in header
-    assert "20250101-000000-abcdef failed: RuntimeError: the runtime crashed" in text
+    assert "20250101-000000-abcdef: RuntimeError: the runtime crashed" in text
     row = next(line for line in text.splitlines() if rejected in line)
     assert re.search(r"\d+\.\d s", row) and "1 rejected" in row
     assert "1 deployment-worthy" in text

@@ -54,7 +54,7 @@ def print_runs(runs: list[dict]) -> None:
     console.print(runs_table(runs))
     for run in runs:
         if run["error"]:
-            console.print(f"{run['run_id']} {run['status']}: {run['error']}", highlight=False)
+            console.print(f"{run['run_id']}: {run['error']}", highlight=False)
     console.print(f"{len(runs)} run(s)", highlight=False)
 
 
