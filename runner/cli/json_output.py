@@ -3,13 +3,10 @@ command's document are listed in docs/json_output.md."""
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import decimal
 import json
 import math
-import uuid
-from pathlib import Path
+import numbers
 from typing import Any
 
 import click
@@ -33,15 +30,17 @@ def json_value(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        return json_value(float(value))
     if isinstance(value, (bytes, bytearray, memoryview)):
+        import base64
+
         return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, (Path, uuid.UUID)):
-        return str(value)
-    if hasattr(value, "item"):  # a numpy scalar (or pandas' NA-free equivalent)
+    if isinstance(value, numbers.Integral):  # numpy's integers
+        return int(value)
+    if isinstance(value, numbers.Number):  # a DECIMAL column, numpy's floats
+        return json_value(float(value))
+    if hasattr(value, "item"):  # numpy's bool
         return json_value(value.item())
-    return str(value)
+    return str(value)  # a path, a UUID
 
 
 def emit_json(document: dict) -> None:
