@@ -110,7 +110,7 @@ def test_run_sql_report_and_verdicts(tmp_path, checkpoint, write_spec):
 
 def test_user_mistakes_exit_non_zero_without_traceback(tmp_path, write_spec):
     missing_db = runner("runs", "--db", str(tmp_path / "none.duckdb"), cwd=tmp_path)
-    assert missing_db.returncode == 1 and "no results database" in missing_db.stderr
+    assert missing_db.returncode == 3 and "no results database" in missing_db.stderr
     bad_spec = runner("run", str(write_spec("name: x\nmeasurements: []\n")), "--db", str(tmp_path / "r.duckdb"),
                       cwd=tmp_path)
     assert bad_spec.returncode == 2 and "measurements" in bad_spec.stderr

@@ -15,8 +15,8 @@ import pytest
 from test_end_to_end import TINY, runner
 
 from breakout_core.files import NoSpaceLeft
-from runner.store.database import Store, StoreDamaged
 from runner.spec.yaml_source import MAX_SPEC_BYTES
+from runner.store.database import Store, StoreDamaged
 
 READ_COMMANDS = (("runs",), ("sql", "SELECT count(*) FROM episodes"), ("report", "--verdicts"))
 
@@ -35,16 +35,19 @@ def _one_line_error(result: subprocess.CompletedProcess, *mentions: str) -> str:
     return lines[0]
 
 
-def _database_with_rows(path: Path, episodes: int = 100_000) -> Path:
-    """A results database of one finished run with many episode rows (several MB of blocks)."""
+def _database_with_rows(path: Path, episodes: int = 100_000, runs: tuple[str, ...] = ("r1",)) -> Path:
+    """A results database of finished runs of one spec (`runs`), the first with many episode rows
+    (several MB of blocks)."""
     store = Store(path)
-    store.begin_run({"run_id": "r1", "spec_name": "s", "spec_hash": "h", "spec_text": "name: s\n", "host": "h"})
+    for run_id in runs:
+        store.begin_run({"run_id": run_id, "spec_name": "s", "spec_hash": "h", "spec_text": "name: s\n", "host": "h"})
     rng = random.Random(0)
     store.append_rows("episodes", [
         {"run_id": "r1", "measurement": "m", "policy": "p", "seed": i, "score": rng.random() * 100, "steps": 10,
          "frames": 40, "ended_by": "game_over", "action_noop": 1, "action_fire": 2, "action_right": 3,
          "action_left": 4, "wall_s": 0.1, "contract_hash": "c"} for i in range(episodes)])
-    store.finish_run("r1", "done")
+    for run_id in runs:
+        store.finish_run(run_id, "done")
     return path
 
 
@@ -70,7 +73,7 @@ def test_read_commands_leave_the_database_bytes_unchanged(tmp_path, checkpoint, 
 def damaged(tmp_path_factory) -> dict[str, Path]:
     """The same database cut to half its length, and with garbage written over a third of its blocks."""
     folder = tmp_path_factory.mktemp("damaged")
-    good = _database_with_rows(folder / "good.duckdb")
+    good = _database_with_rows(folder / "good.duckdb", runs=("r1", "r2"))  # two, for `runner compare`
     data = good.read_bytes()
     cut = folder / "cut.duckdb"
     cut.write_bytes(data[: len(data) // 2])
@@ -97,7 +100,7 @@ def test_a_damaged_database_is_one_line_from_every_command(tmp_path, damaged, ki
         line = _one_line_error(runner(*command, "--db", str(db), cwd=tmp_path), "damaged or unreadable", str(db))
         assert line, command
     with Store(damaged["cut"]).reader() as con:  # the rows a read does not need still read
-        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
     assert not (tmp_path / "ex").exists()
 
 
@@ -114,8 +117,8 @@ def small_disk(tmp_path) -> Iterator[Path]:
     """A 2 MB tmpfs; a test fills it to make writes fail with ENOSPC."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=False, capture_output=True,
-                          text=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=False,
+                          capture_output=True, text=True)
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {made.stderr.strip()}")
     try:

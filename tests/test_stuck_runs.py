@@ -6,15 +6,15 @@ from __future__ import annotations
 import os
 import socket
 import time
-import pytest
 from datetime import timedelta
 
 import duckdb
-
-from runner.store.heartbeat import Heartbeat
-from runner.store.database import STALE_AFTER_S, Store, utcnow
+import pytest
 from test_cli_inputs import assert_one_line_usage_error
 from test_end_to_end import runner
+
+from runner.store.database import STALE_AFTER_S, Store, utcnow
+from runner.store.heartbeat import Heartbeat
 
 
 def _run(store: Store, run_id: str, *, host: str, pid: int, beat_age_s: float) -> None:
@@ -80,7 +80,7 @@ def test_mark_interrupted_by_hand(tmp_path):
     assert again.returncode == 0 and "stuck was interrupted already: marked interrupted by hand" in again.stdout
     assert_one_line_usage_error(runner("mark-interrupted", "nope", "--db", str(path), cwd=tmp_path), "no run 'nope'")
     mistyped = runner("mark-interrupted", "stuck", "--db", "nowhere.duckdb", cwd=tmp_path)
-    assert mistyped.returncode == 1 and "no results database here yet" in mistyped.stderr
+    assert mistyped.returncode == 3 and "no results database here yet" in mistyped.stderr
     assert not (tmp_path / "nowhere.duckdb").exists()
     assert_one_line_usage_error(runner("mark-interrupted", "alive", "--db", str(path), cwd=tmp_path),
                                 "alive", "another-host")

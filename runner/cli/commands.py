@@ -6,7 +6,6 @@ Heavy modules (torch, duckdb, altair) are imported inside the commands, so `runn
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -16,10 +15,9 @@ import click
 from breakout_core.contract import CONTRACTS
 from breakout_core.files import is_no_space
 from breakout_core.messages import first_line
-
-EXIT_USAGE = 2  # a spec or an argument is wrong
-EXIT_FAILED = 1  # the run itself failed, or the database refused
-EXIT_INTERRUPTED = 130
+from runner.cli.exit_codes import ExitCode, fail, store_error_code
+from runner.cli.json_output import emit_json, json_option
+from runner.cli.verdict_listing import fail_on_outcomes
 
 db_option = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                          help="results database (default: $RUNNER_DB or ./results.duckdb)")
@@ -38,15 +36,12 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
-def _fail(message: str, code: int = EXIT_FAILED) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
-def _unwritable(reports_dir: Path, exc: OSError) -> str:
+def _unwritable(reports_dir: Path, exc: OSError, after: str = "") -> None:
+    """Fail for a report that cannot be written: the disk is full (the environment), or the folder
+    the user named cannot hold it (the request)."""
     if is_no_space(exc):
-        return f"no space left on device: {exc.filename or reports_dir}"
-    return f"--reports {reports_dir}: cannot write the report there ({exc.strerror or exc})"
+        fail(f"no space left on device: {exc.filename or reports_dir}{after}", ExitCode.ENVIRONMENT)
+    fail(f"--reports {reports_dir}: cannot write the report there ({exc.strerror or exc}){after}", ExitCode.BAD_INPUT)
 
 
 def _load(spec_path: Path):
@@ -55,9 +50,13 @@ def _load(spec_path: Path):
     try:
         return load_spec(spec_path)
     except SpecError as exc:
+        if not spec_path.exists():
+            from runner.cli.run_ids import missing_spec_file
+
+            fail(f"{exc.problems[0]}{missing_spec_file(spec_path)}", ExitCode.BAD_INPUT)
         for problem in exc.problems:
             click.echo(f"error: {problem}", err=True)
-        sys.exit(EXIT_USAGE)
+        sys.exit(ExitCode.BAD_INPUT)
 
 
 def _store(db: Path | None):
@@ -67,7 +66,9 @@ def _store(db: Path | None):
 
 
 class RunnerCommands(click.Group):
-    """Every command's last word on a full disk or a damaged database: one line, never a traceback."""
+    """Every command's last word on a full disk or a database problem: one line, never a
+    traceback, and the exit code of exit_codes.py (an unknown run is the request's fault, a
+    missing, busy or damaged database the environment's)."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -75,16 +76,17 @@ class RunnerCommands(click.Group):
         except OSError as exc:
             if not is_no_space(exc):
                 raise
-            _fail(f"no space left on device: {exc.filename or 'a file this command writes'}")
+            fail(f"no space left on device: {exc.filename or 'a file this command writes'}", ExitCode.ENVIRONMENT)
         except Exception as exc:
             from runner.store.database import StoreError
 
             if not isinstance(exc, StoreError):
                 raise
-            _fail(str(exc))
+            fail(str(exc), store_error_code(exc))
 
 
 @click.group(cls=RunnerCommands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="breakout-runner", prog_name="runner")
 def main() -> None:
     """Declarative experiments on a Breakout DQN: specs in, DuckDB rows and verdicts out."""
 
@@ -93,25 +95,37 @@ def main() -> None:
 @click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--resolved", is_flag=True,
               help="print each spec as it is validated, stored and hashed (its `extends` merged in)")
-def validate(specs: tuple[Path, ...], resolved: bool) -> None:
+@json_option
+def validate(specs: tuple[Path, ...], resolved: bool, as_json: bool) -> None:
     """Check spec files; print one line per problem (file:line: field: message)."""
     from runner.spec.document import SpecError, check_base, load_spec
     from runner.spec.extends import is_base_only
 
-    bad = False
+    if resolved and as_json:
+        fail("--resolved prints spec texts and --json one document: give one of them", ExitCode.BAD_INPUT)
+    results = []
     for spec_path in specs:
+        result = {"path": str(spec_path), "ok": True, "base": False, "name": None, "problems": []}
         try:
             if is_base_only(spec_path) and not resolved:
                 check_base(spec_path)
-                click.echo(f"ok: {spec_path} (a base that specs extend)")
-                continue
-            loaded = load_spec(spec_path)
-            click.echo(loaded.text, nl=False) if resolved else click.echo(f"ok: {spec_path}")
+                result["base"] = True
+            else:
+                loaded = load_spec(spec_path)
+                result["name"] = loaded.spec.name
+                if resolved:
+                    click.echo(loaded.text, nl=False)
         except SpecError as exc:
-            bad = True
-            for problem in exc.problems:
+            result.update(ok=False, problems=list(exc.problems))
+        results.append(result)
+        if not as_json:
+            for problem in result["problems"]:
                 click.echo(f"error: {problem}", err=True)
-    sys.exit(EXIT_USAGE if bad else 0)
+            if result["ok"] and not resolved:
+                click.echo(f"ok: {spec_path}" + (" (a base that specs extend)" if result["base"] else ""))
+    if as_json:
+        emit_json({"specs": results})
+    sys.exit(ExitCode.OK if all(r["ok"] for r in results) else ExitCode.BAD_INPUT)
 
 
 @main.command()
@@ -138,23 +152,27 @@ def schema() -> None:
               help="join this Ray cluster (e.g. 10.0.0.5:6379 or 'auto'); default: start Ray on this machine")
 @click.option("--ray-retries", type=click.IntRange(min=0, max=10), default=1, show_default=True,
               help="times a Ray task whose worker died is run again before its pair is marked failed")
+@click.option("--fail-on", "fail_on", metavar="OUTCOMES", callback=fail_on_outcomes,
+              help="exit 1 when a verdict ends in one of these (comma-separated: rejected,inconclusive,unavailable)")
+@json_option
 def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resume: bool, runs_dir: Path,
-        executor: str, ray_address: str | None, ray_retries: int) -> None:
+        executor: str, ray_address: str | None, ray_retries: int, fail_on: frozenset[str], as_json: bool) -> None:
     """Validate SPEC, execute its measurements, store every row, decide its verdicts."""
     from runner.cli.terminal import log_console
+    from runner.cli.verdict_listing import echo_run_verdicts, run_verdict_record
     from runner.kinds.train.executors import Executor
     from runner.run.errors import ResumeRefused
     from runner.run.execute import run_spec
     from runner.store.database import Store, StoreError
 
     if ray_address and executor != "ray":
-        _fail("--ray-address joins a Ray cluster: it needs --executor ray", EXIT_USAGE)
+        fail("--ray-address joins a Ray cluster: it needs --executor ray", ExitCode.BAD_INPUT)
     loaded = _load(spec_path)
     if report or any(getattr(m, "gif", None) for m in loaded.spec.measurements):  # found out before the run
         try:
             reports_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            _fail(_unwritable(reports_dir, exc), EXIT_USAGE)
+            _unwritable(reports_dir, exc)
     console = log_console()
     store = Store(db, busy_timeout_s=None, on_wait=console.log)  # a slow reader delays a run, never fails it
     try:
@@ -162,43 +180,59 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
         run_id, verdicts = run_spec(loaded, store, reports_dir, console, resume=resume, runs_dir=runs_dir,
                                     executor=Executor(executor, ray_address, ray_retries))
     except ResumeRefused as exc:
-        _fail(str(exc), EXIT_USAGE)
+        fail(str(exc), ExitCode.BAD_INPUT)
     except KeyboardInterrupt:
-        _fail("run interrupted; it is stored with status 'interrupted' and nothing stored before is lost", EXIT_INTERRUPTED)
-    except StoreError as exc:
-        _fail(str(exc))
+        fail("run interrupted; it is stored with status 'interrupted' and nothing stored before is lost",
+             ExitCode.INTERRUPTED)
+    except StoreError:
+        raise  # the group says it in one line, with its exit code
     except Exception as exc:  # noqa: BLE001 - the run row already records it as failed
-        _fail(str(exc) if is_no_space(exc) else f"run failed: {exc.__class__.__name__}: {exc}")
-    click.echo(f"run {run_id} ({loaded.spec.name}) done; database {store.path}")
-    for v in verdicts:
-        label = json.loads(v["evidence"]).get("label")
-        click.echo(f"  verdict {v['verdict']}: {v['outcome']}{f' ({label})' if label else ''} — {v['reason']}")
+        fail(str(exc) if is_no_space(exc) else f"run failed: {exc.__class__.__name__}: {exc}", ExitCode.ENVIRONMENT)
+    if not as_json:
+        click.echo(f"run {run_id} ({loaded.spec.name}) done; database {store.path}")
+        echo_run_verdicts(verdicts)
+    report_path = None
     if report:
         from runner.report.run_report import build_run_report
 
         try:
-            click.echo(f"  report {build_run_report(store, reports_dir, run_id=run_id)}")
+            report_path = build_run_report(store, reports_dir, run_id=run_id)
         except OSError as exc:
-            _fail(f"{_unwritable(reports_dir, exc)}; the run is stored: `runner report {run_id} --reports DIR`",
-                  EXIT_USAGE)
+            _unwritable(reports_dir, exc, f"; the run is stored: `runner report {run_id} --reports DIR`")
+        if not as_json:
+            click.echo(f"  report {report_path}")
+    failed = [v for v in verdicts if v["outcome"] in fail_on]
+    if as_json:
+        emit_json({"run_id": run_id, "spec_name": loaded.spec.name, "status": "done", "database": str(store.path),
+                   "report": report_path, "verdicts": [run_verdict_record(v) for v in verdicts],
+                   "failed_on": [v["verdict"] for v in failed]})
+    for v in failed:
+        click.echo(f"--fail-on: verdict {v['verdict']} is {v['outcome']}", err=True)
+    if failed:
+        sys.exit(ExitCode.SAID_NO)
 
 
 @main.command()
 @db_option
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
-def runs(db: Path | None, limit: int) -> None:
-    """List the latest runs (a run whose process is gone shows as interrupted; the next writing
-    command stores it so)."""
-    columns = ["run_id", "spec_name", "status", "started_at", "ended_at", "contract_hash", "error"]
+@click.option("--spec", "spec_name", default=None, help="only the runs of this spec")
+@click.option("--status", type=click.Choice(["running", "done", "failed", "interrupted"]), default=None,
+              help="only the runs with this status")
+@json_option
+def runs(db: Path | None, limit: int, spec_name: str | None, status: str | None, as_json: bool) -> None:
+    """List the latest runs, how long each took and what its verdicts said (a run whose process is
+    gone shows as interrupted; the next writing command stores it so)."""
+    from runner.cli.run_ids import resolve_spec
+    from runner.cli.runs_listing import list_runs, print_runs
 
-    def ended_shown(con, rows: list[tuple]) -> list[tuple]:
-        stale = _store(db).stale_runs(con)
-        status, error = columns.index("status"), columns.index("error")
-        return [row[:status] + ("interrupted",) + row[status + 1:error] + (stale[row[0]],) if row[0] in stale else row
-                for row in rows]
-
-    _print_query(db, f"SELECT {', '.join(columns)} FROM runs ORDER BY started_at DESC LIMIT {int(limit)}",
-                 shown=ended_shown)
+    store = _store(db)
+    with store.reader() as con:
+        listed = list_runs(store, con, spec_name=spec_name and resolve_spec(con, spec_name), status=status,
+                           limit=limit)
+    if as_json:
+        emit_json({"runs": listed})
+        return
+    print_runs(listed)
 
 
 @main.command()
@@ -217,93 +251,66 @@ def migrate(db: Path | None) -> None:
 @click.argument("run_id")
 @db_option
 def mark_interrupted(run_id: str, db: Path | None) -> None:
-    """Mark RUN_ID, left 'running' by a process that is gone, as interrupted (then --resume goes on with it)."""
-    from runner.store.database import RunNotRunning, StoreError
+    """Mark RUN_ID (or a unique prefix), left 'running' by a process that is gone, as interrupted
+    (then --resume goes on with it)."""
+    from runner.cli.run_ids import resolved_runs
 
-    try:
-        already = _store(db).mark_interrupted(run_id, "marked interrupted by hand (runner mark-interrupted)")
-    except RunNotRunning as exc:
-        _fail(str(exc), EXIT_USAGE)
-    except StoreError as exc:
-        _fail(str(exc))
+    store = _store(db)
+    [run_id] = resolved_runs(store, run_id)
+    already = store.mark_interrupted(run_id, "marked interrupted by hand (runner mark-interrupted)")
     click.echo(f"run {run_id} was interrupted already: {already}" if already else f"run {run_id} marked interrupted")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("query")
 @db_option
-@click.option("--csv", "as_csv", is_flag=True, help="print CSV instead of a table")
-def sql(query: str, db: Path | None, as_csv: bool) -> None:
+@click.option("--csv", "as_csv", is_flag=True, help="print CSV (LF line endings) instead of a table")
+@json_option
+def sql(query: str, db: Path | None, as_csv: bool, as_json: bool) -> None:
     """Run a read-only SQL QUERY over the results (tables: runs, episodes, verdicts, ...); it reads
     and writes no other file."""
-    _print_query(db, query, as_csv=as_csv)
+    from runner.cli.query_output import print_query
 
-
-def _print_query(db: Path | None, query: str, as_csv: bool = False, shown=None) -> None:
-    """Print the rows of `query`; `shown(con, rows)` may change them before they are printed."""
-    import duckdb
-
-    from runner.store.database import StoreError
-
-    try:
-        with _store(db).reader(files=False) as con:
-            if not con.extract_statements(query):
-                _fail("SQL: no statement in the query", EXIT_USAGE)
-            cursor = con.execute(query)
-            if cursor.description is None:
-                return
-            columns = [d[0] for d in cursor.description]
-            rows = cursor.fetchall()
-            if shown is not None:
-                rows = shown(con, rows)
-    except StoreError as exc:
-        _fail(str(exc))
-    except duckdb.Error as exc:
-        _fail(f"SQL: {first_line(exc)}", EXIT_USAGE)
-    if as_csv:
-        import csv
-
-        writer = csv.writer(sys.stdout)
-        writer.writerow(columns)
-        writer.writerows(rows)
-        return
-    from runner.cli.terminal import folding_table, table_console
-
-    table = folding_table(*columns)
-    for row in rows:
-        table.add_row(*("" if v is None else f"{v:.10g}" if isinstance(v, float) else str(v) for v in row))
-    table_console().print(table)
-    click.echo(f"{len(rows)} row(s)")
+    if as_csv and as_json:
+        fail("give --csv or --json, not both", ExitCode.BAD_INPUT)
+    print_query(_store(db), query, "csv" if as_csv else "json" if as_json else "table")
 
 
 @main.command()
 @click.argument("run_id", required=False)
 @click.option("--spec", "spec_name", default=None, help="report the latest run of this spec")
-@click.option("--verdicts", "verdicts_only", is_flag=True, help="the latest verdict of every spec: terminal table + verdicts.html")
+@click.option("--verdicts", "verdicts_only", is_flag=True,
+              help="the latest verdict of every spec: terminal table + verdicts.html")
 @db_option
 @reports_option
-def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: Path | None, reports_dir: Path) -> None:
-    """Write the HTML report of RUN_ID (default: the latest run), or the verdicts page."""
+@json_option
+def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: Path | None, reports_dir: Path,
+           as_json: bool) -> None:
+    """Write the HTML report of RUN_ID (or a unique prefix; default: the latest run), or the verdicts page."""
+    from runner.cli.run_ids import resolved_runs, resolved_spec
+    from runner.cli.verdict_listing import latest_verdict_records, print_latest_verdicts
     from runner.report.run_report import build_run_report, build_verdicts_report
-    from runner.store.database import NoSuchRun, StoreError
 
     if run_id and spec_name:
-        _fail("give either RUN_ID or --spec NAME, not both", EXIT_USAGE)
+        fail("give either RUN_ID or --spec NAME, not both", ExitCode.BAD_INPUT)
     if verdicts_only and (run_id or spec_name):
-        _fail("--verdicts reports the latest verdict of every spec: it takes no RUN_ID or --spec", EXIT_USAGE)
+        fail("--verdicts reports the latest verdict of every spec: it takes no RUN_ID or --spec", ExitCode.BAD_INPUT)
+    if as_json and not verdicts_only:
+        fail("--json lists verdicts: it goes with --verdicts", ExitCode.BAD_INPUT)
     store = _store(db)
     try:
         if verdicts_only:
             path, frame = build_verdicts_report(store, reports_dir)
-            _print_verdicts(frame)
         else:
-            path = build_run_report(store, reports_dir, run_id=run_id, spec_name=spec_name)
-    except NoSuchRun as exc:
-        _fail(str(exc), EXIT_USAGE)
-    except StoreError as exc:
-        _fail(str(exc))
+            [run_id] = resolved_runs(store, run_id)
+            path = build_run_report(store, reports_dir, run_id=run_id, spec_name=resolved_spec(store, spec_name))
     except OSError as exc:
-        _fail(_unwritable(reports_dir, exc), EXIT_USAGE)
+        _unwritable(reports_dir, exc)
+    if as_json:
+        emit_json({"report": path, "verdicts": latest_verdict_records(frame)})
+        return
+    if verdicts_only:
+        print_latest_verdicts(frame)
     click.echo(f"wrote {path}")
 
 
@@ -324,26 +331,26 @@ def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: P
 @reports_option
 def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor: float, fail_factor: float | None,
             report: bool, metrics: tuple[str, ...], as_json: bool, db: Path | None, reports_dir: Path) -> None:
-    """Every measurement and metric of RUN_A and RUN_B (one spec), with significance and a mark."""
+    """Every measurement and metric of RUN_A and RUN_B (one spec; unique prefixes do), with significance and a mark."""
+    from runner.cli.run_ids import resolved_runs, resolved_spec
     from runner.compare.document import comparison_json
     from runner.compare.page import build_compare_report, print_comparison
     from runner.compare.runs import CompareError, compare_runs
-    from runner.store.database import StoreError
 
     store = _store(db)
+    run_a, run_b = resolved_runs(store, run_a, run_b)
     try:
-        comparison = compare_runs(store, run_a, run_b, spec_name=spec_name, factor=factor, metrics=metrics)
+        comparison = compare_runs(store, run_a, run_b, spec_name=resolved_spec(store, spec_name), factor=factor,
+                                  metrics=metrics)
         if not as_json:
             print_comparison(comparison)
         page = build_compare_report(store, comparison, reports_dir) if report else None
         if page is not None:
             click.echo(f"wrote {page}", err=as_json)
     except CompareError as exc:
-        _fail(str(exc), EXIT_USAGE)
-    except StoreError as exc:
-        _fail(str(exc))
+        fail(str(exc), ExitCode.BAD_INPUT)
     except OSError as exc:
-        _fail(_unwritable(reports_dir, exc), EXIT_USAGE)
+        _unwritable(reports_dir, exc)
     if as_json:
         click.echo(comparison_json(comparison, fail_factor=fail_factor, report=page))
     if fail_factor is not None:
@@ -351,10 +358,10 @@ def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor:
         for line in failures:
             click.echo(line, err=True)
         if failures:
-            sys.exit(EXIT_FAILED)
+            sys.exit(ExitCode.SAID_NO)
         if not comparison.judged():
-            _fail("--fail-on-regression: no metric of the two runs could be judged (each is not comparable, not "
-                  "testable or timed on another machine), and a gate does not pass on no evidence")
+            fail("--fail-on-regression: no metric of the two runs could be judged (each is not comparable, not "
+                 "testable or timed on another machine), and a gate does not pass on no evidence", ExitCode.SAID_NO)
 
 
 @main.command()
@@ -365,7 +372,7 @@ def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor:
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="the seed the page starts with")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(min=0, max=65535),
               help="port on 127.0.0.1 (0: any free port)")
-@click.option("--pace-ms", default=1000 / 15, show_default=True, type=FiniteFloatRange(min=0),
+@click.option("--pace-ms", default=1000 / 15, show_default="66.67", type=FiniteFloatRange(min=0),
               help="ms between agent steps (66.7: 15 steps a second, the game's real speed)")
 @click.option("--contract", "contract_name", default="breakout-v3", show_default=True,
               type=click.Choice(sorted(CONTRACTS)), help="the game both sides play")
@@ -382,13 +389,13 @@ def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contr
 
     missing = web_files_missing() or file_problem(model, "onnx")
     if missing:
-        _fail(missing, EXIT_USAGE)
+        fail(missing, ExitCode.BAD_INPUT)
     contract = CONTRACTS[contract_name]
     try:
         server = PlayServer(_store(db), model, contract, provider=provider, seed=seed, port=port,
                             pace_ms=pace_ms).start()
-    except OSError as exc:
-        _fail(str(exc))
+    except OSError as exc:  # the port is taken, or no socket can be opened
+        fail(str(exc), ExitCode.ENVIRONMENT)
     click.echo(f"play page: {server.url()}  (keys: left/right arrows move, space serves; Ctrl-C stops)")
     trained_under = onnx_contract(model)[1]
     if trained_under not in (None, contract.hash):
@@ -415,15 +422,17 @@ def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contr
 @db_option
 def model_card(checkpoint: Path, train_run: str, eval_runs: tuple[str, ...], out: Path | None, measurement: str,
                db: Path | None) -> None:
-    """Write the checkpoint's model card from the training and evaluation runs' rows."""
+    """Write the checkpoint's model card from the training and evaluation runs' rows (run ids or unique prefixes)."""
+    from runner.cli.run_ids import resolved_runs
     from runner.report.model_card import write_model_card
-    from runner.store.database import StoreError
 
+    store = _store(db)
+    train_run, *eval_runs = resolved_runs(store, train_run, *eval_runs)
     try:
-        path = write_model_card(_store(db), checkpoint, train_run, list(eval_runs),
+        path = write_model_card(store, checkpoint, train_run, eval_runs,
                                 out or checkpoint.with_name("MODEL_CARD.md"), measurement)
-    except (StoreError, KeyError, ValueError) as exc:
-        _fail(str(exc))
+    except ValueError as exc:  # the runs hold no card of this checkpoint and measurement
+        fail(str(exc), ExitCode.BAD_INPUT)
     click.echo(f"model card: {path}")
 
 
@@ -433,19 +442,21 @@ def model_card(checkpoint: Path, train_run: str, eval_runs: tuple[str, ...], out
               help="folder for the Parquet files (default: exports/RUN_ID)")
 @db_option
 def export_command(run_id: str, out_dir: Path | None, db: Path | None) -> None:
-    """Write every stored row of RUN_ID as Parquet, one file per table."""
-    from runner.store.database import StoreError
+    """Write every stored row of RUN_ID (or a unique prefix) as Parquet, one file per table."""
+    from runner.cli.run_ids import resolved_runs
     from runner.store.transfer import TransferRefused, export_run
 
+    store = _store(db)
+    [run_id] = resolved_runs(store, run_id)
     out_dir = out_dir or Path("exports") / run_id
     try:
-        counts = export_run(_store(db), run_id, out_dir)
+        counts = export_run(store, run_id, out_dir)
     except TransferRefused as exc:
-        _fail(str(exc), EXIT_USAGE)
-    except StoreError as exc:
-        _fail(str(exc))
-    except OSError as exc:
-        _fail(f"{out_dir}: cannot write the export ({exc.strerror or exc})")
+        fail(str(exc), ExitCode.BAD_INPUT)
+    except OSError as exc:  # a full disk is the group's; a folder that cannot be written is the request's
+        if is_no_space(exc):
+            raise
+        fail(f"{out_dir}: cannot write the export ({exc.strerror or exc})", ExitCode.BAD_INPUT)
     click.echo(f"wrote {out_dir}: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
 
 
@@ -466,22 +477,9 @@ def import_command(in_dir: Path, db: Path | None) -> None:
     except (TransferRefused, StoreError, duckdb.Error) as exc:
         if made_here:  # a failed import leaves no database where there was none
             store.remove_files()
-        if isinstance(exc, TransferRefused):
-            _fail(str(exc), EXIT_USAGE)
-        _fail(str(exc) if isinstance(exc, StoreError) else f"{in_dir}: cannot import ({first_line(exc)})")
+        if isinstance(exc, StoreError):
+            raise  # the group says it in one line, with its exit code
+        fail(str(exc) if isinstance(exc, TransferRefused) else f"{in_dir}: cannot import ({first_line(exc)})",
+             ExitCode.BAD_INPUT)
     click.echo(f"imported run {run_id}: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
 
-
-def _print_verdicts(frame) -> None:
-    from runner.cli.terminal import coloured, folding_table, table_console
-    from runner.report.run_report import compared, outcome_text, verdict_groups
-
-    colours = {"deployment-worthy": "green", "rejected": "red", "inconclusive": "yellow", "unavailable": "bright_black"}
-    console = table_console()
-    console.print("latest verdicts, grouped by host and contract hash", highlight=False)
-    for title, group in verdict_groups(frame):
-        table = folding_table("spec", "verdict", "compared", "outcome", "reason", "run", title=title)
-        for r in group.itertuples(index=False):
-            table.add_row(r.spec_name, r.verdict, compared(r), coloured(outcome_text(r), colours[r.outcome]), r.reason,
-                          r.run_id)
-        console.print(table)

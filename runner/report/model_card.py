@@ -17,16 +17,17 @@ from pathlib import Path
 
 from breakout_core.files import write_whole
 from breakout_core.hashing import file_sha256
-from runner.store.database import Store, StoreError
+from runner.store.database import NoSuchRun, Store
 
-SUMMARY_COLUMNS = ("episodes", "distinct_scores", "distinct_lengths", "mean", "median", "std", "p10", "p90", "min", "max", "time_limit_episodes")
+SUMMARY_COLUMNS = ("episodes", "distinct_scores", "distinct_lengths", "mean", "median", "std", "p10", "p90", "min",
+                   "max", "time_limit_episodes")
 
 
 def _run(con, run_id: str, columns: str) -> tuple:
     """These columns of one row of `runs`; a clear error when the run is not stored."""
     row = con.execute(f"SELECT {columns} FROM runs WHERE run_id = ?", [run_id]).fetchone()
     if row is None:
-        raise StoreError(f"no run {run_id!r} in the database")
+        raise NoSuchRun(f"no run {run_id!r} in the database")
     return row
 
 
@@ -50,7 +51,7 @@ def _trained_pair(con, run_id: str, measurement: str, checkpoint: Path) -> Train
         "SELECT DISTINCT trial, training_seed FROM train_attempts WHERE run_id = ? AND measurement = ? ORDER BY ALL",
         [run_id, measurement]).fetchall()]
     if not pairs:
-        raise StoreError(f"run {run_id} trained no measurement {measurement!r}")
+        raise ValueError(f"run {run_id} trained no measurement {measurement!r}")
     if len(pairs) == 1:
         return pairs[0]
     sha256 = file_sha256(checkpoint)
@@ -59,7 +60,7 @@ def _trained_pair(con, run_id: str, measurement: str, checkpoint: Path) -> Train
     for trial, seed, path in files:
         if Path(path).is_file() and file_sha256(path) == sha256:
             return TrainedPair(trial, seed)
-    raise StoreError(f"run {run_id} trained {len(pairs)} pairs of measurement {measurement!r} and none of their "
+    raise ValueError(f"run {run_id} trained {len(pairs)} pairs of measurement {measurement!r} and none of their "
                      f"checkpoint files on this machine is {checkpoint}: the card cannot tell which pair it is")
 
 
@@ -110,7 +111,8 @@ def _greedy_curve(con, run_id: str, measurement: str, pair: TrainedPair, started
         return []
     start = (" Its first row is the checkpoint it started from, scored before it learned." if rows[0][1] == started_at
              else "")
-    table = ["| checkpoint | transitions | wall hours | episodes | mean | median | distinct_scores | time_limit_episodes |",
+    table = ["| checkpoint | transitions | wall hours | episodes | mean | median | distinct_scores "
+             "| time_limit_episodes |",
              "|" + " --- |" * 8]
     for policy, transitions, episodes, mean, median, distinct, stalled in rows:
         seconds = wall_s.get(transitions)
@@ -136,7 +138,7 @@ def _evaluation_section(con, eval_run: str) -> list[str]:
     summary = con.execute(f"SELECT measurement, policy, {', '.join(SUMMARY_COLUMNS)} FROM episode_summary "
                           "WHERE run_id = ? ORDER BY measurement, policy DESC", [eval_run]).fetchall()
     if not summary:
-        raise StoreError(f"run {eval_run} has no evaluation episodes")
+        raise ValueError(f"run {eval_run} has no evaluation episodes")
     verdicts = con.execute("SELECT verdict, outcome, reason FROM verdicts WHERE run_id = ? ORDER BY verdict",
                            [eval_run]).fetchall()
     played = json.loads(contract or "{}")

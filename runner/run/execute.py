@@ -50,17 +50,9 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
 
     With `resume`, the latest interrupted or failed run of the same spec text goes on under
     its own run id; each kind skips or continues the work that run already stored."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from runner.kinds.registry import KINDS
     from runner.run.context import RunContext
+    from runner.run.progress import run_progress
     from runner.run.verdicts import evaluate_verdicts
     from runner.store.heartbeat import Heartbeat
     from runner.store.provenance import provenance
@@ -91,12 +83,7 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
             "contract_hash": contract.hash, "contract": json.dumps(contract.to_dict()),
             **provenance(loaded.path),
         })
-    progress = Progress(
-        TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[unit]}", markup=False), TextColumn("{task.fields[transitions]} transitions"), TimeElapsedColumn(), TimeRemainingColumn(),
-        console=console, transient=False,
-    )
-    progress.add_task = _with_defaults(progress.add_task)
+    progress = run_progress(console)
     ctx = RunContext(run_id=run_id, spec=spec, contract=contract, store=store,
                      reports_dir=Path(reports_dir), progress=progress,
                      artifacts_dir=Path(runs_dir) / run_id, resume=resume, executor=executor)
@@ -146,14 +133,8 @@ def _settings_changed_since(store, run_id: str, now: dict) -> list[str]:
 def _leaves(tree, path: str = "") -> dict[str, object]:
     """{dotted path: value} of every leaf of a JSON tree."""
     if isinstance(tree, dict):
-        return {k: v for key, child in tree.items() for k, v in _leaves(child, f"{path}.{key}" if path else key).items()}
+        return {k: v for key, child in tree.items()
+                for k, v in _leaves(child, f"{path}.{key}" if path else key).items()}
     if isinstance(tree, list):
         return {k: v for i, child in enumerate(tree) for k, v in _leaves(child, f"{path}[{i}]").items()}
     return {path: tree}
-
-
-def _with_defaults(add_task):
-    def add(description: str, *, unit: str = "", transitions: int = 0, **kwargs):
-        return add_task(description, unit=unit, transitions=transitions, **kwargs)
-
-    return add

@@ -1,0 +1,48 @@
+"""`--json`: one JSON document on standard output and nothing else there. The fields of each
+command's document are listed in docs/json_output.md."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import numbers
+from typing import Any
+
+import click
+
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="print one JSON document on stdout (fields: docs/json_output.md), nothing else there")
+
+
+def json_value(value: Any) -> Any:
+    """`value` as JSON can hold it: times as ISO 8601 text, NaN and infinities as null, paths
+    and UUIDs as text, bytes as base64, numpy scalars as Python numbers, containers item by item."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        import base64
+
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, numbers.Integral):  # numpy's integers
+        return int(value)
+    if isinstance(value, numbers.Number):  # a DECIMAL column, numpy's floats
+        return json_value(float(value))
+    if hasattr(value, "item"):  # numpy's bool
+        return json_value(value.item())
+    return str(value)  # a path, a UUID
+
+
+def emit_json(document: dict) -> None:
+    """Print `document` as the command's whole standard output."""
+    click.echo(json.dumps(json_value(document), indent=2, ensure_ascii=False, allow_nan=False))
