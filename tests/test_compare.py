@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli.commands import main
+from test_json_output import assert_documented
 from runner.compare.runs import (BETTER, DIFFERENT_MACHINE, NO_CHANGE, NOT_COMPARABLE, NOT_TESTABLE, SETTINGS_FILLED, WORSE,
                             CompareError, compare_runs)
 from runner.spec.document import settings_as_written
@@ -642,11 +643,7 @@ def test_compare_json_is_one_document_with_its_documented_fields(store, tmp_path
                                                        "--fail-on-regression", "1.1"])
     assert result.exit_code == 1
     document = json.loads(result.stdout)  # stdout holds the document and nothing else
-    documented = Path(__file__).resolve().parent.parent / "docs" / "compare_json.md"
-    documented_fields = {line.split("`")[1] for line in documented.read_text().splitlines() if line.startswith("| `")}
-    found = set(document) | {f"{key}.{sub}" for key in ("a", "totals") for sub in document[key]}
-    found |= {f"{key}[].{sub}" for key in ("environment", "rows", "verdicts") for sub in document[key][0]}
-    assert found == {f for f in documented_fields if not f.startswith("regressions[].")}
+    assert_documented(document, "compare")
     assert document["a"]["run_id"] == "A" and document["b"]["run_id"] == "B"
     assert document["totals"] == {"worse": 0, "better": 0, "unchanged": 4, "not_comparable": 0}
     assert document["verdicts"] == [{"verdict": "fast", "measurement": "lat", "candidate": "ort", "baseline": "ref",

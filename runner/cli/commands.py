@@ -326,7 +326,7 @@ def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: P
 @click.option("--metric", "metrics", multiple=True, metavar="NAME",
               help="also judge this metric (repeatable; e.g. p99_ms, mean_ms); the statistics the spec's verdicts "
                    "use are judged without it")
-@click.option("--json", "as_json", is_flag=True, help="print one JSON document (docs/compare_json.md), nothing else")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON document (docs/json_output.md), nothing else")
 @db_option
 @reports_option
 def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor: float, fail_factor: float | None,

@@ -1,5 +1,5 @@
 """`runner compare --json`: the comparison as one JSON document; its fields are described in
-docs/compare_json.md."""
+docs/json_output.md."""
 
 from __future__ import annotations
 
