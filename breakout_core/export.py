@@ -131,7 +131,8 @@ def export_onnx(
             try:
                 import onnxscript  # noqa: F401  (the dynamo exporter's dependency; a clear error here)
             except ImportError as exc:
-                raise ExportError(f"the dynamo ONNX exporter needs onnxscript ({exc}); pip install onnxscript") from None
+                raise ExportError(f"the dynamo ONNX exporter needs onnxscript ({exc}); "
+                                  "pip install onnxscript") from None
             with _quiet_exporter():
                 program = torch.onnx.export(
                     network,
@@ -168,7 +169,8 @@ def export_onnx(
         "architecture": getattr(network, "architecture", "unknown"),
         "contract_hash": contract_hash or "",
         "checkpoint_sha256": checkpoint_sha or "",
-        "exporter": f"torch.onnx.export({'dynamo=True' if exporter == 'dynamo' else 'dynamo=False'}) torch {torch.__version__}",
+        "exporter": f"torch.onnx.export({'dynamo=True' if exporter == 'dynamo' else 'dynamo=False'}) "
+                    f"torch {torch.__version__}",
         "preprocessing": "uint8 -> float32, / 255, inside the graph",
     })
     checks += _check_model(model, "fp32")
@@ -216,11 +218,13 @@ def convert_to_fp16(onnx_path: str | Path, fp16_path: str | Path) -> tuple[OnnxA
         from onnxconverter_common import __version__ as occ_version
         from onnxconverter_common import float16
     except ImportError as exc:
-        raise ExportError(f"FP16 conversion needs onnxconverter-common ({exc}); pip install onnxconverter-common") from None
+        raise ExportError(f"FP16 conversion needs onnxconverter-common ({exc}); "
+                          "pip install onnxconverter-common") from None
     model = onnx.load(onnx_path)
     input_casts = [n.name for n in model.graph.node if n.op_type == "Cast" and INPUT_NAME in n.input]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "float32 number ... will be truncated": expected for tiny weights
+        # "float32 number ... will be truncated": expected for tiny weights
+        warnings.simplefilter("ignore", UserWarning)
         model16 = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=input_casts)
     _set_metadata(model16, {
         "precision": "fp16",
@@ -294,7 +298,8 @@ def _check_model(model, precision: str) -> list[str]:
         raise ExportError(f"output must be {OUTPUT_NAME} float32 (B, 4), got {out}")
     checks.append(f"io: {INPUT_NAME} uint8 {list(inp.shape)} -> {OUTPUT_NAME} float32 {list(out.shape)}")
     if not (isinstance(inp.shape[0], str) and inp.shape[0] and inp.shape[0] == out.shape[0]):
-        raise ExportError(f"batch axis must be dynamic and shared by input and output, got {inp.shape[0]!r} -> {out.shape[0]!r}")
+        raise ExportError(f"batch axis must be dynamic and shared by input and output, "
+                          f"got {inp.shape[0]!r} -> {out.shape[0]!r}")
     checks.append(f"dynamic batch axis {inp.shape[0]!r}")
     if info.precision != precision:
         raise ExportError(f"expected {precision} weights, the initializers say {info.precision}")
@@ -329,14 +334,16 @@ def _check_preprocessing(model) -> str:
     if not chain or chain[-1] not in ("float32", "float16"):
         raise ExportError(f"the uint8 input is not cast to float inside the graph (casts: {chain})")
     if len(users) != 1 or users[0].op_type not in ("Div", "Mul"):
-        raise ExportError(f"the cast input is not scaled by 1/255 inside the graph (next: {[u.op_type for u in users]})")
+        raise ExportError(f"the cast input is not scaled by 1/255 inside the graph "
+                          f"(next: {[u.op_type for u in users]})")
     scale = users[0]
     other = [n for n in scale.input if n != tensor]
     value = constants.get(other[0]) if other else None
     wanted = 255.0 if scale.op_type == "Div" else 1.0 / 255.0
     if value is None or value.size != 1 or not np.isclose(float(value.reshape(-1)[0]), wanted, rtol=1e-3):
         raise ExportError(f"the input scaling is {scale.op_type} by {value}, expected {scale.op_type} by {wanted}")
-    return f"preprocessing in graph: Cast uint8 -> {' -> '.join(chain)}, {scale.op_type} by {float(value.reshape(-1)[0]):g}"
+    return (f"preprocessing in graph: Cast uint8 -> {' -> '.join(chain)}, "
+            f"{scale.op_type} by {float(value.reshape(-1)[0]):g}")
 
 
 def _network_from(source: Any, contract_hash: str | None):

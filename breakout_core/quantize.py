@@ -137,7 +137,7 @@ def quantize_int8(
         raise QuantizeError("dynamic quantization takes its activation ranges at run time: give no calibration states")
     try:
         source = onnx.load(fp32_path)
-    except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
+    except Exception as exc:  # protobuf, OS and onnx errors alike: the file is not a model
         raise QuantizeError(f"{fp32_path}: not a readable ONNX model ({_one_line(exc)})") from None
     excluded = _checked_exclusions(source, nodes_to_exclude, fp32_path)
     scaled_input = _scaled_input(source)
@@ -148,7 +148,7 @@ def quantize_int8(
         prepared = Path(folder) / "prepared.onnx"
         try:
             quant_pre_process(str(fp32_path), str(prepared), skip_optimization=True)
-        except Exception as exc:  # noqa: BLE001 -- onnx and onnxruntime errors alike
+        except Exception as exc:  # onnx and onnxruntime errors alike
             raise QuantizeError(f"{fp32_path}: onnxruntime's quantization pre-processing failed ({_one_line(exc)})") \
                 from None
         checks.append("quant_pre_process (shape inference, no graph optimisation)")
@@ -174,7 +174,7 @@ def quantize_int8(
             else:
                 quantize_dynamic(str(prepared), str(out_path), weight_type=QuantType.QInt8, per_channel=per_channel,
                                  nodes_to_exclude=list(excluded))
-        except Exception as exc:  # noqa: BLE001 -- the quantizer raises many classes
+        except Exception as exc:  # the quantizer raises many classes
             raise QuantizeError(f"{fp32_path}: onnxruntime could not quantize it ({_one_line(exc)})") from None
 
     try:
@@ -231,7 +231,7 @@ def _checked_output(source: ModelProto, fp32_path: Path, out_path: Path, exclude
     checks = []
     try:
         onnx.checker.check_model(model, full_check=True)
-    except Exception as exc:  # noqa: BLE001 -- ValidationError or InferenceError
+    except Exception as exc:  # ValidationError or InferenceError
         raise QuantizeError(f"{out_path}: onnx.checker.check_model failed ({_one_line(exc)})") from None
     checks.append("onnx.checker.check_model(full_check=True)")
     quantized = quantized_nodes(source, model)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_end_to_end import runner
 
 from runner.store.database import Store
-from test_end_to_end import runner
 
 
 def assert_one_line_usage_error(result, *mentions: str) -> None:

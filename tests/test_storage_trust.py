@@ -15,8 +15,8 @@ import pytest
 from test_end_to_end import TINY, runner
 
 from breakout_core.files import NoSpaceLeft
-from runner.store.database import Store, StoreDamaged
 from runner.spec.yaml_source import MAX_SPEC_BYTES
+from runner.store.database import Store, StoreDamaged
 
 READ_COMMANDS = (("runs",), ("sql", "SELECT count(*) FROM episodes"), ("report", "--verdicts"))
 
@@ -114,8 +114,8 @@ def small_disk(tmp_path) -> Iterator[Path]:
     """A 2 MB tmpfs; a test fills it to make writes fail with ENOSPC."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=False, capture_output=True,
-                          text=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=False,
+                          capture_output=True, text=True)
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {made.stderr.strip()}")
     try:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import os
 import socket
 import time
-import pytest
 from datetime import timedelta
 
 import duckdb
-
-from runner.store.heartbeat import Heartbeat
-from runner.store.database import STALE_AFTER_S, Store, utcnow
+import pytest
 from test_cli_inputs import assert_one_line_usage_error
 from test_end_to_end import runner
+
+from runner.store.database import STALE_AFTER_S, Store, utcnow
+from runner.store.heartbeat import Heartbeat
 
 
 def _run(store: Store, run_id: str, *, host: str, pid: int, beat_age_s: float) -> None:

@@ -17,9 +17,9 @@ import duckdb
 import numpy as np
 import pytest
 import yaml
+from test_end_to_end import runner, wait_for_rows
 
 from breakout_core import stats
-from test_end_to_end import runner, wait_for_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {
@@ -43,7 +43,8 @@ DETERMINISTIC = {
     "train_diagnostics": 'trial, training_seed, attempt, transition, "update", loss, q_mean, target_mean, td_abs_mean, '
                          "td_abs_max, grad_norm, epsilon, replay_frames",
     # a checkpoint's path below its measurement's folder: TRIAL/seed=N/FILE
-    "train_checkpoints": "trial, training_seed, attempt, transition, regexp_replace(path, '^.*/([^/]+/[^/]+/[^/]+)$', '\\1')",
+    "train_checkpoints": "trial, training_seed, attempt, transition, "
+                         "regexp_replace(path, '^.*/([^/]+/[^/]+/[^/]+)$', '\\1')",
     "train_results": "trial, training_seed, attempt, transitions, updates, target_syncs, weights_moved",
     "train_scores": "trial, training_seed, transition, checkpoint, eval_seed, score, steps, ended_by",
 }

@@ -48,7 +48,8 @@ class OnnxRuntimeRuntime(Runtime):
         "intra_op_threads": Option(None, value_type=int, minimum=1,
                                    description="None: ONNX Runtime's default (one per physical core)"),
         "disable_cpu_ep_fallback": Option(False, (False, True)),
-        "node_placement": Option(True, (False, True), description="profile one run at load to read each node's provider"),
+        "node_placement": Option(True, (False, True),
+                                 description="profile one run at load to read each node's provider"),
     }
 
     @classmethod
@@ -68,7 +69,8 @@ class OnnxRuntimeRuntime(Runtime):
         wanted = PROVIDERS[options["provider"]]
         have = ort.get_available_providers()
         if wanted not in have:
-            hint = " (the CUDA provider comes with the onnxruntime-gpu package)" if options["provider"] == "cuda" else ""
+            hint = (" (the CUDA provider comes with the onnxruntime-gpu package)"
+                    if options["provider"] == "cuda" else "")
             return False, f"{wanted} is not in onnxruntime {ort.__version__}'s available providers {have}{hint}"
         return True, ""
 
@@ -104,7 +106,8 @@ class OnnxRuntimeRuntime(Runtime):
         except Exception as exc:
             text = " ".join(str(exc).split())
             if self.requested["provider"] != "cpu":
-                raise RuntimeUnavailable(self.name, f"onnxruntime could not create a {wanted} session: {text}") from None
+                raise RuntimeUnavailable(self.name,
+                                         f"onnxruntime could not create a {wanted} session: {text}") from None
             raise ValueError(f"{path}: onnxruntime cannot load this model: {text}") from None
         used = session.get_providers()
         if not used or used[0] != wanted:

@@ -164,10 +164,11 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
     except ResumeRefused as exc:
         _fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
-        _fail("run interrupted; it is stored with status 'interrupted' and nothing stored before is lost", EXIT_INTERRUPTED)
+        _fail("run interrupted; it is stored with status 'interrupted' and nothing stored before is lost",
+              EXIT_INTERRUPTED)
     except StoreError as exc:
         _fail(str(exc))
-    except Exception as exc:  # noqa: BLE001 - the run row already records it as failed
+    except Exception as exc:  # the run row already records it as failed
         _fail(str(exc) if is_no_space(exc) else f"run failed: {exc.__class__.__name__}: {exc}")
     click.echo(f"run {run_id} ({loaded.spec.name}) done; database {store.path}")
     for v in verdicts:
@@ -279,7 +280,8 @@ def _print_query(db: Path | None, query: str, as_csv: bool = False, shown=None) 
 @main.command()
 @click.argument("run_id", required=False)
 @click.option("--spec", "spec_name", default=None, help="report the latest run of this spec")
-@click.option("--verdicts", "verdicts_only", is_flag=True, help="the latest verdict of every spec: terminal table + verdicts.html")
+@click.option("--verdicts", "verdicts_only", is_flag=True,
+              help="the latest verdict of every spec: terminal table + verdicts.html")
 @db_option
 @reports_option
 def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: Path | None, reports_dir: Path) -> None:

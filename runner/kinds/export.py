@@ -78,7 +78,8 @@ VIEWS = [
     """
     CREATE OR REPLACE VIEW export_sizes AS
     SELECT f.run_id, f.measurement, f.artifact, f.format, f.precision, f.bytes, f.bytes / 1e6 AS megabytes,
-           CASE WHEN f.format = 'onnx' THEN f.bytes / nullif(b.bytes, 0) END AS size_vs_fp32, f.verify_states, f.verify_max_abs_dq
+           CASE WHEN f.format = 'onnx' THEN f.bytes / nullif(b.bytes, 0) END AS size_vs_fp32,
+           f.verify_states, f.verify_max_abs_dq
     FROM export_files f
     LEFT JOIN export_files b ON b.run_id = f.run_id AND b.measurement = f.measurement
          AND b.format = 'onnx' AND b.precision = 'fp32'
@@ -120,7 +121,8 @@ def execute(m: ExportMeasurement, ctx: RunContext) -> None:
     result = export_onnx(checkpoint, artifacts[m.onnx].path,
                          fp16_path=artifacts[m.onnx_fp16].path if m.onnx_fp16 else None,
                          opset=m.opset, exporter=m.exporter, verify_obs=states.obs if states is not None else None,
-                         contract_hash=None if deliberate else ctx.contract.hash)  # the file keeps its training contract
+                         # the file keeps its training contract
+                         contract_hash=None if deliberate else ctx.contract.hash)
     ctx.progress.advance(task)
     verify_states = len(states) if states is not None else 4
     fp16_checks = [c for c in result.checks if c.startswith("fp16")]
@@ -154,8 +156,9 @@ def metrics(con, run_id: str, m: ExportMeasurement, candidate: str, baseline: st
         found["verify_max_abs_dq"] = verify
         found["verify_states"] = float(verify_states)
     if fmt == "fixed_states":
-        found["n_states"] = float(con.execute("SELECT count(*) FROM fixed_state_index WHERE run_id = ? AND measurement = ?",
-                                              [run_id, m.name]).fetchone()[0])
+        found["n_states"] = float(con.execute(
+            "SELECT count(*) FROM fixed_state_index WHERE run_id = ? AND measurement = ?",
+            [run_id, m.name]).fetchone()[0])
     if baseline is not None and baseline in files and files[baseline][0]:
         found["size_ratio"] = size / files[baseline][0]
     return found

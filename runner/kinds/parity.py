@@ -80,7 +80,8 @@ MIGRATIONS = [
 ]
 
 _Q = ("q_noop", "q_fire", "q_right", "q_left")
-_D = ", ".join(f"CASE WHEN isfinite(c.{q}) THEN abs(c.{q} - b.{q}) ELSE 'inf'::DOUBLE END AS d{i}" for i, q in enumerate(_Q))
+_D = ", ".join(f"CASE WHEN isfinite(c.{q}) THEN abs(c.{q} - b.{q}) ELSE 'inf'::DOUBLE END AS d{i}"
+               for i, q in enumerate(_Q))
 _PASS = " + ".join(f"(isfinite(c.{q}) AND abs(c.{q} - b.{q}) <= t.atol + t.rtol * abs(b.{q}))::INTEGER" for q in _Q)
 
 VIEWS = [
@@ -204,13 +205,14 @@ def report(con, run_id: str, m: ParityMeasurement) -> list[Section]:
         "WHERE run_id = ? AND measurement = ? AND baseline = ? ORDER BY candidate, batch_size",
         [run_id, m.name, base]).df()
     if summary.empty:
-        sections.append(Section(f"{m.name}: parity against {base}", html="<p>No two runtimes ran here: nothing to compare.</p>"))
+        sections.append(Section(f"{m.name}: parity against {base}",
+                                html="<p>No two runtimes ran here: nothing to compare.</p>"))
         return sections
     sections.append(Section(
         f"{m.name}: action agreement and |dQ| against {base} (same states, same batch size; "
         "element passes when |c − b| ≤ atol + rtol·|b|)", html=table_html(summary, float_format="{:.3g}")))
     elements = con.execute(
-        f"""SELECT c.runtime AS candidate, c.batch_size, c.state, a.action_name,
+        """SELECT c.runtime AS candidate, c.batch_size, c.state, a.action_name,
                [b.q_noop, b.q_fire, b.q_right, b.q_left][a.i] AS baseline_q,
                [c.q_noop, c.q_fire, c.q_right, c.q_left][a.i] AS candidate_q
         FROM parity_q c JOIN parity_q b ON b.run_id = c.run_id AND b.measurement = c.measurement
@@ -227,7 +229,8 @@ def report(con, run_id: str, m: ParityMeasurement) -> list[Section]:
             x=alt.X("baseline_q:Q", title=f"Q ({base})"), y=alt.Y("candidate_q:Q", title="Q (candidate)"),
             color=alt.Color("series:N", title="candidate, batch"),
             tooltip=["candidate", "batch_size", "state", "action_name", "baseline_q", "candidate_q", "abs_dq"])
-        diagonal = alt.Chart(elements).mark_line(color="gray", strokeDash=[4, 4]).encode(x="baseline_q:Q", y="baseline_q:Q")
+        diagonal = alt.Chart(elements).mark_line(color="gray", strokeDash=[4, 4]).encode(x="baseline_q:Q",
+                                                                                          y="baseline_q:Q")
         hist = alt.Chart(elements).mark_bar(opacity=0.8).encode(
             x=alt.X("log10_abs_dq:Q", bin=alt.Bin(step=0.25), title=f"log10 |dQ| against {base} (equal: -12)"),
             y=alt.Y("count():Q", title="Q-values"), color=alt.Color("series:N", title="candidate, batch"),

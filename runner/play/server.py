@@ -190,7 +190,7 @@ def _parse(data: str) -> dict:
     except RecursionError:
         raise ValueError("a message nested too deeply; messages are flat JSON objects") from None
     if not isinstance(message, dict):
-        raise ValueError("a message must be a JSON object")  # noqa: TRY004 -- every bad message is a ValueError
+        raise ValueError("a message must be a JSON object")  # every bad message is a ValueError
     return message
 
 

@@ -19,7 +19,8 @@ from breakout_core.files import write_whole
 from breakout_core.hashing import file_sha256
 from runner.store.database import Store, StoreError
 
-SUMMARY_COLUMNS = ("episodes", "distinct_scores", "distinct_lengths", "mean", "median", "std", "p10", "p90", "min", "max", "time_limit_episodes")
+SUMMARY_COLUMNS = ("episodes", "distinct_scores", "distinct_lengths", "mean", "median", "std", "p10", "p90", "min",
+                   "max", "time_limit_episodes")
 
 
 def _run(con, run_id: str, columns: str) -> tuple:
@@ -110,7 +111,8 @@ def _greedy_curve(con, run_id: str, measurement: str, pair: TrainedPair, started
         return []
     start = (" Its first row is the checkpoint it started from, scored before it learned." if rows[0][1] == started_at
              else "")
-    table = ["| checkpoint | transitions | wall hours | episodes | mean | median | distinct_scores | time_limit_episodes |",
+    table = ["| checkpoint | transitions | wall hours | episodes | mean | median | distinct_scores "
+             "| time_limit_episodes |",
              "|" + " --- |" * 8]
     for policy, transitions, episodes, mean, median, distinct, stalled in rows:
         seconds = wall_s.get(transitions)

@@ -31,8 +31,8 @@ def _run_row(con, run_id: str | None, spec_name: str | None) -> dict:
 def verdict_rows(con, run_id: str | None = None):
     if run_id:
         return con.execute(
-            "SELECT verdict, measurement, candidate, baseline, outcome, evidence->>'$.label' AS label, reason, evidence "
-            "FROM verdicts "
+            "SELECT verdict, measurement, candidate, baseline, outcome, evidence->>'$.label' AS label, reason, "
+            "evidence FROM verdicts "
             "WHERE run_id = ? ORDER BY verdict", [run_id]).df()
     return con.execute(
         "SELECT host, contract_hash, spec_name, verdict, candidate, baseline, outcome, evidence->>'$.label' AS label, "
@@ -51,7 +51,8 @@ def compared(row) -> str:
 
 
 def outcome_text(row) -> str:
-    return f"{row.outcome} ({row.label})" if isinstance(row.label, str) and row.label else row.outcome  # NULL may arrive as NaN
+    # NULL may arrive as NaN
+    return f"{row.outcome} ({row.label})" if isinstance(row.label, str) and row.label else row.outcome
 
 
 def _verdict_section(frame) -> Section:
@@ -88,14 +89,17 @@ def build_run_report(store: Store, out_dir: Path, run_id: str | None = None, spe
             for m in spec.measurements:
                 sections += KINDS[m.kind].report(con, run_id, m)
         else:
-            sections.append(Section("Measurements", html=f"<p>The stored spec no longer validates ({html.escape(spec_problem)}).</p>"))
+            sections.append(Section("Measurements", html="<p>The stored spec no longer validates "
+                                                         f"({html.escape(spec_problem)}).</p>"))
     packages = json.loads(run["packages"] or "{}")
     intro = (
         f"<p><b>run</b> {html.escape(run_id)} · <b>status</b> {html.escape(run['status'])}"
         + (f" ({html.escape(run['error'] or '')})" if run["error"] else "")
         + f" · <b>started</b> {run['started_at']} · <b>ended</b> {run['ended_at']}</p>"
-        f"<p><b>contract</b> {html.escape(run['contract_hash'] or '')} · <b>commit</b> {html.escape(str(run['git_commit']))}"
-        f" · <b>host</b> {html.escape(run['host'])} · <b>cpu</b> {html.escape(str(run['cpu']))} · <b>gpu</b> {html.escape(str(run['gpu']))}</p>"
+        f"<p><b>contract</b> {html.escape(run['contract_hash'] or '')}"
+        f" · <b>commit</b> {html.escape(str(run['git_commit']))}"
+        f" · <b>host</b> {html.escape(run['host'])} · <b>cpu</b> {html.escape(str(run['cpu']))}"
+        f" · <b>gpu</b> {html.escape(str(run['gpu']))}</p>"
         f"<p><b>packages</b> {html.escape(', '.join(f'{k} {v}' for k, v in packages.items()))}</p>"
         f"<details><summary>spec {html.escape(run['spec_path'] or '')} ({html.escape(run['spec_hash'])})</summary>"
         f"<pre>{html.escape(run['spec_text'])}</pre></details>"

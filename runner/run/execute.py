@@ -93,7 +93,8 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
         })
     progress = Progress(
         TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[unit]}", markup=False), TextColumn("{task.fields[transitions]} transitions"), TimeElapsedColumn(), TimeRemainingColumn(),
+        TextColumn("{task.fields[unit]}", markup=False), TextColumn("{task.fields[transitions]} transitions"),
+        TimeElapsedColumn(), TimeRemainingColumn(),
         console=console, transient=False,
     )
     progress.add_task = _with_defaults(progress.add_task)
@@ -146,7 +147,8 @@ def _settings_changed_since(store, run_id: str, now: dict) -> list[str]:
 def _leaves(tree, path: str = "") -> dict[str, object]:
     """{dotted path: value} of every leaf of a JSON tree."""
     if isinstance(tree, dict):
-        return {k: v for key, child in tree.items() for k, v in _leaves(child, f"{path}.{key}" if path else key).items()}
+        return {k: v for key, child in tree.items()
+                for k, v in _leaves(child, f"{path}.{key}" if path else key).items()}
     if isinstance(tree, list):
         return {k: v for i, child in enumerate(tree) for k, v in _leaves(child, f"{path}[{i}]").items()}
     return {path: tree}

@@ -48,7 +48,8 @@ def _artifact_problems(spec, context: dict, outputs: set[str]) -> list[tuple[tup
             problems.append((("artifacts", name, "path"), f"model file not found: {path}"))
         else:
             producer = Path(context.get("base_dir") or path.parent, f"{artifact.made_by}.yaml")
-            hint = f" ({producer}): run `runner run {producer}` first" if producer.is_file() else ": run that spec first"
+            hint = (f" ({producer}): run `runner run {producer}` first" if producer.is_file()
+                    else ": run that spec first")
             problems.append((("artifacts", name, "path"),
                              f"file not found: {path}; it is made by spec {artifact.made_by!r}{hint}"))
     return problems
@@ -86,10 +87,12 @@ def _reference_problems(spec, kinds, outputs) -> list[tuple[tuple, str]]:
                 elif wanted and artifact.type != wanted:
                     problems.append((where, f"{value!r} is {artifact.type} ({artifact.path}); {wanted} is needed here"))
                 elif what.startswith("artifact_out") and artifact.made_by != spec.name:
-                    problems.append((where, f"{value!r} is written here, so artifacts.{value} needs made_by: {spec.name}"))
+                    problems.append((where, f"{value!r} is written here, "
+                                            f"so artifacts.{value} needs made_by: {spec.name}"))
                 elif not what.startswith("artifact_out") and artifact.made_by == spec.name and not any(
                         value in written for written in outputs[:i]):
-                    problems.append((where, f"{value!r} is written by this spec, but by no measurement before this one"))
+                    problems.append((where, f"{value!r} is written by this spec, "
+                                            "but by no measurement before this one"))
             elif what.startswith("measurement:"):
                 wanted = what.partition(":")[2]
                 other = by_name.get(value)

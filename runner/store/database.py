@@ -62,7 +62,8 @@ MIGRATIONS: list[tuple[str, str]] = [
             measurement VARCHAR NOT NULL,
             candidate VARCHAR NOT NULL,
             baseline VARCHAR NOT NULL,
-            outcome VARCHAR NOT NULL CHECK (outcome IN ('deployment-worthy', 'rejected', 'inconclusive', 'unavailable')),
+            outcome VARCHAR NOT NULL
+                CHECK (outcome IN ('deployment-worthy', 'rejected', 'inconclusive', 'unavailable')),
             reason VARCHAR NOT NULL,
             evidence JSON NOT NULL,
             decided_at TIMESTAMPTZ NOT NULL
@@ -77,9 +78,11 @@ MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
     (
-        "0002_spooled_batches",  # spool files already appended: a kill between the append and the unlink repeats nothing
+        # spool files already appended: a kill between the append and the unlink repeats nothing
+        "0002_spooled_batches",
         """
-        CREATE TABLE spooled_batches (batch VARCHAR PRIMARY KEY, "rows" BIGINT NOT NULL, appended_at TIMESTAMPTZ NOT NULL);
+        CREATE TABLE spooled_batches (
+            batch VARCHAR PRIMARY KEY, "rows" BIGINT NOT NULL, appended_at TIMESTAMPTZ NOT NULL);
         """,
     ),
     (
@@ -225,7 +228,8 @@ class Store:
         finally:
             os.close(fd)  # releases the lock
 
-    def _connect(self, read_only: bool, deadline: float | None, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+    def _connect(self, read_only: bool, deadline: float | None,
+                 config: dict | None = None) -> duckdb.DuckDBPyConnection:
         """Open the file, waiting out DuckDB's lock (held by a process that is not a runner, e.g. the CLI)."""
         delay, since, notices = 0.02, time.monotonic(), []
         while True:

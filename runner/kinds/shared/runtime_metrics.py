@@ -24,14 +24,15 @@ def parity_pair_metrics(con, run_id: str, measurement: str, candidate: str, base
         "action_agreement": row[1], "action_disagreements": float(row[2]), "max_abs_dq": row[3],
         "mean_abs_dq": row[4], "allclose": float(row[5]), "elements_fail": float(row[6]), "near_ties": float(row[7]),
     }
-    invariance = con.execute("SELECT max(max_abs_dq) FROM parity_batch_consistency WHERE run_id = ? AND measurement = ? "
-                             "AND runtime = ?", [run_id, measurement, candidate]).fetchone()[0]
+    invariance = con.execute("SELECT max(max_abs_dq) FROM parity_batch_consistency WHERE run_id = ? "
+                             "AND measurement = ? AND runtime = ?", [run_id, measurement, candidate]).fetchone()[0]
     if invariance is not None:
         found["batch_invariance_max_abs_dq"] = invariance
     return found
 
 
-def latency_pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str, batch_size: int | None) -> dict:
+def latency_pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str,
+                         batch_size: int | None) -> dict:
     """Latency of candidate and its ratios to baseline at `batch_size` (None: the smallest measured)."""
     if batch_size is None:
         batch_size = con.execute("SELECT min(batch_size) FROM latency_samples WHERE run_id = ? AND measurement = ?",

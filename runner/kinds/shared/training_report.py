@@ -31,8 +31,8 @@ def training_sections(con, run_id: str, measurement: str) -> list[Section]:
         if len(curve) > MAX_CHART_POINTS:
             curve = curve.iloc[:: len(curve) // MAX_CHART_POINTS + 1]
         base = alt.Chart(curve).encode(x=alt.X("transition:Q", title="transitions"), color="run:N")
-        chart = base.mark_circle(size=12, opacity=0.25).encode(y=alt.Y("episode_return:Q", title="raw episode return")) + \
-            base.mark_line(strokeWidth=2).encode(y="moving_avg_20:Q")
+        chart = (base.mark_circle(size=12, opacity=0.25).encode(y=alt.Y("episode_return:Q", title="raw episode return"))
+                 + base.mark_line(strokeWidth=2).encode(y="moving_avg_20:Q"))
         sections.append(Section(f"{measurement}: learning curves (points: episodes; lines: 20-episode moving average)",
                                 charts=[chart.properties(width=720, height=320).to_dict()]))
     diagnostics = con.execute(
@@ -46,8 +46,8 @@ def training_sections(con, run_id: str, measurement: str) -> list[Section]:
         ).properties(width=330, height=140).facet(facet="quantity:N", columns=2).resolve_scale(y="independent")
         sections.append(Section(f"{measurement}: diagnostics over time", charts=[chart.to_dict()]))
     evaluated = con.execute(
-        "SELECT policy AS checkpoint, episodes, distinct_scores, distinct_lengths, mean, median, std, p10, p90, min, max, "
-        "time_limit_episodes FROM episode_summary WHERE run_id = ? AND measurement = ? "
+        "SELECT policy AS checkpoint, episodes, distinct_scores, distinct_lengths, mean, median, std, p10, p90, "
+        "min, max, time_limit_episodes FROM episode_summary WHERE run_id = ? AND measurement = ? "
         "ORDER BY split_part(policy, '@', 1), TRY_CAST(split_part(policy, '@', 2) AS BIGINT)",  # 25K before 100K
         [run_id, measurement]).df()
     if not evaluated.empty:
@@ -67,8 +67,8 @@ def _score_sections(con, run_id: str, measurement: str) -> list[Section]:
     from runner.report.html import table_html
 
     per_seed = con.execute(
-        "SELECT trial, training_seed, transition, episodes, score, distinct_scores, distinct_lengths, time_limit_episodes "
-        "FROM train_seed_scores WHERE run_id = ? AND measurement = ? ORDER BY trial, training_seed",
+        "SELECT trial, training_seed, transition, episodes, score, distinct_scores, distinct_lengths, "
+        "time_limit_episodes FROM train_seed_scores WHERE run_id = ? AND measurement = ? ORDER BY trial, training_seed",
         [run_id, measurement]).df()
     if per_seed.empty:
         return []

@@ -52,7 +52,8 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
         attempts, finished, stored_dir, unscored, latest = _stored(ctx, m.name, pair)
         folder = ctx.artifacts_dir / m.name / pair.trial
         # a pair's folder: where its earlier attempts trained, so a resume finds its trainer state
-        out_dir = Path(stored_dir) if stored_dir else folder if m.seeds is None else folder / f"seed={pair.training_seed}"
+        out_dir = (Path(stored_dir) if stored_dir else folder if m.seeds is None
+                   else folder / f"seed={pair.training_seed}")
         config = m.pair_config(pair)
         state = out_dir / "trainer_state.pt"
         if attempts > 0 and state.exists() and not on_ray:
@@ -85,7 +86,8 @@ def execute(m: TrainMeasurement, ctx: RunContext) -> None:
     # in this process each checkpoint is scored as it lands, so a training stopped before its end
     # has scored what it reached; Ray pairs are scored here once they are stored
     on_checkpoint = None if m.evaluate_checkpoints is None else (
-        lambda pair, transition, path: [("episodes", row) for row in _checkpoint_episodes(m, ctx, pair, transition, path)])
+        lambda pair, transition, path: [("episodes", row)
+                                        for row in _checkpoint_episodes(m, ctx, pair, transition, path)])
     run_pairs(jobs, ctx, executor, on_checkpoint)
     for pair in m.pairs():
         _after_training(m, ctx, pair)
@@ -158,8 +160,8 @@ def _after_training(m: TrainMeasurement, ctx: RunContext, pair: Pair) -> None:
 
     with ctx.store.reader() as con:
         checkpoints = con.execute(  # one per transition count: a last mark and final.pt hold the same weights
-            "SELECT transition, min(path) FROM train_checkpoints_valid WHERE run_id = ? AND measurement = ? AND trial = ? "
-            "AND training_seed = ? GROUP BY transition ORDER BY transition",
+            "SELECT transition, min(path) FROM train_checkpoints_valid WHERE run_id = ? AND measurement = ? "
+            "AND trial = ? AND training_seed = ? GROUP BY transition ORDER BY transition",
             [ctx.run_id, m.name, pair.trial, pair.training_seed]).fetchall()
         recorded = {row[0] for row in con.execute(
             "SELECT path FROM artifacts WHERE run_id = ? AND measurement = ?", [ctx.run_id, m.name]).fetchall()}

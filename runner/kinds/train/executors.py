@@ -99,7 +99,8 @@ def _log_checkpoint(ctx: "RunContext", job: PairJob, row: dict) -> None:
         found = con.execute(
             "SELECT last20_mean, episodes FROM train_trial_summary WHERE run_id = ? AND measurement = ? AND trial = ? "
             "AND training_seed = ?", [ctx.run_id, job.measurement, job.pair.trial, job.pair.training_seed]).fetchone()
-    mean = f"{found[0]:.2f} over the last 20 of {found[1]} episodes" if found and found[0] is not None else "no episode yet"
+    mean = (f"{found[0]:.2f} over the last 20 of {found[1]} episodes" if found and found[0] is not None
+            else "no episode yet")
     ctx.progress.console.log(f"{job.measurement} · {job.pair.label}: checkpoint at {row['transition']} transitions "
                              f"({row['path']}); training return {mean}")
 

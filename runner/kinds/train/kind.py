@@ -48,5 +48,6 @@ KIND = Kind(
     metric_problem=TrainMeasurement.metric_problem,
     resume_problem=pairs_not_made,
     compare=compare_train,
-    not_settings=frozenset({"sweep", "seeds", "score_seeds", "score_batch", "evaluate_checkpoints", "gif", "diagnostics_every", "checkpoint_at", "checkpoint_every"}),
+    not_settings=frozenset({"sweep", "seeds", "score_seeds", "score_batch", "evaluate_checkpoints", "gif",
+                            "diagnostics_every", "checkpoint_at", "checkpoint_every"}),
 )

@@ -27,8 +27,8 @@ def _pair_metrics(con, run_id: str, m: TrainMeasurement, pair: Pair) -> dict[str
             found["transitions_per_s"] = result[1]
     config = m.pair_config(pair)
     diagnostics = con.execute(  # from_transition: where the row's attempt began, with an empty replay
-        "SELECT d.transition, d.epsilon, d.replay_frames, d.loss, d.q_mean, d.target_mean, d.td_abs_mean, d.td_abs_max, "
-        "d.grad_norm, a.from_transition FROM train_diagnostics_valid d JOIN train_attempts a "
+        "SELECT d.transition, d.epsilon, d.replay_frames, d.loss, d.q_mean, d.target_mean, d.td_abs_mean, "
+        "d.td_abs_max, d.grad_norm, a.from_transition FROM train_diagnostics_valid d JOIN train_attempts a "
         f"USING (run_id, measurement, trial, training_seed, attempt) WHERE {where} ORDER BY d.transition",
         args).fetchall()
     if diagnostics:

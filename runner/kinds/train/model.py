@@ -104,7 +104,8 @@ class TrainMeasurement(TrainSettings):
 
     def pairs(self) -> list[Pair]:
         """Every (trial, training seed) pair, trial by trial."""
-        return [Pair(trial.name, trial.overrides, seed, trial.name if self.seeds is None else f"{trial.name},seed={seed}")
+        return [Pair(trial.name, trial.overrides, seed,
+                     trial.name if self.seeds is None else f"{trial.name},seed={seed}")
                 for trial in expand_sweep(self.sweep) for seed in self.training_seeds(trial.overrides)]
 
     def settings_for(self, overrides: dict[str, Any], *, gifs: bool = True) -> TrainSettings:

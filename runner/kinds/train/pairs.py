@@ -91,8 +91,9 @@ def _refuse_changed_file(job: PairJob) -> None:
     from breakout_core.hashing import file_sha256
 
     if (now := file_sha256(job.resumed_from)) != job.resumed_from_sha256:
-        raise ValueError(f"{job.resumed_from}: replaced while the run was going (sha256 {job.resumed_from_sha256[:12]}… "
-                         f"when the run began, {now[:12]}… now); {job.pair.label} did not start")
+        raise ValueError(f"{job.resumed_from}: replaced while the run was going "
+                         f"(sha256 {job.resumed_from_sha256[:12]}… when the run began, {now[:12]}… now); "
+                         f"{job.pair.label} did not start")
 
 
 def score_pair(job: PairJob, checkpoint: str, transition: int,
