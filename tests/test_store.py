@@ -15,7 +15,8 @@ import pytest
 from test_end_to_end import runner
 
 from runner.store import schema
-from runner.store.database import Store, StoreError, utcnow
+from runner.store.database import Store, utcnow
+from runner.store.errors import StoreError
 
 TABLES = {"runs", "episodes", "verdicts", "artifacts", "schema_migrations"}
 VIEWS = {"episode_summary", "episode_pairs", "latest_verdicts"}

@@ -77,7 +77,7 @@ class RunnerCommands(click.Group):
                 raise
             _fail(f"no space left on device: {exc.filename or 'a file this command writes'}")
         except Exception as exc:
-            from runner.store.database import StoreError
+            from runner.store.errors import StoreError
 
             if not isinstance(exc, StoreError):
                 raise
@@ -145,7 +145,8 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
     from runner.kinds.train.executors import Executor
     from runner.run.errors import ResumeRefused
     from runner.run.execute import run_spec
-    from runner.store.database import Store, StoreError
+    from runner.store.database import Store
+    from runner.store.errors import StoreError
 
     if ray_address and executor != "ray":
         _fail("--ray-address joins a Ray cluster: it needs --executor ray", EXIT_USAGE)
@@ -219,7 +220,7 @@ def migrate(db: Path | None) -> None:
 @db_option
 def mark_interrupted(run_id: str, db: Path | None) -> None:
     """Mark RUN_ID, left 'running' by a process that is gone, as interrupted (then --resume goes on with it)."""
-    from runner.store.database import RunNotRunning, StoreError
+    from runner.store.errors import RunNotRunning, StoreError
 
     try:
         already = _store(db).mark_interrupted(run_id, "marked interrupted by hand (runner mark-interrupted)")
@@ -244,7 +245,7 @@ def _print_query(db: Path | None, query: str, as_csv: bool = False, shown=None) 
     """Print the rows of `query`; `shown(con, rows)` may change them before they are printed."""
     import duckdb
 
-    from runner.store.database import StoreError
+    from runner.store.errors import StoreError
 
     try:
         with _store(db).reader(files=False) as con:
@@ -287,7 +288,7 @@ def _print_query(db: Path | None, query: str, as_csv: bool = False, shown=None) 
 def report(run_id: str | None, spec_name: str | None, verdicts_only: bool, db: Path | None, reports_dir: Path) -> None:
     """Write the HTML report of RUN_ID (default: the latest run), or the verdicts page."""
     from runner.report.run_report import build_run_report, build_verdicts_report
-    from runner.store.database import NoSuchRun, StoreError
+    from runner.store.errors import NoSuchRun, StoreError
 
     if run_id and spec_name:
         _fail("give either RUN_ID or --spec NAME, not both", EXIT_USAGE)
@@ -325,7 +326,7 @@ def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor:
     """Every measurement and metric of RUN_A and RUN_B (one spec), with significance and a mark."""
     from runner.compare.page import build_compare_report, print_comparison
     from runner.compare.runs import CompareError, compare_runs
-    from runner.store.database import StoreError
+    from runner.store.errors import StoreError
 
     store = _store(db)
     try:
@@ -411,7 +412,7 @@ def model_card(checkpoint: Path, train_run: str, eval_runs: tuple[str, ...], out
                db: Path | None) -> None:
     """Write the checkpoint's model card from the training and evaluation runs' rows."""
     from runner.report.model_card import write_model_card
-    from runner.store.database import StoreError
+    from runner.store.errors import StoreError
 
     try:
         path = write_model_card(_store(db), checkpoint, train_run, list(eval_runs),
@@ -428,7 +429,7 @@ def model_card(checkpoint: Path, train_run: str, eval_runs: tuple[str, ...], out
 @db_option
 def export_command(run_id: str, out_dir: Path | None, db: Path | None) -> None:
     """Write every stored row of RUN_ID as Parquet, one file per table."""
-    from runner.store.database import StoreError
+    from runner.store.errors import StoreError
     from runner.store.transfer import TransferRefused, export_run
 
     out_dir = out_dir or Path("exports") / run_id
@@ -450,7 +451,7 @@ def import_command(in_dir: Path, db: Path | None) -> None:
     """Append a run written by `runner export` (refused if that run is already stored)."""
     import duckdb
 
-    from runner.store.database import StoreError
+    from runner.store.errors import StoreError
     from runner.store.transfer import TransferRefused, import_run
 
     store = _store(db)

@@ -52,7 +52,8 @@ from breakout_core.messages import first_line
 from breakout_core.runtimes import Runtime, make_runtime
 from runner.spec.fields import MAX_SEED
 from runner.store import schema
-from runner.store.database import Store, StoreBusy, utcnow
+from runner.store.database import Store, utcnow
+from runner.store.errors import StoreBusy
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from breakout_core.files import write_whole
 from breakout_core.hashing import file_sha256
-from runner.store.database import Store, StoreError
+from runner.store.database import Store
+from runner.store.errors import StoreError
 
 SUMMARY_COLUMNS = ("episodes", "distinct_scores", "distinct_lengths", "mean", "median", "std", "p10", "p90", "min",
                    "max", "time_limit_episodes")

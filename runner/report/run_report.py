@@ -10,7 +10,8 @@ from breakout_core.files import write_whole
 from breakout_core.messages import described
 from runner.report.html import render_page, table_html
 from runner.report.section import Section
-from runner.store.database import NoSuchRun, Store
+from runner.store.database import Store
+from runner.store.errors import NoSuchRun
 
 
 def _run_row(con, run_id: str | None, spec_name: str | None) -> dict:

@@ -21,7 +21,8 @@ from breakout_core.messages import first_line
 from runner.spec.fields import NAME_PATTERN
 from runner.spec.stored import stored_spec_problem
 from runner.spec.yaml_source import read_spec_text
-from runner.store.database import Store, StoreError
+from runner.store.database import Store
+from runner.store.errors import StoreError
 
 RUN_ID_PATTERN = r"[0-9A-Za-z][0-9A-Za-z_\-]{0,63}"  # safe in a file name, as a runner's ids are
 
