@@ -133,11 +133,11 @@ def schema() -> None:
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
               help="where checkpoints and other run files go")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="where training (trial, seed) pairs run: in this process, or as Ray tasks")
+              help="where the (trial, seed) trainings run: in this process, or as Ray tasks")
 @click.option("--ray-address", metavar="ADDRESS",
               help="join this Ray cluster (e.g. 10.0.0.5:6379 or 'auto'); default: start Ray on this machine")
 @click.option("--ray-retries", type=click.IntRange(min=0, max=10), default=1, show_default=True,
-              help="times a Ray task whose worker died is run again before its pair is marked failed")
+              help="times a Ray task whose worker died is run again before its training is marked failed")
 def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resume: bool, runs_dir: Path,
         executor: str, ray_address: str | None, ray_retries: int) -> None:
     """Validate SPEC, execute its measurements, store every row, decide its verdicts."""
