@@ -149,7 +149,7 @@ def score_metrics(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, 
 
 def score_report(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, baseline: str) -> "list[Section]":
     """The score distribution per player, the paired differences against `baseline`, and any GIF."""
-    from runner.report.html import MAX_CHART_POINTS, altair, gif_figure, table_html
+    from runner.report.html import MAX_CHART_POINTS, altair, table_html
     from runner.report.section import Section
 
     alt = altair()
@@ -209,9 +209,15 @@ def score_report(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, b
             f"(mean in red, {bootstrap.confidence:.0%} bootstrap CI in black)",
             charts=[alt.layer(chart, zero).properties(width=640).to_dict()],
         ))
-    gifs = con.execute("SELECT label, path FROM artifacts WHERE run_id = ? AND measurement = ? ORDER BY label",
+    return sections + gif_sections(con, run_id, measurement, f"{measurement}: one episode as the agent sees it (84×84)")
+
+
+def gif_sections(con, run_id: str, measurement: str, title: str) -> "list[Section]":
+    """The measurement's GIFs (its `artifacts` rows, in path order) inlined under `title`; none
+    where it stored none."""
+    from runner.report.html import gif_figure
+    from runner.report.section import Section
+
+    gifs = con.execute("SELECT label, path FROM artifacts WHERE run_id = ? AND measurement = ? ORDER BY path",
                        [run_id, measurement]).fetchall()
-    if gifs:
-        sections.append(Section(f"{measurement}: one episode as the agent sees it (84×84)",
-                                html="".join(gif_figure(label, path) for label, path in gifs)))
-    return sections
+    return [Section(title, html="".join(gif_figure(label, path) for label, path in gifs))] if gifs else []

@@ -3,13 +3,14 @@ measurement shows them for its own run, `training_history` for an imported one."
 
 from __future__ import annotations
 
+from runner.kinds.shared.episode_scores import gif_sections
 from runner.report.section import Section
 
 
 def training_sections(con, run_id: str, measurement: str) -> list[Section]:
     """The report of one training measurement of a run, by name: also how another kind shows
     a stored training (the shipped agent's history)."""
-    from runner.report.html import MAX_CHART_POINTS, altair, gif_figure, table_html
+    from runner.report.html import MAX_CHART_POINTS, altair, table_html
 
     alt = altair()
 
@@ -53,12 +54,9 @@ def training_sections(con, run_id: str, measurement: str) -> list[Section]:
     if not evaluated.empty:
         sections.append(Section(f"{measurement}: checkpoints evaluated on fixed seeds (raw score, full games)",
                                 html=table_html(evaluated)))
-    gifs = con.execute("SELECT label, path FROM artifacts WHERE run_id = ? AND measurement = ? ORDER BY path",
-                       [run_id, measurement]).fetchall()
-    if gifs:
-        sections.append(Section(f"{measurement}: checkpoints playing one fixed seed at epsilon 0 (what the agent sees)",
-                                html="".join(gif_figure(label, path) for label, path in gifs)))
-    return sections
+    return sections + gif_sections(con, run_id, measurement,
+                                   f"{measurement}: checkpoints playing one fixed seed at epsilon 0 "
+                                   "(what the agent sees)")
 
 
 def _score_sections(con, run_id: str, measurement: str) -> list[Section]:
