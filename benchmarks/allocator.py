@@ -38,12 +38,14 @@ for _ in range(steps):
     trainer._update(replay, want_diagnostics=False)
     ms.append((time.perf_counter() - started) * 1e3)
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(json.dumps({"ms": statistics.median(ms), "faults": statistics.median(faults), "faults_mean": statistics.mean(faults)}))
+print(json.dumps({"ms": statistics.median(ms), "faults": statistics.median(faults),
+                  "faults_mean": statistics.mean(faults)}))
 """
 
 
 def one_side(mode: str, steps: int, threads: int) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", ONE_SIDE, mode, str(steps), str(threads)], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", ONE_SIDE, mode, str(steps), str(threads)],
+                         capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(process_failure(f"the {mode} side", out))
     return json.loads(out.stdout)

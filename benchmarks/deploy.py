@@ -70,8 +70,10 @@ def latency_overhead(onnx_path: Path, obs: np.ndarray, calls: int, repeats: int)
     for key, value in medians.items():
         print(f"   {key:28s} {value * 1000:8.1f} µs   (blocks: {', '.join(f'{v * 1000:.0f}' for v in p50[key])})")
     # blocks of one round ran back to back: their ratio is the least disturbed by a busy machine
-    harness_ratio = statistics.median(h / b for h, b in zip(p50["harness (measure_latency)"], p50["bare loop, runtime.infer"]))
-    wrapper_ratio = statistics.median(b / s for b, s in zip(p50["bare loop, runtime.infer"], p50["bare loop, session.run"]))
+    harness_ratio = statistics.median(
+        h / b for h, b in zip(p50["harness (measure_latency)"], p50["bare loop, runtime.infer"]))
+    wrapper_ratio = statistics.median(
+        b / s for b, s in zip(p50["bare loop, runtime.infer"], p50["bare loop, session.run"]))
     print(f"   harness / bare loop of the same call (median of per-round ratios): {harness_ratio:.3f} "
           f"({(harness_ratio - 1) * 100:+.1f}% overhead; target < 5%)")
     print(f"   runtime.infer / bare session.run (median of per-round ratios): {wrapper_ratio:.3f} "
@@ -93,10 +95,11 @@ def episodes_batched_vs_sequential(onnx_path: Path, contract, episodes: int, bat
         wall = time.perf_counter() - started
         results[label] = (wall, result, policy)
     runtime.close()
-    print(f"\n2. {episodes} episodes (seeds {seeds[0]}..{seeds[-1]}, epsilon 0, max {contract.max_episode_frames} frames) "
-          "played through ONNX Runtime CPU")
+    print(f"\n2. {episodes} episodes (seeds {seeds[0]}..{seeds[-1]}, epsilon 0, "
+          f"max {contract.max_episode_frames} frames) played through ONNX Runtime CPU")
     for label, (wall, result, policy) in results.items():
-        print(f"   {label:32s} {60 * episodes / wall:8.1f} episodes/min  {result.transitions / wall:8.0f} transitions/s  "
+        print(f"   {label:32s} {60 * episodes / wall:8.1f} episodes/min  "
+              f"{result.transitions / wall:8.0f} transitions/s  "
               f"{policy.calls} inference calls for {result.transitions} transitions ({wall:.1f} s)")
     (wall_b, res_b, _), (wall_s, res_s, _) = results.values()
     same = [e.score for e in res_b.episodes] == [e.score for e in res_s.episodes]

@@ -203,7 +203,8 @@ def main() -> None:
                              "lies above what its convolutions, matmuls and optimizer cost by themselves")
     parser.add_argument("--default-malloc", action="store_true",
                         help="leave glibc malloc's thresholds at their defaults (keep_freed_memory false); the "
-                             "setting is process-wide, so it is compared between processes, in allocator.py and vs_cleanrl.py")
+                             "setting is process-wide, so it is compared between processes, "
+                             "in allocator.py and vs_cleanrl.py")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     contract = CONTRACTS[args.contract]
@@ -274,7 +275,8 @@ def main() -> None:
         FAST: (Trainer, replace(plain, channels_last=True, fused_adam=True, input_major_linear=True)),
         "compile": (Trainer, replace(plain, compile=True)),
         "compile + fused Adam": (Trainer, replace(plain, compile=True, fused_adam=True)),
-        "compile + channels_last + fused Adam": (Trainer, replace(plain, compile=True, channels_last=True, fused_adam=True)),
+        "compile + channels_last + fused Adam": (Trainer, replace(plain, compile=True, channels_last=True,
+                                                                  fused_adam=True)),
         "bf16 autocast + fused Adam": (Bf16Trainer, replace(plain, fused_adam=True)),
     }
     if args.algorithm != "dqn":

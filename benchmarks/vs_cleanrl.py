@@ -109,7 +109,8 @@ def main() -> None:
     parser.add_argument("--transitions", type=int, default=12_000)
     parser.add_argument("--learning-starts", type=int, default=2_000)
     parser.add_argument("--buffer", type=int, default=20_000)
-    parser.add_argument("--threads", type=int, default=2, help="the train kind's torch threads (CleanRL: torch's default)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="the train kind's torch threads (CleanRL: torch's default)")
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS),
                         help="train-kind variants to run (repeatable); default: plain, fast_allocator and "
                              "fast_input_major")
@@ -143,8 +144,10 @@ def main() -> None:
     print(f"{'cleanrl':{width}s} {statistics.median(rates['cleanrl']):6.0f} transitions/s (median)")
     for v in variants:
         ratios = [a / b for a, b in zip(rates[v], rates["cleanrl"])]
-        print(f"{v:{width}s} {statistics.median(rates[v]):6.0f} transitions/s  x{statistics.median(ratios):.2f} CleanRL "
-              f"(rounds {min(ratios):.2f}-{max(ratios):.2f}); wall x{statistics.median(walls['cleanrl']) / statistics.median(walls[v]):.2f}")
+        wall_ratio = statistics.median(walls["cleanrl"]) / statistics.median(walls[v])
+        print(f"{v:{width}s} {statistics.median(rates[v]):6.0f} transitions/s  "
+              f"x{statistics.median(ratios):.2f} CleanRL "
+              f"(rounds {min(ratios):.2f}-{max(ratios):.2f}); wall x{wall_ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ import json
 from dataclasses import dataclass
 
 
-
 @dataclass(frozen=True)
 class Contract:
     """Frozen description of the Breakout environment as the agent experiences it."""

@@ -246,7 +246,8 @@ def evaluation_driver(contract: Contract, batch_size: int, seeds: int, policies:
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     slots = max(1, min(batch_size, seeds))
-    parallel = slots >= 2 and usable_cores() >= 2 and seeds * policies >= WORKER_MIN_EPISODES and hasattr(os, "memfd_create")
+    parallel = (slots >= 2 and usable_cores() >= 2 and seeds * policies >= WORKER_MIN_EPISODES
+                and hasattr(os, "memfd_create"))
     return EpisodeDriver(contract, slots, processes=2 if parallel else 1)
 
 

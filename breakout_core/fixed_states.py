@@ -239,7 +239,8 @@ def capture_from_checkpoint(
     meta = policy.checkpoint_meta
     own = Contract(**meta["contract"])
     if own.hash != meta["contract_hash"]:
-        raise ValueError(f"{checkpoint_path}: stored contract hash {meta['contract_hash']} does not match its contract ({own.hash})")
+        raise ValueError(f"{checkpoint_path}: stored contract hash {meta['contract_hash']} "
+                         f"does not match its contract ({own.hash})")
     if contract is not None and contract.hash != own.hash and not other_contract_deliberate:
         raise ValueError(
             f"{checkpoint_path} was trained under contract {own.name} ({own.hash}); "

@@ -175,7 +175,7 @@ def _load(path: str | Path):
 
     try:
         model = onnx.load(path)
-    except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
+    except Exception as exc:  # protobuf, OS and onnx errors alike: the file is not a model
         raise LocaliseError(f"{path}: not an ONNX model ({_one_line(exc)}); intermediate tensors can only be exposed "
                             "in an ONNX graph run by onnxruntime") from None
     if not model.graph.node:
@@ -220,7 +220,7 @@ def _tensor_types(model) -> dict[str, int]:
 
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception as exc:  # noqa: BLE001 -- onnx's inference and validation errors
+    except Exception as exc:  # onnx's inference and validation errors
         raise LocaliseError(f"shape inference failed, so tensor types are unknown ({_one_line(exc)})") from None
     values = [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]
     return {v.name: v.type.tensor_type.elem_type for v in values if v.type.HasField("tensor_type")}
@@ -246,7 +246,7 @@ def _exposed_session(model, tensors: Sequence[str], path: Path, source: str | Pa
     options.intra_op_num_threads = 1
     try:
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # noqa: BLE001 -- onnxruntime raises its own classes
+    except Exception as exc:  # onnxruntime raises its own classes
         raise LocaliseError(f"{source}: onnxruntime cannot run it with its intermediate tensors exposed "
                             f"({_one_line(exc)})") from None
 

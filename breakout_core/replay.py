@@ -56,7 +56,8 @@ class FrameReplay:
     @property
     def transitions(self) -> int:
         """Sampleable transitions held now (entries with a stored next frame)."""
-        return int(sum(self.has_next[s, : min(self.written[s], self.stream_capacity)].sum() for s in range(self.num_streams)))
+        return int(sum(self.has_next[s, : min(self.written[s], self.stream_capacity)].sum()
+                       for s in range(self.num_streams)))
 
     def _write(self, streams: np.ndarray, frames: np.ndarray, actions, rewards, terminal, has_next, starts) -> None:
         slots = self.written[streams] % self.stream_capacity

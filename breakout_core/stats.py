@@ -289,7 +289,8 @@ def geometric_mean_ratio_interval(x: np.ndarray, y: np.ndarray, *, confidence: f
 
 
 def _geometric_mean_of_ratio(x: np.ndarray, y: np.ndarray) -> float:
-    return float(np.exp(np.log(np.asarray(x, dtype=np.float64)).mean() - np.log(np.asarray(y, dtype=np.float64)).mean()))
+    log_x, log_y = np.log(np.asarray(x, dtype=np.float64)), np.log(np.asarray(y, dtype=np.float64))
+    return float(np.exp(log_x.mean() - log_y.mean()))
 
 
 # name: (point estimate, interval) over one arm's seeds, or over a candidate's (x) against a baseline's (y)

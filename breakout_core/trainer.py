@@ -24,7 +24,11 @@ from breakout_core.driver import EpisodeDriver
 from breakout_core.envs import NUM_ACTIONS
 from breakout_core.files import torch_bytes, write_whole
 from breakout_core.input_major import (
-    input_major_weights, optimizer_state_transposed_at, transposed_at, with_input_major_linears)
+    input_major_weights,
+    optimizer_state_transposed_at,
+    transposed_at,
+    with_input_major_linears,
+)
 from breakout_core.qnetwork import QNetwork, load_checkpoint, save_checkpoint
 from breakout_core.replay import FrameReplay, ReplayBatch
 from breakout_core.train_config import TrainConfig
@@ -139,7 +143,8 @@ class Trainer:
         if payload.get("format") != STATE_FORMAT:
             raise ValueError(f"{self.state_path()}: not a {STATE_FORMAT} file")
         if payload["contract_hash"] != self.contract.hash:
-            raise ValueError(f"{self.state_path()}: saved under contract {payload['contract_hash']}, not {self.contract.hash}")
+            raise ValueError(f"{self.state_path()}: saved under contract {payload['contract_hash']}, "
+                             f"not {self.contract.hash}")
         self.online.load_state_dict(payload["online"])
         self.target.load_state_dict(payload["target"])
         # the saved param_groups carry the saver's Adam kernel (fused or not), which is this trainer's setting
@@ -245,7 +250,8 @@ class Trainer:
                   "td_abs_mean": float(td.mean()), "td_abs_max": float(td.max()), "grad_norm": float(grad_norm)}
         for name, value in values.items():
             if not math.isfinite(value):
-                raise TrainingDiverged(f"non-finite {name} ({value}) at transition {self.transitions}, update {self.updates}")
+                raise TrainingDiverged(f"non-finite {name} ({value}) at transition {self.transitions}, "
+                                       f"update {self.updates}")
         return values
 
     # -- the loop --------------------------------------------------------------------

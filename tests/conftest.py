@@ -13,6 +13,9 @@ import pytest
 # process and every one the tests start default to one torch thread. Set before torch is imported.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# the runtime, export and fixed-state tests' fixtures, built once per test module that asks for them
+pytest_plugins = ["runtime_artifacts"]
+
 
 @pytest.fixture
 def checkpoint(tmp_path: Path) -> Path:

@@ -31,24 +31,23 @@ import signal
 import sys
 import traceback
 
-import torch._dynamo  # noqa: F401  (with torch; torch.optim imports it on a first step)
-
 # what a train run imports, imported once
 import pandas  # noqa: F401
 import pyarrow  # noqa: F401
 import rich.progress  # noqa: F401
+import torch._dynamo  # noqa: F401  (with torch; torch.optim imports it on a first step)
 
-import breakout_core.evaluator  # noqa: F401
-import breakout_core.stats  # noqa: F401
+import breakout_core.evaluator
+import breakout_core.stats
 import breakout_core.trainer  # noqa: F401
-import runner.run.execute  # noqa: F401
-import runner.spec.file_checks  # noqa: F401
-import runner.store.heartbeat  # noqa: F401
-import runner.kinds.train.executors  # noqa: F401
-import runner.store.provenance  # noqa: F401
+import runner.kinds.train.executors
+import runner.run.execute
+import runner.run.verdicts
+import runner.spec.file_checks
+import runner.store.database
+import runner.store.heartbeat
+import runner.store.provenance
 import runner.store.row_buffer  # noqa: F401
-import runner.store.database  # noqa: F401
-import runner.run.verdicts  # noqa: F401
 from runner.cli.commands import main as runner_main
 
 

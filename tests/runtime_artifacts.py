@@ -1,10 +1,10 @@
 """Artifacts shared by the runtime, export and fixed-state tests, built once per session.
 
 An untrained Nature-DQN checkpoint (torch.manual_seed(0)), 24 fixed states captured from its
-own short real play on the ALE, and its FP32 and FP16 ONNX exports. Test modules import
-`artifacts` and `one_torch_thread` as fixtures. On this 2-core machine torch's default two
-threads spin against any other job (measured: 125 ms a batch instead of 1.3 ms), so the
-tests run torch and ONNX Runtime on one thread.
+own short real play on the ALE, and its FP32 and FP16 ONNX exports. `tests/conftest.py` loads
+this module as a plugin, so a test asks for `artifacts` and `one_torch_thread` by name. On this
+2-core machine torch's default two threads spin against any other job (measured: 125 ms a batch
+instead of 1.3 ms), so the tests run torch and ONNX Runtime on one thread.
 """
 
 from __future__ import annotations

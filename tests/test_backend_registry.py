@@ -67,7 +67,8 @@ def test_a_backend_registered_from_tests_validates_describes_and_runs(tmp_path):
     schema = _runner("schema", cwd=tmp_path)
     assert schema.returncode == 0, schema.stderr[-2000:]
     models = json.loads(schema.stdout)["$defs"]
-    config = next(m for m in models.values() if m.get("properties", {}).get("runtime", {}).get("const") == "onnx_reference")
+    config = next(m for m in models.values()
+                  if m.get("properties", {}).get("runtime", {}).get("const") == "onnx_reference")
     assert config["properties"]["max_batch"]["description"] == "the largest batch infer() accepts"
 
     done = _runner("run", "spec.yaml", "--db", "r.duckdb", "--no-report", "--runs-dir", "runs", cwd=tmp_path)

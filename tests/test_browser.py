@@ -22,13 +22,12 @@ import pytest
 
 from breakout_core.parity import compare_q
 from breakout_core.runtimes import BrowserRuntime, RuntimeUnavailable, make_runtime, runtime_available
-from runtime_artifacts import artifacts, one_torch_thread  # noqa: F401
 
 REPO = Path(__file__).parents[1]
 
 
 @pytest.fixture(scope="module")
-def torch_q(artifacts):  # noqa: F811
+def torch_q(artifacts):
     with make_runtime("torch") as rt:
         rt.load(artifacts.checkpoint)
         return rt.infer(artifacts.states.obs)
@@ -36,7 +35,7 @@ def torch_q(artifacts):  # noqa: F811
 
 @pytest.mark.browser
 @pytest.mark.parametrize("provider", ["wasm", "webgpu"])
-def test_page_q_values_match_torch_on_real_states(artifacts, torch_q, provider):  # noqa: F811
+def test_page_q_values_match_torch_on_real_states(artifacts, torch_q, provider):
     with make_runtime("browser", provider=provider) as rt:
         rt.load(artifacts.export.onnx_path)
         q_batch = rt.infer(artifacts.states.obs)
@@ -60,7 +59,7 @@ def test_page_q_values_match_torch_on_real_states(artifacts, torch_q, provider):
 
 
 @pytest.mark.browser
-def test_in_page_latency_samples(artifacts):  # noqa: F811
+def test_in_page_latency_samples(artifacts):
     with make_runtime("browser", provider="wasm") as rt:
         rt.load(artifacts.export.onnx_path)
         result = rt.timed_runs(artifacts.states.obs[:1], warmup=3, iterations=64)
@@ -69,7 +68,7 @@ def test_in_page_latency_samples(artifacts):  # noqa: F811
     assert result.timer == "performance.now() in the page" and 0 < result.timer_resolution_s < 1e-3
 
 
-def test_missing_browser_is_unavailable_with_the_reason(artifacts, monkeypatch):  # noqa: F811
+def test_missing_browser_is_unavailable_with_the_reason(artifacts, monkeypatch):
     monkeypatch.setenv("BREAKOUT_CHROMIUM", str(REPO / "no-such-chromium"))
     ok, reason = runtime_available("browser", provider="wasm")
     assert not ok and "BREAKOUT_CHROMIUM" in reason and "not an executable" in reason
@@ -148,7 +147,7 @@ verdicts:
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):  # noqa: F811
+def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):
     db = tmp_path / "browser.duckdb"
     for name, text in (("browser.yaml", BROWSER_SPEC), ("episodes.yaml", EPISODES_SPEC)):
         spec = tmp_path / name
@@ -164,10 +163,12 @@ def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):  # noqa: F811
     status = {r[0]: json.loads(r[1]) for r in con.execute(
         "SELECT runtime, runtime_describe FROM runtime_status WHERE measurement = 'parity'").fetchall()}
     assert status["browser_webgpu"]["actual"]["adapter"]["software"] is True
-    series = con.execute("SELECT timer, timer_resolution_s FROM latency_series WHERE runtime = 'browser_wasm'").fetchone()
+    series = con.execute(
+        "SELECT timer, timer_resolution_s FROM latency_series WHERE runtime = 'browser_wasm'").fetchone()
     assert series[0] == "performance.now() in the page" and series[1] > 0
     assert con.execute("SELECT count(*) FROM latency_samples WHERE runtime = 'browser_wasm'").fetchone()[0] == 64
-    scores = con.execute("SELECT policy, count(*) FROM episodes WHERE measurement = 'scores' GROUP BY policy").fetchall()
+    scores = con.execute(
+        "SELECT policy, count(*) FROM episodes WHERE measurement = 'scores' GROUP BY policy").fetchall()
     assert dict(scores) == {"torch_fp32": 2, "browser_wasm": 2}
 
 

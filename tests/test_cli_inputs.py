@@ -1,19 +1,30 @@
-"""Malformed input through the real CLI: one line naming what is wrong, exit 2, no traceback,
-and nothing written anywhere."""
+"""Malformed input through the CLI: one line naming what is wrong, exit 2, no traceback,
+and nothing written anywhere. The commands run in this process through click's CliRunner; one
+test runs a real process, to see that its exit status and its stderr are the same."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
-
-from runner.store.database import Store
+from click.testing import CliRunner, Result
 from test_end_to_end import runner
 
+from runner.cli.commands import main
+from runner.store.database import Store
 
-def assert_one_line_usage_error(result, *mentions: str) -> None:
-    assert result.returncode == 2, (result.returncode, result.stderr)
-    assert "Traceback" not in result.stderr
+
+def cli(*args: str, cwd: Path) -> Result:
+    """`runner ARGS` in this process, from the folder `cwd`."""
+    with contextlib.chdir(cwd):
+        return CliRunner().invoke(main, list(args))
+
+
+def assert_one_line_usage_error(result: Result, *mentions: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    # the command ended by exiting, not by an exception it let through (a traceback in a real process)
+    assert isinstance(result.exception, SystemExit), result.exception
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     for mention in mentions:
@@ -29,7 +40,7 @@ def db(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("query", ["", "  ;  ", "/* only a comment */"])
 def test_sql_without_a_statement(tmp_path, db, query):
-    assert_one_line_usage_error(runner("sql", query, "--db", str(db), cwd=tmp_path), "SQL")
+    assert_one_line_usage_error(cli("sql", query, "--db", str(db), cwd=tmp_path), "SQL")
 
 
 @pytest.mark.parametrize("query", [
@@ -40,9 +51,9 @@ def test_sql_without_a_statement(tmp_path, db, query):
 ])
 def test_sql_touches_no_file_but_the_database(tmp_path, db, query):
     before = sorted(p.name for p in tmp_path.iterdir())
-    assert_one_line_usage_error(runner("sql", query, "--db", str(db), cwd=tmp_path), "SQL")
+    assert_one_line_usage_error(cli("sql", query, "--db", str(db), cwd=tmp_path), "SQL")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
-    assert runner("sql", "SELECT count(*) FROM runs", "--db", str(db), cwd=tmp_path).returncode == 0
+    assert cli("sql", "SELECT count(*) FROM runs", "--db", str(db), cwd=tmp_path).exit_code == 0
 
 
 EVALUATE = """\
@@ -68,7 +79,18 @@ measurements:
 ], ids=["bell", "nul", "list-key", "mapping-key", "deep-list", "deep-mapping", "self-reference"])
 def test_malformed_yaml_is_one_line(tmp_path, write_spec, text, mentions):
     spec = write_spec(text)
-    assert_one_line_usage_error(runner("validate", str(spec), cwd=tmp_path), spec.name, mentions)
+    assert_one_line_usage_error(cli("validate", str(spec), cwd=tmp_path), spec.name, mentions)
+
+
+def test_a_real_process_exits_2_with_one_line_and_no_traceback(tmp_path, write_spec):
+    """What the user's shell sees: the exit status, and stderr without a traceback, for a
+    document nested past what the YAML reader follows."""
+    spec = write_spec(EVALUATE + "description: " + "[" * 5_000 + "]" * 5_000 + "\n")
+    result = runner("validate", str(spec), cwd=tmp_path)
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "nested" in lines[0], result.stderr
 
 
 STATES = Path(__file__).resolve().parent.parent / "models" / "reference" / "fixed_states_60.npz"
@@ -131,8 +153,7 @@ NEVER = ("StopIteration", "allow_pickle", "weights_only", "Traceback")
 @pytest.mark.parametrize("name", ["empty.pt", "junk.pt", "states_as.pt", "objects.pt"])
 def test_a_checkpoint_policy_that_is_not_a_checkpoint(tmp_path, write_spec, name, contracts):
     path = _bad_files(tmp_path)[name]
-    result = runner("validate", str(write_spec(CHECKPOINT_POLICY.format(path=path, contracts=contracts))),
-                    cwd=tmp_path)
+    result = cli("validate", str(write_spec(CHECKPOINT_POLICY.format(path=path, contracts=contracts))), cwd=tmp_path)
     assert_one_line_usage_error(result, name, "not a")
     assert not any(word in result.stderr for word in NEVER)
 
@@ -143,7 +164,7 @@ def test_a_checkpoint_policy_that_is_not_a_checkpoint(tmp_path, write_spec, name
 def test_a_corrupt_artifact_names_the_file_and_what_is_wrong(tmp_path, write_spec, role, name):
     files = _bad_files(tmp_path)
     paths = {"states": STATES, "model": ONNX, "reference": ONNX, role: files[name]}
-    result = runner("validate", str(write_spec(PARITY.format(**paths))), cwd=tmp_path)
+    result = cli("validate", str(write_spec(PARITY.format(**paths))), cwd=tmp_path)
     assert_one_line_usage_error(result, name)
     assert ("empty" in result.stderr) == name.startswith("empty")
     assert not any(word in result.stderr for word in NEVER)
@@ -161,9 +182,9 @@ measurements:
 
 @pytest.mark.slow
 def test_a_replay_that_cannot_fit_in_memory(tmp_path, write_spec):
-    result = runner("validate", str(write_spec(TRAIN.format(capacity=10**12))), cwd=tmp_path)
+    result = cli("validate", str(write_spec(TRAIN.format(capacity=10**12))), cwd=tmp_path)
     assert_one_line_usage_error(result, "replay_capacity", "GB", "memory")
-    assert runner("validate", str(write_spec(TRAIN.format(capacity=10_000))), cwd=tmp_path).returncode == 0
+    assert cli("validate", str(write_spec(TRAIN.format(capacity=10_000))), cwd=tmp_path).exit_code == 0
 
 
 @pytest.mark.parametrize("seeds, mentions", [
@@ -174,7 +195,7 @@ def test_a_replay_that_cannot_fit_in_memory(tmp_path, write_spec):
 @pytest.mark.slow
 def test_seed_lists_are_capped_like_ranges(tmp_path, write_spec, seeds, mentions):
     spec = write_spec(EVALUATE.replace("seeds: [1]", f"seeds: {seeds}"))
-    assert_one_line_usage_error(runner("validate", str(spec), cwd=tmp_path), "seeds", mentions)
+    assert_one_line_usage_error(cli("validate", str(spec), cwd=tmp_path), "seeds", mentions)
 
 
 def test_every_problem_of_a_spec_in_one_pass(tmp_path, write_spec):
@@ -199,8 +220,8 @@ verdicts:
     deployment_worthy_when:
       no_such_metric: "> 0"
 """)
-    result = runner("validate", str(spec), cwd=tmp_path)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
+    result = cli("validate", str(spec), cwd=tmp_path)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.exception
     lines = result.stderr.strip().splitlines()
     assert any("measurements[0].batch_size" in line for line in lines), lines
     assert any("unknown policy 'nobody'" in line for line in lines), lines
@@ -210,17 +231,13 @@ verdicts:
 @pytest.mark.parametrize("name", ["empty.onnx", "junk.onnx"])
 def test_play_refuses_a_model_that_is_not_onnx(tmp_path, name):
     path = _bad_files(tmp_path)[name]
-    result = runner("play", "--model", str(path), "--port", "0", "--db", str(tmp_path / "play.duckdb"), cwd=tmp_path)
+    result = cli("play", "--model", str(path), "--port", "0", "--db", str(tmp_path / "play.duckdb"), cwd=tmp_path)
     assert_one_line_usage_error(result, name, "not an ONNX model")
 
 
 def test_report_requests_that_cannot_be_met_are_one_line(tmp_path, db):
     """An unknown run or spec, two ways of naming a run at once, or a reports folder that cannot
     be made: one line each, exit 2 for a wrong request, and no traceback."""
-    from click.testing import CliRunner
-
-    from runner.cli.commands import main
-
     (tmp_path / "afile").write_text("a file, not a folder")
     cli = CliRunner()
     for args, code, message in (

@@ -7,11 +7,20 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from test_json_output import assert_documented
 
 from runner.cli.commands import main
-from test_json_output import assert_documented
-from runner.compare.runs import (BETTER, DIFFERENT_MACHINE, NO_CHANGE, NOT_COMPARABLE, NOT_TESTABLE, SETTINGS_FILLED, WORSE,
-                            CompareError, compare_runs)
+from runner.compare.runs import (
+    BETTER,
+    DIFFERENT_MACHINE,
+    NO_CHANGE,
+    NOT_COMPARABLE,
+    NOT_TESTABLE,
+    SETTINGS_FILLED,
+    WORSE,
+    CompareError,
+    compare_runs,
+)
 from runner.spec.document import settings_as_written
 from runner.store.database import Store, utcnow
 
@@ -238,7 +247,8 @@ def test_a_run_without_seeds_against_one_with_them_is_compared_seed_by_seed(stor
         "checkpoint": "final.pt", "eval_seed": k, "score": float(k + seed), "steps": 100, "ended_by": "game_over"}
         for seed in (42, 43) for k in (1, 2, 3)])
     rows = {r.subject: r for r in compare_runs(store, "C", "B").rows if r.metric == "final_score"}
-    assert sorted(rows) == ["trial base,seed=42", "trial base,seed=43"] and all(r.problem is None for r in rows.values())
+    assert sorted(rows) == ["trial base,seed=42", "trial base,seed=43"]
+    assert all(r.problem is None for r in rows.values())
 
 
 def test_scores_that_do_not_vary_show_no_significance(store):
@@ -505,7 +515,8 @@ def test_a_few_seeds_that_agree_in_sign_are_not_a_certain_change(store):
     assert other_two.test == "2 vs 2 seeds: an interval over seeds needs at least 3 in each run"
     assert other_two.mark == NOT_TESTABLE
     flat = compared((100.0, 100.0, 100.0), (130.0, 130.0, 130.0), first_seed_b=11)
-    assert flat.test == "neither run's seeds vary: a t interval has no width (3 vs 3 seeds)" and flat.mark == NOT_TESTABLE
+    assert flat.test == "neither run's seeds vary: a t interval has no width (3 vs 3 seeds)"
+    assert flat.mark == NOT_TESTABLE
 
 
 def test_a_sweep_over_seeds_gives_training_its_repeats(store):

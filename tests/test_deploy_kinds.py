@@ -23,8 +23,8 @@ import pytest
 from breakout_core.parity import compare_q
 from breakout_core.runtimes import runtime_available
 from runner.kinds.shared.runtime_lifecycle import greedy
-from runner.spec.runtimes import RUNTIME_CONFIGS
 from runner.spec.document import SpecError, load_spec
+from runner.spec.runtimes import RUNTIME_CONFIGS
 from runner.store.database import Store
 
 REPO = Path(__file__).parents[1]
@@ -70,9 +70,11 @@ def test_parity_views_equal_compare_q_on_known_arrays(store, atol, rtol):
     expected = compare_q(KNOWN_BASE, candidate, atol=atol, rtol=rtol)
     with store.reader() as con:
         states = con.execute("SELECT state, max_abs_dq, agree, near_tie, elements_fail, candidate_action "
-                             "FROM parity_state_pairs WHERE candidate = 'cand' AND baseline = 'base' ORDER BY state").fetchall()
+                             "FROM parity_state_pairs WHERE candidate = 'cand' AND baseline = 'base' "
+                             "ORDER BY state").fetchall()
         summary = con.execute("SELECT n_states, max_abs_dq, mean_abs_dq, elements_pass, elements_fail, states_pass, "
-                              "allclose, action_agreement, action_agreement_fraction, disagreeing_states, near_tie_states "
+                              "allclose, action_agreement, action_agreement_fraction, disagreeing_states, "
+                              "near_tie_states "
                               "FROM parity_summary WHERE candidate = 'cand' AND baseline = 'base'").fetchone()
         from runner.kinds.shared.runtime_metrics import parity_pair_metrics as pair_metrics
 
@@ -105,7 +107,8 @@ def test_parity_views_finite_differences_and_worst_batch_size_decides(store):
     store.append_rows("parity_settings", [_settings("cand", 1e-5, 1e-5), _settings("base", 1e-5, 1e-5)])
     with store.reader() as con:
         rows = con.execute("SELECT batch_size, max_abs_dq, mean_abs_dq, elements_fail, action_agreement, near_ties "
-                           "FROM parity_summary WHERE candidate = 'cand' AND baseline = 'base' ORDER BY batch_size").fetchall()
+                           "FROM parity_summary WHERE candidate = 'cand' AND baseline = 'base' "
+                           "ORDER BY batch_size").fetchall()
         from runner.kinds.shared.runtime_metrics import parity_pair_metrics as pair_metrics
 
         metrics = pair_metrics(con, "r", "p", "cand", "base")
@@ -115,7 +118,8 @@ def test_parity_views_finite_differences_and_worst_batch_size_decides(store):
         expected = compare_q(base, cand)
         assert max_dq == pytest.approx(expected.max_abs_diff, rel=1e-12)
         assert mean_dq == pytest.approx(expected.mean_abs_diff, rel=1e-12)
-        assert (fails, agree, near) == (expected.elements_fail, expected.action_agreement, len(expected.near_tie_states))
+        assert (fails, agree, near) == (expected.elements_fail, expected.action_agreement,
+                                        len(expected.near_tie_states))
     worst = compare_q(base, worse)
     assert metrics["action_agreement"] == worst.action_agreement_fraction < 1.0
     assert metrics["max_abs_dq"] == pytest.approx(worst.max_abs_diff)
@@ -132,15 +136,17 @@ def test_latency_view_percentiles_equal_numpy(store):
                           "ms": float(2 * v)} for i, v in enumerate(samples)])
     expected = latency_result(samples)
     with store.reader() as con:
-        row = con.execute("SELECT n, p50_ms, p90_ms, p95_ms, p99_ms, mean_ms, std_ms, min_ms, max_ms FROM latency_summary "
-                          "WHERE runtime = 'a'").fetchone()
+        row = con.execute("SELECT n, p50_ms, p90_ms, p95_ms, p99_ms, mean_ms, std_ms, min_ms, max_ms "
+                          "FROM latency_summary WHERE runtime = 'a'").fetchone()
         from runner.kinds.shared.runtime_metrics import latency_pair_metrics as pair_metrics
 
         metrics = pair_metrics(con, "r", "l", "a", "b", 1)
     assert row[0] == expected.n
     np.testing.assert_allclose(row[1:], [expected.p50_ms, expected.p90_ms, expected.p95_ms, expected.p99_ms,
-                                         expected.mean_ms, expected.std_ms, expected.min_ms, expected.max_ms], rtol=1e-12)
-    assert metrics["latency_p95_ratio"] == pytest.approx(0.5) and metrics["latency_p50_ms"] == pytest.approx(expected.p50_ms)
+                                         expected.mean_ms, expected.std_ms, expected.min_ms, expected.max_ms],
+                               rtol=1e-12)
+    assert metrics["latency_p95_ratio"] == pytest.approx(0.5)
+    assert metrics["latency_p50_ms"] == pytest.approx(expected.p50_ms)
 
 
 # -- spec validation: runtimes, artifacts, references -----------------------------------------
@@ -209,7 +215,8 @@ def test_valid_deploy_spec(checkpoint, write_spec):
      "file not found: "),
     ("  checkpoint: {path: model.pt}\n", "  checkpoint: {path: model.bin}\n", 3, "unknown artifact type '.bin'"),
     ("    iterations: 64\n", "    iterations: 64\n    fixed_states: onnx\n", 19, "'onnx' is onnx ("),
-    ("measurements:\n", "measurements:\n  - {kind: latency, name: early, runtimes: [ort_cpu], fixed_states: states}\n", 10,
+    ("measurements:\n",
+     "measurements:\n  - {kind: latency, name: early, runtimes: [ort_cpu], fixed_states: states}\n", 10,
      "'states' is written by this spec, but by no measurement before this one"),
 ])
 def test_deploy_spec_problems(checkpoint, write_spec, old, new, line, message):
@@ -222,11 +229,13 @@ def test_deploy_spec_problems(checkpoint, write_spec, old, new, line, message):
 
 def test_missing_output_of_another_spec_names_the_spec_and_a_chain_accepts_it(checkpoint, write_spec, tmp_path):
     write_spec("name: maker\n", name="maker.yaml")
-    consumer = VALID.replace("onnx: {path: out/model.onnx, made_by: deploy}", "onnx: {path: out/model.onnx, made_by: maker}")
+    consumer = VALID.replace("onnx: {path: out/model.onnx, made_by: deploy}",
+                             "onnx: {path: out/model.onnx, made_by: maker}")
     consumer = consumer.replace("    onnx: onnx\n", "    onnx: written\n").replace(
         "  states: {", "  written: {path: out/written.onnx, made_by: deploy}\n  states: {")
     problems = _problems(write_spec, consumer)
-    assert any("it is made by spec 'maker'" in p and "runner run" in p and "maker.yaml" in p for p in problems), problems
+    assert any("it is made by spec 'maker'" in p and "runner run" in p and "maker.yaml" in p
+               for p in problems), problems
     assert _problems(write_spec, consumer, will_exist=[tmp_path / "out" / "model.onnx"]) == []
 
 
@@ -242,7 +251,8 @@ def test_episodes_verdict_needs_the_measurement_its_metric_comes_from(checkpoint
                                        "    seeds: [1, 2]\n    latency: export\nverdicts:\n")
     problems = _problems(write_spec, text)
     assert any("action_agreement is a parity metric" in p for p in problems), problems
-    assert any("'export' is not a latency measurement of this spec; choose from latency" in p for p in problems), problems
+    assert any("'export' is not a latency measurement of this spec; choose from latency" in p
+               for p in problems), problems
 
 
 def test_runtime_config_models_are_the_backends_options():
@@ -384,12 +394,14 @@ verdicts:
     measurement: scores
     candidate: trt_fp32
     baseline: ort_cpu
-    deployment_worthy_when: {action_agreement: ">= 1.0", latency_p95_ratio: "< 1.0", paired_score_diff_ci_low: ">= -1.0"}
+    deployment_worthy_when:
+      {action_agreement: ">= 1.0", latency_p95_ratio: "< 1.0", paired_score_diff_ci_low: ">= -1.0"}
   - name: ort_scores
     measurement: scores
     candidate: ort_cpu
     baseline: torch_fp32
-    deployment_worthy_when: {action_agreement: ">= 1.0", latency_p95_ratio: "<= 100", paired_score_diff_ci_low: ">= -1.0"}
+    deployment_worthy_when:
+      {action_agreement: ">= 1.0", latency_p95_ratio: "<= 100", paired_score_diff_ci_low: ">= -1.0"}
 """
 
 
@@ -462,8 +474,9 @@ def test_e2e_parity_rows_and_round_trip_on_real_states(tiny_run):
     folder, _ = tiny_run
     counts = dict(_query(folder, "SELECT runtime, count(*) FROM parity_q GROUP BY runtime"))
     assert counts == {r: 36 for r in _ran("parity")}  # 12 states x 3 batch sizes; none for a runtime not here
-    max_dq, agreement, allclose = _query(folder, "SELECT max(max_abs_dq), min(action_agreement_fraction), bool_and(allclose) "
-                                                 "FROM parity_summary WHERE candidate = 'ort_cpu' AND baseline = 'torch_fp32'")[0]
+    max_dq, agreement, allclose = _query(
+        folder, "SELECT max(max_abs_dq), min(action_agreement_fraction), bool_and(allclose) "
+                "FROM parity_summary WHERE candidate = 'ort_cpu' AND baseline = 'torch_fp32'")[0]
     assert max_dq < 1e-5 and agreement == 1.0 and allclose  # ONNX round trip on states from real play
     tolerance = dict(_query(folder, "SELECT runtime, atol FROM parity_settings"))
     assert tolerance == {"torch_fp32": 1e-5, "ort_cpu": 1e-5, "ort_fp16": 1e-3}
@@ -472,13 +485,15 @@ def test_e2e_parity_rows_and_round_trip_on_real_states(tiny_run):
 @pytest.mark.slow
 def test_e2e_unavailable_runtimes_have_reasons_and_no_rows(tiny_run):
     folder, _ = tiny_run
-    rows = _query(folder, "SELECT measurement, runtime, reason, runtime_describe FROM runtime_status WHERE NOT available")
+    rows = _query(folder,
+                  "SELECT measurement, runtime, reason, runtime_describe FROM runtime_status WHERE NOT available")
     found = {(m, r): reason for m, r, reason, _ in rows}
     assert set(found) == {(m, r) for m, runtimes in MEASURED.items() for r in runtimes if not _runs_here(r)}
     for runtime, needle in (("ort_cuda", "CUDAExecutionProvider"), ("torch_cuda", "CUDA"), ("trt_fp32", "tensorrt")):
         assert _runs_here(runtime) or needle in found[("parity", runtime)]
     assert all(describe is None for *_, describe in rows)
-    described = _query(folder, "SELECT runtime_describe FROM runtime_status WHERE available AND runtime = 'ort_cpu' LIMIT 1")
+    described = _query(
+        folder, "SELECT runtime_describe FROM runtime_status WHERE available AND runtime = 'ort_cpu' LIMIT 1")
     actual = json.loads(described[0][0])["actual"]
     assert actual["provider"] == "CPUExecutionProvider" and actual["nodes_not_on_requested_provider"] == []
     torch_threads = _query(folder, "SELECT DISTINCT runtime_describe->>'$.actual.cpu_threads' FROM runtime_status "
@@ -501,11 +516,13 @@ def test_e2e_latency_closed_loop_and_episodes_rows(tiny_run):
     # the runtimes play exactly what the evaluator plays with the checkpoint policy
     by_runtime = _query(folder, "SELECT policy, seed, score, steps, frames FROM episodes WHERE measurement = 'scores' "
                                 "ORDER BY policy, seed")
-    reference = _query(folder, "SELECT seed, score, steps, frames FROM episodes WHERE measurement = 'reference' ORDER BY seed")
+    reference = _query(
+        folder, "SELECT seed, score, steps, frames FROM episodes WHERE measurement = 'reference' ORDER BY seed")
     for runtime in ("ort_cpu", "torch_fp32"):
         assert [r[1:] for r in by_runtime if r[0] == runtime] == reference
-    calls, states, transitions, batch = _query(folder, "SELECT inference_calls, states_inferred, transitions, batch_size "
-                                                       "FROM episode_inference WHERE runtime = 'ort_cpu'")[0]
+    calls, states, transitions, batch = _query(
+        folder, "SELECT inference_calls, states_inferred, transitions, batch_size "
+                "FROM episode_inference WHERE runtime = 'ort_cpu'")[0]
     assert batch == 3 and calls <= transitions / 3 + 1 and states <= transitions  # one inference per vector step
     summary = dict(_query(folder, "SELECT policy, episodes FROM episode_summary WHERE measurement = 'scores'"))
     assert summary == {r: 3 for r in _ran("scores")}
@@ -522,7 +539,8 @@ def test_e2e_verdicts_report_and_verdicts_page(tiny_run):
     assert outcomes["impossible_speed"][0] == "rejected" and "latency_p95_ratio" in outcomes["impossible_speed"][1]
     assert outcomes["loop_same"][0] == "deployment-worthy"
     assert outcomes["ort_scores"][0] == "deployment-worthy"
-    for name, runtime, needle in (("cuda_parity", "ort_cuda", "CUDAExecutionProvider"), ("trt_worthy", "trt_fp32", "tensorrt")):
+    for name, runtime, needle in (("cuda_parity", "ort_cuda", "CUDAExecutionProvider"),
+                                  ("trt_worthy", "trt_fp32", "tensorrt")):
         outcome, reason = outcomes[name]
         if _runs_here(runtime):  # decided on its numbers
             assert outcome in ("deployment-worthy", "rejected", "inconclusive"), (name, reason)
@@ -553,8 +571,10 @@ def test_artifacts_made_from_another_checkpoint_are_refused(tiny_run):
     save_checkpoint(folder / "newer.pt", QNetwork(), CONTRACTS["breakout-v3"].replace(max_episode_frames=400),
                     transitions=1)
     text = ("name: consumer\ncontract: {max_episode_frames: 400}\nartifacts:\n  checkpoint: {path: CKPT}\n"
-            "  onnx: {path: out/model.onnx, made_by: tiny_deploy}\n  states: {path: out/states.npz, made_by: tiny_deploy}\n"
-            "runtimes:\n  ort: {runtime: onnxruntime, artifact: onnx}\n  torch: {runtime: torch, artifact: checkpoint}\n"
+            "  onnx: {path: out/model.onnx, made_by: tiny_deploy}\n"
+            "  states: {path: out/states.npz, made_by: tiny_deploy}\n"
+            "runtimes:\n  ort: {runtime: onnxruntime, artifact: onnx}\n"
+            "  torch: {runtime: torch, artifact: checkpoint}\n"
             "measurements:\n  - {kind: parity, name: p, runtimes: [torch, ort], fixed_states: states}\n")
     from types import SimpleNamespace
 

@@ -16,10 +16,22 @@ import pytest
 from breakout_core import driver as driver_module
 from breakout_core.contract import CONTRACTS, MAX_REPEAT_ACTION_PROBABILITY, Contract
 from breakout_core.cores import usable_cores
-from breakout_core.driver import (GAME_OVER, STOPPED, WORKER_MIN_EPISODES, EpisodeDriver, evaluation_driver,
-                                  make_vector_env, play_seeds)
-from breakout_core.envs import (LAST_ACTION_CLEARING_DRAW, LAST_ACTION_CLEARING_SEED, AleGame, episode_start,
-                                new_emulator)
+from breakout_core.driver import (
+    GAME_OVER,
+    STOPPED,
+    WORKER_MIN_EPISODES,
+    EpisodeDriver,
+    evaluation_driver,
+    make_vector_env,
+    play_seeds,
+)
+from breakout_core.envs import (
+    LAST_ACTION_CLEARING_DRAW,
+    LAST_ACTION_CLEARING_SEED,
+    AleGame,
+    episode_start,
+    new_emulator,
+)
 from breakout_core.game_worker import GameWorkerError
 
 V3 = CONTRACTS["breakout-v3"]
@@ -126,7 +138,8 @@ def test_v3_episodes_are_the_same_alone_batched_reversed_and_in_another_process(
     assert {s: trajectories(short, [s], 1)[s] for s in SEEDS} == batched
     code = ("import json, sys; sys.path.insert(0, 'tests'); from test_driver import trajectories, SEEDS; "
             "from breakout_core.contract import CONTRACTS; "
-            "print(json.dumps(trajectories(CONTRACTS['breakout-v3'].replace(max_episode_frames=4_000), SEEDS[::-1], 2)))")
+            "print(json.dumps(trajectories(CONTRACTS['breakout-v3'].replace(max_episode_frames=4_000), "
+            "SEEDS[::-1], 2)))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert {int(k): tuple(v) for k, v in json.loads(other.stdout).items()} == batched
 
@@ -144,7 +157,10 @@ def test_forced_actions_are_the_contracts():
     """A no-op start of the seed's length, and (when the contract serves) FIRE after a lost life."""
     contract = V3.replace(noop_start_max=30, serve_after_life_loss=True)
     driver = EpisodeDriver(contract, 1)
-    left = lambda obs, slots, generators: np.full(len(slots), 3)  # never serves by itself
+
+    def left(obs, slots, generators):  # never serves by itself
+        return np.full(len(slots), 3)
+
     finished = []
     forced_actions = []
 

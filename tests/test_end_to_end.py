@@ -161,8 +161,10 @@ def test_interrupted_run_is_marked_and_keeps_what_was_stored(tmp_path, write_spe
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
+        # the first measurement's rows are in, and its writer has closed the file (a reader opened it):
+        # the run is on to the second measurement, 400 episodes, still going when the signal lands
         wait_for_rows(db, "SELECT count(*) FROM episodes WHERE measurement = ?", ["first"])
-        time.sleep(1.0)  # well into the second measurement
+        assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT if how == "sigint" else signal.SIGKILL)
         _, stderr = proc.communicate(timeout=60)
     finally:

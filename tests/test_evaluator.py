@@ -1,7 +1,7 @@
 """The evaluator on the real ALE: deterministic per seed, alone or inside any batch."""
 
-import numpy as np
 import imageio.v3 as iio
+import numpy as np
 import pytest
 
 from breakout_core.contract import Contract
@@ -43,7 +43,8 @@ def test_batched_and_single_episodes_agree_per_seed_qnetwork(checkpoint, epsilon
     policy = QNetworkPolicy.from_checkpoint(checkpoint, epsilon=epsilon)
     alone = [evaluate(policy, [s], SHORT, batch_size=1).episodes[0] for s in SEEDS[:3]]
     batched = evaluate(policy, SEEDS[:3], SHORT, batch_size=3).episodes
-    assert [(e.score, e.steps, e.action_counts) for e in alone] == [(e.score, e.steps, e.action_counts) for e in batched]
+    assert ([(e.score, e.steps, e.action_counts) for e in alone]
+            == [(e.score, e.steps, e.action_counts) for e in batched])
 
 
 def test_time_limit_is_reported(checkpoint):

@@ -10,7 +10,6 @@ from breakout_core.export import ExportError, _check_model, export_onnx, inspect
 from breakout_core.parity import compare_q
 from breakout_core.qnetwork import QNetwork
 from breakout_core.runtimes import make_runtime
-from runtime_artifacts import artifacts, one_torch_thread  # noqa: F401
 
 
 def _graph_io(path):

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from runtime_artifacts import EPISODE_SEEDS, MAX_STEPS, N_STATES
 
 from breakout_core.contract import Contract
 from breakout_core.fixed_states import (
@@ -19,7 +20,6 @@ from breakout_core.fixed_states import (
     save_fixed_states,
 )
 from breakout_core.policies import RandomPolicy
-from runtime_artifacts import EPISODE_SEEDS, MAX_STEPS, N_STATES, artifacts, one_torch_thread  # noqa: F401
 
 
 def test_states_come_from_real_play_spread_over_each_episode(artifacts):

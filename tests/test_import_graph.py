@@ -27,7 +27,8 @@ def module_graph(root: Path) -> dict[str, set[str]]:
             targets = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
                 [node.module, *(f"{node.module}.{a.name}" for a in node.names)] \
                 if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
-            graph[name] |= {found for t in targets if t.startswith("runner") and (found := known(t)) not in (None, name)}
+            graph[name] |= {found for t in targets
+                            if t.startswith("runner") and (found := known(t)) not in (None, name)}
         parents = name.split(".")
         graph[name] |= {".".join(parents[:i]) for i in range(1, len(parents)) if ".".join(parents[:i]) in modules}
     return graph

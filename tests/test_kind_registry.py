@@ -54,7 +54,8 @@ def coin_kind() -> Kind:
     databases may have."""
     return Kind(name="coin", model=CoinMeasurement,
                 migrations=[("9990_test_coin_flips",
-                             "CREATE TABLE coin_flips (run_id VARCHAR, measurement VARCHAR, flip INTEGER, heads INTEGER)")],
+                             "CREATE TABLE coin_flips "
+                             "(run_id VARCHAR, measurement VARCHAR, flip INTEGER, heads INTEGER)")],
                 views=[], execute=execute, participants=lambda m: ["coin"], metric_names=("heads_fraction",),
                 metrics=metrics, report=report, needs_baseline=False, compare=compare,
                 not_settings=frozenset({"label"}))

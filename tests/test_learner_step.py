@@ -23,7 +23,8 @@ FASTER = {
     "compile": dict(compile=True),
     "input-major linear": dict(input_major_linear=True),
     "channels_last + fused Adam": dict(channels_last=True, fused_adam=True),
-    "channels_last + fused Adam + input-major linear": dict(channels_last=True, fused_adam=True, input_major_linear=True),
+    "channels_last + fused Adam + input-major linear": dict(channels_last=True, fused_adam=True,
+                                                            input_major_linear=True),
     "compile + channels_last + fused Adam + input-major linear": dict(
         compile=True, channels_last=True, fused_adam=True, input_major_linear=True),
 }

@@ -107,7 +107,8 @@ def test_a_socket_without_origin_is_refused_and_the_pages_own_origins_play(serve
             assert refused.value.status == 403
             # a page fetched by name (Host localhost, any case) and its socket with that origin
             async with session.get(f"http://127.0.0.1:{port}/play/config.json",
-                                   headers={"Host": f"LocalHost:{port}", "Origin": f"http://localhost:{port}"}) as config:
+                                   headers={"Host": f"LocalHost:{port}",
+                                            "Origin": f"http://localhost:{port}"}) as config:
                 assert config.status == 200 and (await config.json())["seed"] == 0
             replies = []
             for origin in (f"http://127.0.0.1:{port}", f"http://localhost:{port}"):
@@ -141,7 +142,8 @@ def test_starting_games_leaves_the_server_answering(server):
 
             tasks = [asyncio.create_task(start(i, ws)) for i, ws in enumerate(sockets)]
             await asyncio.sleep(0)  # the starts are sent first
-            async with session.get(server.server.url("/play/config.json"), headers={"Origin": _origin(server)}) as response:
+            async with session.get(server.server.url("/play/config.json"),
+                                   headers={"Origin": _origin(server)}) as response:
                 assert (await response.json())["seed"] == 0
                 answered_after = sum(reply["type"] == "state" for reply in replies)
             await asyncio.gather(*tasks)
@@ -267,7 +269,8 @@ def test_a_game_that_ends_while_the_database_is_busy_is_kept_and_stored_later(tm
 
     def games() -> list[str]:
         with store.reader() as con:
-            return [game_id for game_id, in con.execute("SELECT game_id FROM play_games ORDER BY finished_at").fetchall()]
+            return [game_id for game_id, in
+                    con.execute("SELECT game_id FROM play_games ORDER BY finished_at").fetchall()]
 
     with PlayServer(store, MODEL, SHORT, port=0, pace_ms=0) as server:
         # a game stored first: the server's store has opened the file, so it is the server's own

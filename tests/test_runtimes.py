@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from runtime_artifacts import N_STATES
 
 from breakout_core.latency import measure_latency
 from breakout_core.parity import compare_q
@@ -21,7 +22,6 @@ from breakout_core.runtimes import (
     make_runtime,
     runtime_available,
 )
-from runtime_artifacts import N_STATES, artifacts, one_torch_thread  # noqa: F401
 
 
 def test_registry_and_option_validation():
@@ -38,7 +38,8 @@ def test_registry_and_option_validation():
 
 def test_importing_the_package_imports_no_backend():
     code = ("import sys, breakout_core.runtimes; "
-            "print(sorted(m for m in ('torch', 'onnxruntime', 'tensorrt', 'pycuda', 'playwright', 'aiohttp') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'onnxruntime', 'tensorrt', 'pycuda', 'playwright', 'aiohttp') "
+            "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
 
@@ -99,7 +100,8 @@ def test_describe_says_what_ran(artifacts):
         torch_rt.load(artifacts.checkpoint)
         ort_rt.load(artifacts.export.onnx_path)
         t, o = torch_rt.describe(), ort_rt.describe()
-    assert t["requested"] == {"device": "cpu", "precision": "fp32", "device_index": 0, "allow_tf32": False, "threads": None}
+    assert t["requested"] == {"device": "cpu", "precision": "fp32", "device_index": 0, "allow_tf32": False,
+                              "threads": None}
     assert t["actual"]["device"] == "cpu" and t["actual"]["precision"] == "fp32"
     assert t["actual"]["contract_hash"] == artifacts.states.contract_hash
     assert "torch" in t["versions"] and t["artifact_sha256"]

@@ -89,7 +89,8 @@ CASES = [
          "the seed list is empty", 13, "measurements[0].seeds"),
     Case("seeds-duplicated", edit("seeds: {start: 0, count: 4}", "seeds: [1, 2, 2]"),
          "seeds must be distinct", 13, "measurements[0].seeds"),
-    Case("seed-range-count-0", edit("    seeds: {start: 0, count: 4}\n", "    seeds:\n      start: 0\n      count: 0\n"),
+    Case("seed-range-count-0",
+         edit("    seeds: {start: 0, count: 4}\n", "    seeds:\n      start: 0\n      count: 0\n"),
          "greater than 0", 15, "measurements[0].seeds.count"),
     Case("model-file-missing", edit("path: model.pt", "path: missing.pt"),
          "model file not found", 8, "policies.agent.path"),
@@ -104,19 +105,22 @@ CASES = [
     Case("verdict-unknown-measurement", edit("measurement: scores", "measurement: score"),
          "unknown measurement 'score'", 17, "verdicts[0].measurement"),
     Case("verdict-unknown-metric", edit("paired_score_diff_ci_low:", "accuracy:"),
-         "unknown metric for kind evaluate; known: candidate_mean_score", 21, "verdicts[0].deployment_worthy_when.accuracy"),
+         "unknown metric for kind evaluate; known: candidate_mean_score", 21,
+         "verdicts[0].deployment_worthy_when.accuracy"),
     Case("verdict-rule-is-code", edit('">= 0"', '"import os"'),
          "rule 'import os' is not '<op> <number>'", 21, "verdicts[0].deployment_worthy_when.paired_score_diff_ci_low"),
     Case("candidate-equals-baseline", edit("baseline: random", "baseline: agent"),
          "candidate and baseline must differ", 16, "verdicts[0]"),
     Case("epsilon-above-1", edit("    path: model.pt\n", "    path: model.pt\n    epsilon: 1.5\n"),
          "less than or equal to 1", 9, "policies.agent.epsilon"),
-    Case("contract-unknown", edit("description: a good spec\n", "description: a good spec\ncontract:\n  name: pong-v1\n"),
+    Case("contract-unknown",
+         edit("description: a good spec\n", "description: a good spec\ncontract:\n  name: pong-v1\n"),
          "unknown contract 'pong-v1'; known: breakout-v2", 4, "contract.name"),
     Case("sticky-above-the-clearable", edit("description: a good spec\n",
                                             "description: a good spec\ncontract:\n  repeat_action_probability: 0.6\n"),
          "less than or equal to 0.5", 4, "contract.repeat_action_probability"),
-    Case("yaml-python-tag", edit("description: a good spec", 'description: !!python/object/apply:os.system ["echo hi"]'),
+    Case("yaml-python-tag",
+         edit("description: a good spec", 'description: !!python/object/apply:os.system ["echo hi"]'),
          "YAML tag 'tag:yaml.org,2002:python/object/apply:os.system' is not allowed", 2, None),
     Case("yaml-custom-tag", edit("description: a good spec", "description: !foo bar"),
          "YAML tag '!foo' is not allowed in a spec", 2, "description"),
@@ -188,7 +192,8 @@ def test_malformed_spec_location(case: Case, checkpoint, write_spec):
 
 
 def test_every_problem_is_reported_at_once(checkpoint, write_spec):
-    path = write_spec(edit("batch_size: 4", "batch_size: -1").replace("path: model.pt", "path: model.pt\n    epsilon: 2"))
+    path = write_spec(edit("batch_size: 4", "batch_size: -1")
+                      .replace("path: model.pt", "path: model.pt\n    epsilon: 2"))
     problems = _problems(path)  # the epsilon line moves batch_size down to line 15
     assert any(p.startswith(f"{path}:15: measurements[0].batch_size: ") for p in problems), problems
     assert any(p.startswith(f"{path}:9: policies.agent.epsilon: ") for p in problems), problems
@@ -202,19 +207,18 @@ def test_seed_range_error_has_no_noise_from_the_other_union_branch(checkpoint, w
 
 def test_python_tag_is_never_executed(tmp_path, checkpoint, write_spec):
     marker = tmp_path / "pwned"
-    path = write_spec(edit("description: a good spec", f'description: !!python/object/apply:os.system ["touch {marker}"]'))
+    path = write_spec(edit("description: a good spec",
+                           f'description: !!python/object/apply:os.system ["touch {marker}"]'))
     problems = _problems(path)
     assert problems[0].startswith(f"{path}:2: ")
     assert not marker.exists()
 
 
 def test_alias_chain_under_the_limit_does_not_expand(write_spec):
-    # 12 levels of 2 aliases = 24 aliases, within the limit; the document has 14 mappings/sequences.
+    # 12 levels of 2 aliases = 24 aliases, within the limit (MAX_ALIASES): the loader reads it, and
+    # walks each aliased node once; the document has 14 mappings/sequences.
     path = write_spec(bomb(levels=12, fan_out=2))
-    try:
-        source = load_yaml(path)
-    except SpecSourceError:
-        return  # refusing such a document outright is a fix too
+    source = load_yaml(path)
     assert len(source.lines) < 200  # one entry per node written in the file, not per expanded path
 
 
@@ -225,7 +229,6 @@ def test_alias_chain_under_the_limit_is_still_refused_as_a_spec(write_spec):
 
 
 def test_good_spec_validates(checkpoint, write_spec):
-    from breakout_core.contract import Contract
 
     loaded = load_spec(write_spec(GOOD))
     spec = loaded.spec
@@ -422,7 +425,8 @@ def test_a_training_starting_from_a_checkpoint_of_another_contract_is_refused(ch
     """`start_from` is a file the spec reads: checked like a checkpoint policy, by type and contract."""
     path = write_spec(TRAIN_SWEEP.replace("    total_transitions: 1000\n", "    total_transitions: 1000\n"
                                           f"    start_from: {checkpoint}\n"
-                                          ).replace("name: two_rates\n", "name: two_rates\ncontract: {name: breakout-v2}\n"))
+                                          ).replace("name: two_rates\n",
+                                                    "name: two_rates\ncontract: {name: breakout-v2}\n"))
     assert [p for p in _problems(path) if "start_from" in p] == [
         f"{path}:7: measurements[0].start_from: {checkpoint} was made under contract breakout-v3 "
         f"({CONTRACTS['breakout-v3'].hash}), this spec plays breakout-v2 ({CONTRACTS['breakout-v2'].hash}); "
@@ -505,12 +509,14 @@ def test_an_evaluate_gif_error_names_the_gif_line(checkpoint, write_spec):
     """gif.policy and gif.seed are checked against the measurement, and the error names the
     line of the value at fault (16 and 17), not the measurement's."""
     for policy, seed, problem in (
-            ("nobody", 1, "16: measurements[0].gif.policy: gif.policy 'nobody' is not one of this measurement's policies"),
+            ("nobody", 1,
+             "16: measurements[0].gif.policy: gif.policy 'nobody' is not one of this measurement's policies"),
             ("agent", 99, "17: measurements[0].gif.seed: gif.seed 99 is not one of this measurement's seeds")):
         path = write_spec(edit("    batch_size: 4\n", f"    batch_size: 4\n    gif:\n      policy: {policy}\n"
                                                       f"      seed: {seed}\n"))
         assert _problems(path) == [f"{path}:{problem}"]
-    both = write_spec(edit("    batch_size: 4\n", "    batch_size: 4\n    gif:\n      policy: nobody\n      seed: 99\n"))
+    both = write_spec(edit("    batch_size: 4\n",
+                           "    batch_size: 4\n    gif:\n      policy: nobody\n      seed: 99\n"))
     assert _fields(both) == ["measurements[0].gif.policy", "measurements[0].gif.seed"]
 
 
@@ -560,9 +566,11 @@ def test_every_bad_value_of_a_sweep_is_named_at_once(write_spec):
          "process once a training applies it, so a run takes one value: run one spec per value and compare the runs"]]
     # every kind of problem in one pass: a key that is no field, a bad value, a trial too short
     mixed = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep:\n      nope: [1]\n"
-                                                        "      batch_size: [0, 32]\n      total_transitions: [500, 2000]\n"))
+                                                        "      batch_size: [0, 32]\n"
+                                                        "      total_transitions: [500, 2000]\n"))
     assert _fields(mixed) == [
-        "measurements[0].sweep.nope", "measurements[0].sweep.batch_size[0]", "measurements[0].sweep.total_transitions[0]"]
+        "measurements[0].sweep.nope", "measurements[0].sweep.batch_size[0]",
+        "measurements[0].sweep.total_transitions[0]"]
     # a trial error that one swept value alone explains is placed at that value, though the
     # message is about another field; one that no single value causes names its trials, once
     alone = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    checkpoint_at: [900]\n"
@@ -577,19 +585,22 @@ def test_every_bad_value_of_a_sweep_is_named_at_once(write_spec):
                                           "      total_transitions: [800]\n      learning_rate: [0.0001, -2]\n"))
     assert _fields(tangled) == ["measurements[1].sweep",
                                                                  "measurements[1].sweep.learning_rate[1]"]
-    crossed = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    sweep:\n      checkpoint_at: [[900], [100]]"
+    crossed = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    sweep:\n"
+                                          "      checkpoint_at: [[900], [100]]"
                                           "\n      total_transitions: [800, 1000]\n      gamma: [0.9, 0.95]\n"))
     assert _problems(crossed) == [f"{crossed}:9: measurements[1].sweep: sweep trial 'checkpoint_at=[900],"
                                   "total_transitions=800,gamma=0.9' and 1 more: checkpoint_at [900] beyond "
                                   "total_transitions 800"]
-    not_a_length = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep: {total_transitions: [0, 2000]}\n"))
+    not_a_length = write_spec(AGREEING.replace("    name: tp\n",
+                                               "    name: tp\n    sweep: {total_transitions: [0, 2000]}\n"))
     assert [p.split(": ", 2)[2] for p in _problems(not_a_length)] == ["sweep 'total_transitions' value 0: Input should "
                                                                       "be greater than 0"]  # said once, not twice
     hidden = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep:\n      total_transitions: [500]\n"
                                                          "      learning_rate: [0]\n"))
     assert _fields(hidden) == ["measurements[0].sweep.total_transitions[0]",
                                                                 "measurements[0].sweep.learning_rate[0]"]
-    short = write_spec(AGREEING.replace("    name: tp\n", "    name: tp\n    sweep: {total_transitions: [500, 900, 2000]}\n"))
+    short = write_spec(AGREEING.replace("    name: tp\n",
+                                        "    name: tp\n    sweep: {total_transitions: [500, 900, 2000]}\n"))
     assert _problems(short) == [
         f"{short}:5: measurements[0].sweep.total_transitions[{i}]: warmup_transitions 1000 must be below "
         f"total_transitions {total} (sweep 'total_transitions' value {total})" for i, total in ((0, 500), (1, 900))]
@@ -599,12 +610,16 @@ def test_a_late_gif_hides_no_other_problem_of_its_trials(write_spec):
     """Trials whose GIF checkpoint lies beyond their length are still checked for everything else,
     without the GIF's checkpoint, which gif.at's own error covers; an empty sweep list does not
     stop gif.at being checked; seeds listed twice over are placed at the sweep."""
-    gif = AGREEING.replace("    total_transitions: 1000\n", "    total_transitions: 1000\n    gif: {seed: 1, at: [900]}\n")
-    both = write_spec(gif.replace("    gif:", "    sweep: {total_transitions: [500, 800], learning_rate: [0]}\n    gif:"))
+    gif = AGREEING.replace("    total_transitions: 1000\n",
+                           "    total_transitions: 1000\n    gif: {seed: 1, at: [900]}\n")
+    both = write_spec(gif.replace("    gif:",
+                                  "    sweep: {total_transitions: [500, 800], learning_rate: [0]}\n    gif:"))
     assert [p.split(": ", 2)[1:] for p in _problems(both)] == [
         ["measurements[1].sweep.learning_rate[0]", "sweep 'learning_rate' value 0: Input should be greater than 0"],
-        ["measurements[1].gif.at[0]", "gif.at [900] beyond total_transitions 500 (sweep 'total_transitions' value 500)"],
-        ["measurements[1].gif.at[0]", "gif.at [900] beyond total_transitions 800 (sweep 'total_transitions' value 800)"]]
+        ["measurements[1].gif.at[0]",
+         "gif.at [900] beyond total_transitions 500 (sweep 'total_transitions' value 500)"],
+        ["measurements[1].gif.at[0]",
+         "gif.at [900] beyond total_transitions 800 (sweep 'total_transitions' value 800)"]]
     empty = write_spec(gif.replace("    gif:", "    sweep: {total_transitions: [500, 2000], batch_size: []}\n    gif:"))
     assert _fields(empty) == ["measurements[1].sweep.batch_size",
                                                                "measurements[1].gif.at[0]"]
@@ -612,14 +627,16 @@ def test_a_late_gif_hides_no_other_problem_of_its_trials(write_spec):
                                        "    sweep: {learning_rate: [-1]}\n"))
     assert _fields(past) == ["measurements[1].seeds",
                                                               "measurements[1].sweep.learning_rate[0]"]
-    seeds = write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    seeds: 2\n    sweep: {seed: [1, 2], bogus: [1]}\n"))
+    seeds = write_spec(AGREEING.replace("    name: tr\n",
+                                        "    name: tr\n    seeds: 2\n    sweep: {seed: [1, 2], bogus: [1]}\n"))
     assert _fields(seeds) == ["measurements[1].sweep.bogus", "measurements[1].sweep.seed"]
 
 
 def test_gif_checkpoints_are_checked_as_gif_at_and_kept_in_every_trial(write_spec):
     """A GIF needs its checkpoint: gif.at is checked against each trial's length under its own
     name, and a sweep over checkpoint_at adds to the GIF's checkpoints rather than dropping them."""
-    gif = AGREEING.replace("    total_transitions: 1000\n", "    total_transitions: 1000\n    gif: {seed: 1, at: [900]}\n")
+    gif = AGREEING.replace("    total_transitions: 1000\n",
+                           "    total_transitions: 1000\n    gif: {seed: 1, at: [900]}\n")
     short = write_spec(gif.replace("    gif:", "    sweep: {total_transitions: [1000, 800]}\n    gif:"))
     assert _problems(short) == [f"{short}:11: measurements[1].gif.at[0]: gif.at [900] beyond total_transitions 800 "
                                 "(sweep 'total_transitions' value 800)"]
@@ -630,13 +647,13 @@ def test_gif_checkpoints_are_checked_as_gif_at_and_kept_in_every_trial(write_spe
     assert _problems(negative) == [f"{negative}:10: measurements[1].gif.at[0]: Input should be greater than 0"]
     swept = load_spec(write_spec(gif.replace("    gif:", "    sweep: {checkpoint_at: [[100], [200]]}\n    gif:")))
     train = swept.spec.measurements[1]
-    assert [train.pair_config(pair).checkpoint_at for pair in train.pairs()] == [(100, 900), (200, 900)]
+    assert [train.training_config(training).checkpoint_at for training in train.trainings()] == [(100, 900), (200, 900)]
 
 
 def test_a_sweep_over_seed_trains_each_trial_with_its_own_seed(write_spec):
-    """Without `seeds:`, a sweep over seed is what gives a trial its training seed: each pair
+    """Without `seeds:`, a sweep over seed is what gives a trial its training seed: each training
     trains, and is stored, under the seed its trial lists (not the base seed)."""
     loaded = load_spec(write_spec(AGREEING.replace("    name: tr\n", "    name: tr\n    sweep: {seed: [1, 2]}\n")))
     train = loaded.spec.measurements[1]
-    assert [(pair.label, pair.training_seed, train.pair_config(pair).seed) for pair in train.pairs()] == [
-        ("seed=1", 1, 1), ("seed=2", 2, 2)]
+    assert [(training.label, training.training_seed, train.training_config(training).seed)
+            for training in train.trainings()] == [("seed=1", 1, 1), ("seed=2", 2, 2)]

@@ -16,7 +16,8 @@ from test_end_to_end import TINY, runner
 
 from breakout_core.files import NoSpaceLeft
 from runner.spec.yaml_source import MAX_SPEC_BYTES
-from runner.store.database import Store, StoreDamaged
+from runner.store.database import Store
+from runner.store.errors import StoreDamaged
 
 READ_COMMANDS = (("runs",), ("sql", "SELECT count(*) FROM episodes"), ("report", "--verdicts"))
 

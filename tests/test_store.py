@@ -12,10 +12,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from test_end_to_end import runner
 
 from runner.store import schema
-from runner.store.database import Store, StoreError, utcnow
-from test_end_to_end import runner
+from runner.store.database import Store, utcnow
+from runner.store.errors import StoreError
 
 TABLES = {"runs", "episodes", "verdicts", "artifacts", "schema_migrations"}
 VIEWS = {"episode_summary", "episode_pairs", "latest_verdicts"}
@@ -83,8 +84,8 @@ def test_a_database_written_before_the_owned_schema_opens_and_migrates(tmp_path)
     applies what is new, and its views read the old rows."""
     old = tmp_path / "old"
     old.mkdir()
-    archive = subprocess.run(["git", "archive", BEFORE_OWNED_SCHEMA, "runner", "breakout_core"], cwd=Path(__file__).parents[1],
-                             capture_output=True, timeout=60)
+    archive = subprocess.run(["git", "archive", BEFORE_OWNED_SCHEMA, "runner", "breakout_core"],
+                             cwd=Path(__file__).parents[1], capture_output=True, timeout=60)
     assert archive.returncode == 0, archive.stderr.decode()[-500:]
     subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True, timeout=60)
     path = tmp_path / "old.duckdb"
@@ -159,7 +160,8 @@ def test_stale_running_runs_are_marked_interrupted(tmp_path):
 
 def test_reader_waits_for_a_writer(tmp_path):
     path = tmp_path / "r.duckdb"
-    Store(path).append_rows("artifacts", [{"run_id": "r", "measurement": "m", "label": "before", "path": "p", "bytes": 1}])
+    Store(path).append_rows("artifacts",
+                            [{"run_id": "r", "measurement": "m", "label": "before", "path": "p", "bytes": 1}])
     child = _python(f"""
         import time, duckdb
         con = duckdb.connect({str(path)!r})
@@ -295,7 +297,8 @@ def test_reader_sees_the_views_this_runner_defines(tmp_path):
     with Store(path).writer():
         pass
     old = duckdb.connect(str(path))
-    old.execute("CREATE OR REPLACE VIEW episode_summary AS SELECT run_id, count(*) AS episodes FROM episodes GROUP BY run_id")
+    old.execute("CREATE OR REPLACE VIEW episode_summary AS "
+                "SELECT run_id, count(*) AS episodes FROM episodes GROUP BY run_id")
     old.close()
     with Store(path).reader() as con:
         columns = [row[0] for row in con.execute("DESCRIBE episode_summary").fetchall()]

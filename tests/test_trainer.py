@@ -6,7 +6,7 @@ import torch
 from breakout_core.contract import Contract
 from breakout_core.qnetwork import load_checkpoint
 from breakout_core.train_config import TrainConfig
-from breakout_core.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, Trainer, TrainDone
+from breakout_core.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, TrainDone, Trainer
 
 TINY = dict(learning_starts=200, replay_capacity=2_000, diagnostics_every=100, target_sync_every=150,
             epsilon_decay_transitions=400, torch_threads=1)

@@ -1,7 +1,7 @@
 """Training studies over training seeds: the statistics over seeds (checked against rliable's
 definitions, an independent bootstrap and their coverage at a few seeds), the train kind's
-(trial, seed) pairs through the real CLI in process and on a real local Ray cluster, a Ray
-worker killed mid-pair, and the verdict rules that refuse to decide on one training seed per
+(trial, seed) trainings through the real CLI in process and on a real local Ray cluster, a Ray
+worker killed mid-training, and the verdict rules that refuse to decide on one training seed per
 arm."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import duckdb
 import numpy as np
 import pytest
 import yaml
+from test_end_to_end import runner, wait_for_rows
 
 from breakout_core import stats
-from test_end_to_end import runner, wait_for_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {
@@ -36,14 +36,15 @@ TINY = {
                   "deployment_worthy_when": {"score_iqm_diff_ci_low": "> 0",
                                              "probability_of_improvement_ci_low": "> 0.5"}}],
 }
-# what is the same whichever executor ran a pair: everything but times and the run's own id
+# what is the same whichever executor ran a training: everything but times and the run's own id
 DETERMINISTIC = {
     "train_attempts": "trial, training_seed, attempt, from_transition, config",
     "train_episodes": "trial, training_seed, attempt, env_index, transition, episode_return, length, ended_by",
     "train_diagnostics": 'trial, training_seed, attempt, transition, "update", loss, q_mean, target_mean, td_abs_mean, '
                          "td_abs_max, grad_norm, epsilon, replay_frames",
     # a checkpoint's path below its measurement's folder: TRIAL/seed=N/FILE
-    "train_checkpoints": "trial, training_seed, attempt, transition, regexp_replace(path, '^.*/([^/]+/[^/]+/[^/]+)$', '\\1')",
+    "train_checkpoints": "trial, training_seed, attempt, transition, "
+                         "regexp_replace(path, '^.*/([^/]+/[^/]+/[^/]+)$', '\\1')",
     "train_results": "trial, training_seed, attempt, transitions, updates, target_syncs, weights_moved",
     "train_scores": "trial, training_seed, transition, checkpoint, eval_seed, score, steps, ended_by",
 }
@@ -145,7 +146,7 @@ def test_no_interval_from_fewer_than_three_seeds():
     assert 0.0 <= found["probability_of_improvement_ci_low"] <= found["probability_of_improvement_ci_high"] <= 1.0
 
 
-# -- the train kind's pairs, in process and on Ray ----------------------------------------------
+# -- the train kind's trainings, in process and on Ray ----------------------------------------------
 
 @pytest.mark.slow
 def test_ray_executor_stores_the_same_rows_as_the_local_one(tmp_path):
@@ -167,7 +168,7 @@ def test_ray_executor_stores_the_same_rows_as_the_local_one(tmp_path):
     assert len(list((tmp_path / "ray_runs").glob("*/seeds_lr/*/seed=*/final.pt"))) == 4
 
 
-def _pair_workers(measurement: str) -> list[int]:
+def _training_workers(measurement: str) -> list[int]:
     found = subprocess.run(["pgrep", "-f", f"ray::train {measurement} "], capture_output=True,
                            text=True).stdout.split()
     return [int(pid) for pid in found]
@@ -186,21 +187,21 @@ def test_a_killed_ray_worker_leaves_a_consistent_database_and_resume_runs_only_w
     try:
         wait_for_rows(db, "SELECT count(*) FROM train_results", timeout=400)
         deadline = time.monotonic() + 60
-        while not (workers := _pair_workers("killed_lr")) and time.monotonic() < deadline:
+        while not (workers := _training_workers("killed_lr")) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert workers, "no Ray worker was training a pair"
+        assert workers, "no Ray worker was running a training"
         os.kill(workers[0], signal.SIGKILL)
         out, err = child.communicate(timeout=600)
     finally:
         if child.poll() is None:
             child.kill()
     assert child.returncode != 0
-    assert "training pairs failed on Ray" in err and "`runner run --resume`" in err
+    assert "trainings failed on Ray" in err and "`runner run --resume`" in err
     assert "Traceback" not in err
     db_rows = {table: rows(db, table) for table in DETERMINISTIC}
     stored = {r[:2] for r in db_rows["train_results"]}
     assert 1 <= len(stored) < 4
-    # a pair is stored whole or not at all
+    # a training is stored whole or not at all
     for table, found in db_rows.items():
         assert {r[:2] for r in found} == stored, table
 
@@ -210,7 +211,7 @@ def test_a_killed_ray_worker_leaves_a_consistent_database_and_resume_runs_only_w
     after = {table: rows(db, table) for table in DETERMINISTIC}
     assert {r[:2] for r in after["train_results"]} == {
         (t, s) for t in ("learning_rate=0.0001", "learning_rate=0.0002") for s in (3, 4)}
-    for table in DETERMINISTIC:  # what was stored is kept, once: the resume trained only the missing pairs
+    for table in DETERMINISTIC:  # what was stored is kept, once: the resume trained only the missing trainings
         assert set(db_rows[table]) <= set(after[table]), table
         assert len(after[table]) == len(set(after[table])), table
     assert done.stdout.count("verdict") == 1

@@ -15,11 +15,11 @@ from pathlib import Path
 import duckdb
 import pytest
 import yaml
+from test_end_to_end import runner, wait_for_rows
 
 from breakout_core.qnetwork import load_checkpoint
 from runner.spec.document import load_spec
 from runner.spec.yaml_source import read_spec_text
-from test_end_to_end import runner, wait_for_rows
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 SMALL_TRAIN = dict(total_transitions=400, batch_size=8, learning_starts=100, replay_capacity=2_000,
@@ -71,7 +71,8 @@ def verdict_outcomes(con, run_id: str) -> dict[str, str]:
 def test_day13_health_check_is_healthy(tmp_path):
     run_id, con, _ = run_spec(shrink("day13_health_check", tmp_path), tmp_path)
     assert verdict_outcomes(con, run_id) == {"trainer_healthy": "deployment-worthy"}
-    assert con.execute("SELECT evidence->>'$.label' FROM verdicts WHERE run_id = ?", [run_id]).fetchone()[0] == "healthy"
+    assert con.execute("SELECT evidence->>'$.label' FROM verdicts WHERE run_id = ?",
+                       [run_id]).fetchone()[0] == "healthy"
     epsilons = con.execute("SELECT transition, epsilon, replay_frames FROM train_diagnostics WHERE run_id = ? "
                            "ORDER BY transition", [run_id]).fetchall()
     assert len(epsilons) >= 3 and epsilons[-1][1] == pytest.approx(0.05)
@@ -119,14 +120,15 @@ def test_day16_vector_envs_screen_train_and_checkpoint_scores(tmp_path):
     outcomes = verdict_outcomes(con, run_id)
     assert set(outcomes) == {"n2_speedup_over_n1", "n4_speedup_over_n1",
                              "n2_speedup_over_n1_at_100k", "n4_speedup_over_n1_at_100k"}
-    rates = dict(con.execute("SELECT trial, transitions_per_s FROM train_results WHERE run_id = ?", [run_id]).fetchall())
+    rates = dict(con.execute("SELECT trial, transitions_per_s FROM train_results WHERE run_id = ?",
+                             [run_id]).fetchall())
     evidence = con.execute("SELECT evidence FROM verdicts WHERE run_id = ? AND verdict = 'n4_speedup_over_n1_at_100k'",
                            [run_id]).fetchone()[0]
     speedup = json.loads(evidence)["metrics"]["transitions_per_s_speedup"]
     assert speedup == pytest.approx(rates["num_envs=4"] / rates["num_envs=1"])
     # one training seed and one timing per setting: no speed-up verdict decides on a single ratio
     assert set(outcomes.values()) == {"inconclusive"}
-    # a card of one pair of this three-pair run: that pair's curve only, found by the checkpoint's bytes
+    # a card of one training of this three-training run: that training's curve only, found by the checkpoint's bytes
     final = con.execute("SELECT path FROM train_checkpoints WHERE run_id = ? AND trial = 'num_envs=2' "
                         "AND transition = 400", [run_id]).fetchone()[0]
     con.close()
@@ -238,7 +240,7 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     """The v3 reference training spec, shrunk: it starts from the shipped checkpoint with an
     empty replay (resume mode 'checkpoint', recorded with the file's sha256), scores that
     checkpoint before it learns, then each new one; the model card shows the greedy score
-    against transitions and hours. With its trainer state lost, a resume goes on from the pair's
+    against transitions and hours. With its trainer state lost, a resume goes on from the training's
     own latest checkpoint; with that gone too, one that would start over from a start file whose
     bytes changed since is refused, and stores nothing."""
     import torch
@@ -258,7 +260,8 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     run_id, con, _ = run_spec(path, tmp_path, "--no-report")
     assert con.execute("SELECT resume_mode, resumed_from, resumed_from_sha256, from_transition FROM train_attempts "
-                       "WHERE run_id = ?", [run_id]).fetchall() == [("checkpoint", str(shipped), file_sha256(shipped), start)]
+                       "WHERE run_id = ?", [run_id]).fetchall() == [
+        ("checkpoint", str(shipped), file_sha256(shipped), start)]
     assert con.execute("SELECT policy, count(*) FROM episodes WHERE run_id = ? GROUP BY policy ORDER BY policy",
                        [run_id]).fetchall() == [(f"base@{t}", 2) for t in (start, start + 200, start + 400)]
     con.close()
@@ -317,22 +320,23 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
                            [run_id, f"base@{start + 400}"]).fetchone()[0] == 2  # scored once, not again
 
 
-def test_a_pair_refuses_a_start_file_replaced_after_its_job_was_made(tmp_path):
-    """Pairs train one after another: the bytes a pair loads must be the ones hashed for its row."""
+def test_a_training_refuses_a_start_file_replaced_after_its_job_was_made(tmp_path):
+    """Trainings run one after another: the bytes a training loads must be the ones hashed for its row."""
     from breakout_core.contract import Contract
     from breakout_core.hashing import file_sha256
     from breakout_core.train_config import TrainConfig
-    from runner.kinds.train.pairs import Pair, PairJob, train_pair
+    from runner.kinds.train.trainings import Training, TrainingJob, train_one
 
     start = tmp_path / "start.pt"
     start.write_bytes((SPECS / "../models/reference/dqn_breakout.pt").read_bytes())
-    job = PairJob(run_id="r", measurement="m", pair=Pair("base", {}, 7, "base"), config=TrainConfig(), contract=Contract(),
+    job = TrainingJob(run_id="r", measurement="m", training=Training("base", {}, 7, "base"), config=TrainConfig(),
+                  contract=Contract(),
                   out_dir=str(tmp_path / "out"), attempt=0, resume_mode="checkpoint", resumed_from=str(start),
                   resumed_from_sha256=file_sha256(start), other_contract=True, from_transition=0, score_seeds=(),
                   score_batch=1)
     start.write_bytes(start.read_bytes() + b"a ship")
     with pytest.raises(ValueError, match=r"start\.pt: replaced while the run was going .* base did not start"):
-        next(train_pair(job))
+        next(train_one(job))
 
 
 def test_a_resume_refuses_trainings_the_spec_does_not_make(tmp_path, write_spec):
@@ -350,7 +354,7 @@ def test_a_resume_refuses_trainings_the_spec_does_not_make(tmp_path, write_spec)
     with duckdb.connect(str(tmp_path / "results.duckdb")) as writer:  # as the run was stored before
         for table in ("train_attempts", "train_results", "train_episodes", "train_checkpoints"):
             writer.execute(f"UPDATE {table} SET training_seed = 7 WHERE measurement = 'tr'")
-        writer.execute("DELETE FROM train_results")  # every pair unfinished: 'first' would go on first
+        writer.execute("DELETE FROM train_results")  # every training unfinished: 'first' would go on first
         writer.execute("UPDATE runs SET status = 'interrupted' WHERE run_id = ?", [run_id])
         attempts = writer.execute("SELECT count(*) FROM train_attempts").fetchone()[0]
     refused = runner("run", str(spec), "--db", "results.duckdb", "--no-report", "--resume", cwd=tmp_path)

@@ -5,7 +5,8 @@ import shutil
 
 import pytest
 
-from runner.store.database import Store, StoreError
+from runner.store.database import Store
+from runner.store.errors import StoreError
 from runner.store.transfer import TransferRefused, export_run, import_run
 
 

@@ -2,8 +2,8 @@
 
 It serves the `web/` folder (the pages and onnxruntime-web from its node_modules, installed
 by `npm ci --prefix web`), named files such as the ONNX model under `/artifact/...`, and any
-GET routes the caller adds (aiohttp handlers: JSON endpoints, WebSockets). Every response carries COOP/COEP headers so the page is
-cross-origin isolated: SharedArrayBuffer, hence multi-threaded WASM, needs it, and
+GET routes the caller adds (aiohttp handlers: JSON endpoints, WebSockets). Every response carries
+COOP/COEP headers so the page is cross-origin isolated: SharedArrayBuffer, hence multi-threaded WASM, needs it, and
 isolated pages get a finer performance.now().
 
 It answers only its own pages. Listening on 127.0.0.1 keeps other machines out, not other
@@ -133,7 +133,7 @@ class PageServer:
             self.loop = asyncio.new_event_loop()
             try:
                 self.loop.run_until_complete(serve())
-            except BaseException as exc:  # noqa: BLE001 -- reported to start()'s caller
+            except BaseException as exc:  # reported to start()'s caller
                 failure.append(exc)
                 started.set()
                 return

@@ -70,7 +70,8 @@ class Runtime(ABC):
     """
 
     name: ClassVar[str]
-    artifact_types: ClassVar[tuple[str, ...]]  # files it loads: "checkpoint" (qnetwork.save_checkpoint), "onnx", "engine"
+    # files it loads: "checkpoint" (qnetwork.save_checkpoint), "onnx", "engine"
+    artifact_types: ClassVar[tuple[str, ...]]
     OPTIONS: ClassVar[dict[str, Option]] = {}
 
     def __init__(self, **options: Any):

@@ -68,8 +68,9 @@ class BrowserRuntime(Runtime):
             self._page.set_default_timeout(PAGE_TIMEOUT_MS)
             self._page.goto(self._server.url(PAGE))
             self._page.wait_for_function("window.breakoutRuntimeReady === true")
-            result = self._page.evaluate("([url, provider, threads]) => window.breakoutRuntime.load(url, provider, threads)",
-                                         [MODEL_ROUTE, self.requested["provider"], self.requested["num_threads"]])
+            result = self._page.evaluate(
+                "([url, provider, threads]) => window.breakoutRuntime.load(url, provider, threads)",
+                [MODEL_ROUTE, self.requested["provider"], self.requested["num_threads"]])
             if "info" not in result:
                 if result.get("unavailable"):
                     raise RuntimeUnavailable(self.name, f"{self.requested['provider']} in Chromium "
@@ -95,7 +96,8 @@ class BrowserRuntime(Runtime):
         samples = self._page.evaluate(
             "([data, batch, warmup, iterations]) => window.breakoutRuntime.timedRuns(data, batch, warmup, iterations)",
             [base64.b64encode(np.ascontiguousarray(obs).tobytes()).decode("ascii"), obs.shape[0], warmup, iterations])
-        return latency_result(np.asarray(samples, dtype=np.float64), warmup=warmup, timer="performance.now() in the page",
+        return latency_result(np.asarray(samples, dtype=np.float64), warmup=warmup,
+                              timer="performance.now() in the page",
                               timer_resolution_s=float(self._page_info["timer_resolution_ms"]) / 1000.0)
 
     def _actual(self) -> dict[str, Any]:

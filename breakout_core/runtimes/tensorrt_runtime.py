@@ -61,7 +61,8 @@ class TensorRTRuntime(Runtime):
     @classmethod
     def artifact_problem(cls, options: dict[str, Any], artifact_type: str, artifact_precision: str) -> str | None:
         problem = super().artifact_problem(options, artifact_type, artifact_precision)
-        if problem is None and artifact_type == "onnx" and options["precision"] == "fp32" and artifact_precision != "fp32":
+        if (problem is None and artifact_type == "onnx" and options["precision"] == "fp32"
+                and artifact_precision != "fp32"):
             return "an fp32 TensorRT engine needs an fp32 ONNX file"
         return problem
 
@@ -69,7 +70,8 @@ class TensorRTRuntime(Runtime):
     def _available(cls, options: dict[str, Any]) -> tuple[bool, str]:
         max_batch, opt_batch = options["max_batch"], options["opt_batch"]
         if opt_batch > max_batch:
-            return False, f"need integers 1 <= opt_batch <= max_batch, got opt_batch={opt_batch!r}, max_batch={max_batch!r}"
+            return False, (f"need integers 1 <= opt_batch <= max_batch, "
+                           f"got opt_batch={opt_batch!r}, max_batch={max_batch!r}")
         try:
             import tensorrt  # noqa: F401
         except Exception as exc:
@@ -144,8 +146,9 @@ class TensorRTRuntime(Runtime):
             mode = "fp16: strongly typed network from the FP16 ONNX file"
         else:
             if not hasattr(trt.BuilderFlag, "FP16"):
-                raise RuntimeUnavailable(self.name, f"TensorRT {trt.__version__} has no BuilderFlag.FP16; "
-                                                    "give the FP16 ONNX file (export.convert_to_fp16) for a strongly typed build")
+                raise RuntimeUnavailable(self.name, f"TensorRT {trt.__version__} has no BuilderFlag.FP16; give "
+                                                    "the FP16 ONNX file (export.convert_to_fp16) for a strongly "
+                                                    "typed build")
             mode = "fp16: BuilderFlag.FP16 on the FP32 ONNX file (weakly typed)"
 
         builder = trt.Builder(self._logger)

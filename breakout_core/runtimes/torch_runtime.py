@@ -40,7 +40,8 @@ class TorchRuntime(Runtime):
         "device_index": Option(0, value_type=int, minimum=0),
         "allow_tf32": Option(False, (False, True)),
         "threads": Option(None, value_type=int, minimum=1, description="torch.set_num_threads while this runtime "
-                          "is loaded (process-wide, restored by close(); describe() records it); None: torch's default"),
+                          "is loaded (process-wide, restored by close(); describe() records it); "
+                          "None: torch's default"),
     }
 
     @classmethod
@@ -54,7 +55,8 @@ class TorchRuntime(Runtime):
         except Exception as exc:  # pragma: no cover - torch is a dependency of the package
             return False, f"torch cannot be imported ({type(exc).__name__}: {exc})"
         if torch.version.cuda is None:
-            return False, f"torch {torch.__version__} is a CPU-only build (torch.version.cuda is None): no CUDA device can be used"
+            return False, (f"torch {torch.__version__} is a CPU-only build (torch.version.cuda is None): "
+                           "no CUDA device can be used")
         if not torch.cuda.is_available():
             return False, f"no CUDA device visible to torch {torch.__version__} (torch.cuda.is_available() is False)"
         count = torch.cuda.device_count()

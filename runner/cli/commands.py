@@ -78,7 +78,7 @@ class RunnerCommands(click.Group):
                 raise
             fail(f"no space left on device: {exc.filename or 'a file this command writes'}", ExitCode.ENVIRONMENT)
         except Exception as exc:
-            from runner.store.database import StoreError
+            from runner.store.errors import StoreError
 
             if not isinstance(exc, StoreError):
                 raise
@@ -147,11 +147,11 @@ def schema() -> None:
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
               help="where checkpoints and other run files go")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="where training (trial, seed) pairs run: in this process, or as Ray tasks")
+              help="where the (trial, seed) trainings run: in this process, or as Ray tasks")
 @click.option("--ray-address", metavar="ADDRESS",
               help="join this Ray cluster (e.g. 10.0.0.5:6379 or 'auto'); default: start Ray on this machine")
 @click.option("--ray-retries", type=click.IntRange(min=0, max=10), default=1, show_default=True,
-              help="times a Ray task whose worker died is run again before its pair is marked failed")
+              help="times a Ray task whose worker died is run again before its training is marked failed")
 @click.option("--fail-on", "fail_on", metavar="OUTCOMES", callback=fail_on_outcomes,
               help="exit 1 when a verdict ends in one of these (comma-separated: rejected,inconclusive,unavailable)")
 @json_option
@@ -163,7 +163,8 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
     from runner.kinds.train.executors import Executor
     from runner.run.errors import ResumeRefused
     from runner.run.execute import run_spec
-    from runner.store.database import Store, StoreError
+    from runner.store.database import Store
+    from runner.store.errors import StoreError
 
     if ray_address and executor != "ray":
         fail("--ray-address joins a Ray cluster: it needs --executor ray", ExitCode.BAD_INPUT)
@@ -467,7 +468,7 @@ def import_command(in_dir: Path, db: Path | None) -> None:
     """Append a run written by `runner export` (refused if that run is already stored)."""
     import duckdb
 
-    from runner.store.database import StoreError
+    from runner.store.errors import StoreError
     from runner.store.transfer import TransferRefused, import_run
 
     store = _store(db)

@@ -39,6 +39,6 @@ def fail(message: str, code: ExitCode) -> NoReturn:
 def store_error_code(exc: Exception) -> ExitCode:
     """A store error that names something the database does not hold is the request's fault;
     any other (missing file, busy, damaged, newer schema) is the environment's."""
-    from runner.store.database import NoSuchRun, RunNotRunning
+    from runner.store.errors import NoSuchRun, RunNotRunning
 
     return ExitCode.BAD_INPUT if isinstance(exc, (NoSuchRun, RunNotRunning)) else ExitCode.ENVIRONMENT

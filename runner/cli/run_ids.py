@@ -7,7 +7,8 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from runner.store.database import NoSuchRun, Store
+from runner.store.database import Store
+from runner.store.errors import NoSuchRun
 
 SHOWN_MATCHES = 10  # an ambiguous prefix lists at most this many of the runs it matches
 

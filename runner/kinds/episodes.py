@@ -42,7 +42,8 @@ class EpisodesMeasurement(RuntimeMeasurement):
     kind: Literal["episodes"]
     name: Name
     seeds: Seeds = Field(description="episode seeds: a list, or {start, count}")
-    batch_size: int = Field(default=8, ge=1, le=256, description="episodes played side by side (one inference per step)")
+    batch_size: int = Field(default=8, ge=1, le=256,
+                            description="episodes played side by side (one inference per step)")
     bootstrap: BootstrapSpec = BootstrapSpec()
     parity: Name | None = Field(default=None, description="a parity measurement of this spec, for parity metrics")
     latency: Name | None = Field(default=None, description="a latency measurement of this spec, for latency metrics")
@@ -132,8 +133,8 @@ def report(con, run_id: str, m: EpisodesMeasurement) -> list[Section]:
 
     sections = runtime_sections(con, run_id, m.name)
     sections += score_report(con, run_id, m.name, m.bootstrap, baseline=m.baseline_runtime)
-    inference = con.execute("SELECT runtime, episodes, batch_size, inference_calls, states_inferred, transitions, wall_s, "
-                            "episodes_per_minute FROM episode_inference WHERE run_id = ? AND measurement = ? "
+    inference = con.execute("SELECT runtime, episodes, batch_size, inference_calls, states_inferred, transitions, "
+                            "wall_s, episodes_per_minute FROM episode_inference WHERE run_id = ? AND measurement = ? "
                             "ORDER BY runtime", [run_id, m.name]).df()
     if not inference.empty:
         sections.append(Section(f"{m.name}: inference per runtime (one call per vector step of {m.batch_size} games)",

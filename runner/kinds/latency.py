@@ -5,8 +5,8 @@ then each series is `warmup` untimed calls followed by timed calls of runtime.in
 the same input, through breakout_core.latency.measure_latency (perf_counter_ns around each
 call), through each runtime's timed_runs(): the browser runtime overrides it to time
 session.run in the page with performance.now(), the way a page sees its latency, and its
-series records that timer and its resolution. With `rounds` > 1 the runtimes take turns, round by round, so a slow drift of the
-machine (another job starting) falls on all of them alike; each round has its own warm-up.
+series records that timer and its resolution. With `rounds` > 1 the runtimes take turns, round by round,
+so a slow drift of the machine (another job starting) falls on all of them alike; each round has its own warm-up.
 Fewer than 64 timed calls per series is refused when the spec is validated.
 
 `latency_samples` holds every sample; `latency_series` the timer, its resolution and the
@@ -51,7 +51,8 @@ class LatencyMeasurement(RuntimeMeasurement):
     name: Name
     batch_sizes: list[int] = Field(default_factory=lambda: [1], min_length=1)
     warmup: int = Field(default=20, ge=0, le=100_000, description="untimed calls before each round's timed ones")
-    iterations: int = Field(default=200, ge=MIN_SAMPLES, le=1_000_000, description="timed calls per runtime and batch size")
+    iterations: int = Field(default=200, ge=MIN_SAMPLES, le=1_000_000,
+                            description="timed calls per runtime and batch size")
     rounds: int = Field(default=1, ge=1, le=1000, description="runtimes take turns this many times")
     fixed_states: Name | None = Field(default=None, description="artifact: inputs are its first states; "
                                       "None: a seeded random uint8 batch")
@@ -114,7 +115,8 @@ VIEWS = [
            c.p50_ms / b.p50_ms AS p50_ratio, c.p95_ms / b.p95_ms AS p95_ratio, c.p99_ms / b.p99_ms AS p99_ratio,
            c.mean_ms / b.mean_ms AS mean_ratio
     FROM latency_summary c JOIN latency_summary b
-      ON b.run_id = c.run_id AND b.measurement = c.measurement AND b.batch_size = c.batch_size AND b.runtime <> c.runtime
+      ON b.run_id = c.run_id AND b.measurement = c.measurement AND b.batch_size = c.batch_size
+     AND b.runtime <> c.runtime
     """,
 ]
 
@@ -168,7 +170,8 @@ def execute(m: LatencyMeasurement, ctx: RunContext) -> None:
         r = last[(name, b)]
         ctx.store.append_rows("latency_series", [{
             "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "batch_size": b, "warmup": m.warmup,
-            "iterations": m.iterations, "rounds": m.rounds, "timer": r.timer, "timer_resolution_s": r.timer_resolution_s,
+            "iterations": m.iterations, "rounds": m.rounds, "timer": r.timer,
+            "timer_resolution_s": r.timer_resolution_s,
             "timer_implementation": r.timer_implementation, "percentile_method": r.percentile_method,
             "input": input_text}])
 
@@ -186,8 +189,9 @@ def report(con, run_id: str, m: LatencyMeasurement) -> list[Section]:
 
     alt = altair()
     sections = runtime_sections(con, run_id, m.name)
-    summary = con.execute("SELECT runtime, batch_size, n, p50_ms, p90_ms, p95_ms, p99_ms, mean_ms, std_ms, min_ms, max_ms "
-                          "FROM latency_summary WHERE run_id = ? AND measurement = ? ORDER BY batch_size, runtime",
+    summary = con.execute("SELECT runtime, batch_size, n, p50_ms, p90_ms, p95_ms, p99_ms, mean_ms, std_ms, min_ms, "
+                          "max_ms FROM latency_summary WHERE run_id = ? AND measurement = ? "
+                          "ORDER BY batch_size, runtime",
                           [run_id, m.name]).df()
     series = con.execute("SELECT DISTINCT timer, timer_resolution_s, timer_implementation, percentile_method, warmup, "
                          "iterations, rounds, input FROM latency_series WHERE run_id = ? AND measurement = ?",
@@ -196,9 +200,11 @@ def report(con, run_id: str, m: LatencyMeasurement) -> list[Section]:
         sections.append(Section(f"{m.name}: latency", html="<p>No runtime could run here.</p>"))
         return sections
     sections.append(Section(f"{m.name}: latency per call (ms; warm-up and model load excluded)",
-                            html=table_html(summary, float_format="{:.4f}") + table_html(series, float_format="{:.3g}")))
-    pairs = con.execute("SELECT candidate, baseline, batch_size, p50_ratio, p95_ratio, p99_ratio, mean_ratio FROM latency_pairs "
-                        "WHERE run_id = ? AND measurement = ? AND baseline = ? ORDER BY batch_size, candidate",
+                            html=table_html(summary, float_format="{:.4f}")
+                            + table_html(series, float_format="{:.3g}")))
+    pairs = con.execute("SELECT candidate, baseline, batch_size, p50_ratio, p95_ratio, p99_ratio, mean_ratio "
+                        "FROM latency_pairs WHERE run_id = ? AND measurement = ? AND baseline = ? "
+                        "ORDER BY batch_size, candidate",
                         [run_id, m.name, m.baseline_runtime]).df()
     if not pairs.empty:
         dots = pairs.melt(id_vars=["candidate", "batch_size"], value_vars=["p50_ratio", "p95_ratio", "p99_ratio",

@@ -126,8 +126,8 @@ VIEWS = [
     FROM (SELECT DISTINCT run_id, measurement, trial FROM throughput_trials) t
     """ + "".join(f"""
     LEFT JOIN r {alias} ON {alias}.run_id = t.run_id AND {alias}.measurement = t.measurement AND {alias}.trial = t.trial
-                        AND {alias}.mode = '{mode}'""" for alias, mode in (("f", "full"), ("l", "learner"), ("c", "collect"),
-                                                                          ("e", "env"), ("x", "explore"))),
+                        AND {alias}.mode = '{mode}'"""
+        for alias, mode in (("f", "full"), ("l", "learner"), ("c", "collect"), ("e", "env"), ("x", "explore"))),
 ]
 
 
@@ -217,9 +217,10 @@ def metrics(con, run_id: str, m: ThroughputMeasurement, candidate: str, baseline
         if len(repeats) >= MIN_SEEDS_FOR_INTERVAL:
             found[f"{name}_ci_low"], found[f"{name}_ci_high"] = paired_ratio_interval(x, y)
     if m.repeats < MIN_SEEDS_FOR_INTERVAL:
-        found["inconclusive_reason"] = ("one timing per setting: no interval over repeated measurements" if m.repeats == 1
-                                        else f"{m.repeats} timings per setting: an interval needs at least "
-                                             f"{MIN_SEEDS_FOR_INTERVAL} (`repeats:`)")
+        found["inconclusive_reason"] = ("one timing per setting: no interval over repeated measurements"
+                                        if m.repeats == 1 else
+                                        f"{m.repeats} timings per setting: an interval needs at least "
+                                        f"{MIN_SEEDS_FOR_INTERVAL} (`repeats:`)")
     return found
 
 

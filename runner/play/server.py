@@ -60,7 +60,8 @@ from breakout_core.messages import first_line
 from breakout_core.runtimes import Runtime, make_runtime
 from runner.spec.fields import MAX_SEED
 from runner.store import schema
-from runner.store.database import Store, StoreBusy, utcnow
+from runner.store.database import Store, utcnow
+from runner.store.errors import StoreBusy
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,7 @@ def _parse(data: str) -> dict:
     except RecursionError:
         raise ValueError("a message nested too deeply; messages are flat JSON objects") from None
     if not isinstance(message, dict):
-        raise ValueError("a message must be a JSON object")  # noqa: TRY004 -- every bad message is a ValueError
+        raise ValueError("a message must be a JSON object")  # every bad message is a ValueError
     return message
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from breakout_core.files import write_whole
 from breakout_core.hashing import file_sha256
-from runner.store.database import NoSuchRun, Store
+from runner.store.database import Store
+from runner.store.errors import NoSuchRun
 
 SUMMARY_COLUMNS = ("episodes", "distinct_scores", "distinct_lengths", "mean", "median", "std", "p10", "p90", "min",
                    "max", "time_limit_episodes")
@@ -32,8 +33,8 @@ def _run(con, run_id: str, columns: str) -> tuple:
 
 
 @dataclass(frozen=True)
-class TrainedPair:
-    """The (trial, training seed) pair of a training run that wrote the card's checkpoint."""
+class CardTraining:
+    """The (trial, training seed) training of a run that wrote the card's checkpoint."""
 
     trial: str
     training_seed: int
@@ -45,27 +46,28 @@ class TrainedPair:
         return [run_id, measurement, self.trial, self.training_seed]
 
 
-def _trained_pair(con, run_id: str, measurement: str, checkpoint: Path) -> TrainedPair:
-    """The run's only pair, or the one whose checkpoint files hold the card's checkpoint's bytes."""
-    pairs = [TrainedPair(*row) for row in con.execute(
+def _card_training(con, run_id: str, measurement: str, checkpoint: Path) -> CardTraining:
+    """The run's only training, or the one whose checkpoint files hold the card's checkpoint's bytes."""
+    trainings = [CardTraining(*row) for row in con.execute(
         "SELECT DISTINCT trial, training_seed FROM train_attempts WHERE run_id = ? AND measurement = ? ORDER BY ALL",
         [run_id, measurement]).fetchall()]
-    if not pairs:
+    if not trainings:
         raise ValueError(f"run {run_id} trained no measurement {measurement!r}")
-    if len(pairs) == 1:
-        return pairs[0]
+    if len(trainings) == 1:
+        return trainings[0]
     sha256 = file_sha256(checkpoint)
     files = con.execute("SELECT DISTINCT trial, training_seed, path FROM train_checkpoints WHERE run_id = ? "
                         "AND measurement = ?", [run_id, measurement]).fetchall()
     for trial, seed, path in files:
         if Path(path).is_file() and file_sha256(path) == sha256:
-            return TrainedPair(trial, seed)
-    raise ValueError(f"run {run_id} trained {len(pairs)} pairs of measurement {measurement!r} and none of their "
-                     f"checkpoint files on this machine is {checkpoint}: the card cannot tell which pair it is")
+            return CardTraining(trial, seed)
+    raise ValueError(f"run {run_id} ran {len(trainings)} trainings of measurement {measurement!r} and none of their "
+                     f"checkpoint files on this machine is {checkpoint}: the card cannot tell which training it is")
 
 
-def _training_wall_s(con, run_id: str, measurement: str, pair: TrainedPair, card_at: int) -> dict[int, float | None]:
-    """Wall seconds to each of the pair's checkpoints (and to the card's) over the attempts that
+def _training_wall_s(con, run_id: str, measurement: str, training: CardTraining,
+                     card_at: int) -> dict[int, float | None]:
+    """Wall seconds to each of the training's checkpoints (and to the card's) over the attempts that
     built it, None when a file the time is read from is gone.
 
     An attempt counts from its start to the modification time of the last checkpoint file it
@@ -73,10 +75,10 @@ def _training_wall_s(con, run_id: str, measurement: str, pair: TrainedPair, card
     timed); what an attempt did past that before it was stopped is not counted. The rows hold
     no times of their own, so on a machine without the run's files the time is not known.
     """
-    attempts = con.execute(f"SELECT attempt, from_transition, started_at FROM train_attempts WHERE {pair.where()} "
-                           "ORDER BY attempt", pair.args(run_id, measurement)).fetchall()
-    files = con.execute(f"SELECT attempt, transition, path FROM train_checkpoints WHERE {pair.where()} "
-                        "ORDER BY attempt, transition", pair.args(run_id, measurement)).fetchall()
+    attempts = con.execute(f"SELECT attempt, from_transition, started_at FROM train_attempts WHERE {training.where()} "
+                           "ORDER BY attempt", training.args(run_id, measurement)).fetchall()
+    files = con.execute(f"SELECT attempt, transition, path FROM train_checkpoints WHERE {training.where()} "
+                        "ORDER BY attempt, transition", training.args(run_id, measurement)).fetchall()
     mtimes = {(a, t): datetime.fromtimestamp(Path(p).stat().st_mtime, timezone.utc)
               for a, t, p in files if Path(p).is_file()}
     checkpoints = {t for _, t, _ in files} | {from_transition for _, from_transition, _ in attempts} | {card_at}
@@ -97,11 +99,12 @@ def _wall_s_to(attempts: list, files: list, mtimes: dict, transitions: int) -> f
     return total
 
 
-def _greedy_curve(con, run_id: str, measurement: str, pair: TrainedPair, started_at: int | None, card_at: int,
+def _greedy_curve(con, run_id: str, measurement: str, training: CardTraining, started_at: int | None, card_at: int,
                   wall_s: dict[int, float | None]) -> list[str]:
-    """The pair's checkpoints as `evaluate_checkpoints` scored them (greedy, fixed seeds),
+    """The training's checkpoints as `evaluate_checkpoints` scored them (greedy, fixed seeds),
     against transitions and the wall hours that led to each; nothing when none was scored."""
-    labels = [pair.trial, f"{pair.trial},seed={pair.training_seed}"]  # without and with the study's seed list
+    # without and with the study's seed list
+    labels = [training.trial, f"{training.trial},seed={training.training_seed}"]
     rows = con.execute(
         "SELECT policy, CAST(split_part(policy, '@', 2) AS BIGINT) AS transition, episodes, mean, median, "
         "distinct_scores, time_limit_episodes FROM episode_summary "
@@ -168,16 +171,16 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
     with store.reader() as con:
         spec_name, spec_text, commit, host, cpu, packages = _run(
             con, train_run, "spec_name, spec_text, git_commit, host, cpu, packages")
-        pair = _trained_pair(con, train_run, measurement, checkpoint)
-        walls = _training_wall_s(con, train_run, measurement, pair, transitions)
+        training = _card_training(con, train_run, measurement, checkpoint)
+        walls = _training_wall_s(con, train_run, measurement, training, transitions)
         wall_s = walls.get(transitions)
         evaluations = [line for run in eval_runs for line in _evaluation_section(con, run)]
-        episodes = con.execute(f"SELECT count(*), max(transition) FROM train_episodes_valid WHERE {pair.where()} "
-                               "AND transition <= ?", [*pair.args(train_run, measurement), transitions]).fetchone()
+        episodes = con.execute(f"SELECT count(*), max(transition) FROM train_episodes_valid WHERE {training.where()} "
+                               "AND transition <= ?", [*training.args(train_run, measurement), transitions]).fetchone()
         started_from = con.execute(f"SELECT from_transition, resumed_from, resumed_from_sha256 FROM train_attempts "
-                                   f"WHERE {pair.where()} AND attempt = 0 AND resume_mode = 'checkpoint'",
-                                   pair.args(train_run, measurement)).fetchone()
-        curve = _greedy_curve(con, train_run, measurement, pair, started_from[0] if started_from else None,
+                                   f"WHERE {training.where()} AND attempt = 0 AND resume_mode = 'checkpoint'",
+                                   training.args(train_run, measurement)).fetchone()
+        curve = _greedy_curve(con, train_run, measurement, training, started_from[0] if started_from else None,
                               transitions, walls)
     versions = json.loads(packages) if packages else {}
     # a training that goes on from the shipped agent names that agent's path, which the ship then overwrites

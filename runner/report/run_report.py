@@ -10,7 +10,8 @@ from breakout_core.files import write_whole
 from breakout_core.messages import described
 from runner.report.html import render_page, table_html
 from runner.report.section import Section
-from runner.store.database import NoSuchRun, Store
+from runner.store.database import Store
+from runner.store.errors import NoSuchRun
 
 
 def _run_row(con, run_id: str | None, spec_name: str | None) -> dict:
@@ -31,8 +32,8 @@ def _run_row(con, run_id: str | None, spec_name: str | None) -> dict:
 def verdict_rows(con, run_id: str | None = None):
     if run_id:
         return con.execute(
-            "SELECT verdict, measurement, candidate, baseline, outcome, evidence->>'$.label' AS label, reason, evidence "
-            "FROM verdicts "
+            "SELECT verdict, measurement, candidate, baseline, outcome, evidence->>'$.label' AS label, reason, "
+            "evidence FROM verdicts "
             "WHERE run_id = ? ORDER BY verdict", [run_id]).df()
     return con.execute(
         "SELECT v.host, v.contract_hash, r.contract->>'$.name' AS contract_name, v.spec_name, v.verdict, v.candidate, "
@@ -57,7 +58,8 @@ def compared(row) -> str:
 
 
 def outcome_text(row) -> str:
-    return f"{row.outcome} ({row.label})" if isinstance(row.label, str) and row.label else row.outcome  # NULL may arrive as NaN
+    # NULL may arrive as NaN
+    return f"{row.outcome} ({row.label})" if isinstance(row.label, str) and row.label else row.outcome
 
 
 def _verdict_section(frame) -> Section:

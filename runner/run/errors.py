@@ -3,5 +3,5 @@
 
 class ResumeRefused(ValueError):
     """`runner run --resume` cannot go on: no unfinished run of this spec text, settings this
-    runner reads otherwise than the run stored, a start file that changed, pairs the spec
+    runner reads otherwise than the run stored, a start file that changed, trainings the spec
     does not make, or a contract that no longer rebuilds to its hash."""

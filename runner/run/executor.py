@@ -1,4 +1,4 @@
-"""Where `runner run` trains its (trial, seed) pairs: in this process or as Ray tasks."""
+"""Where `runner run` trains its (trial, seed) trainings: in this process or as Ray tasks."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class Executor:
-    """How `runner run` executes training pairs (`--executor`, `--ray-address`, `--ray-retries`)."""
+    """How `runner run` executes trainings (`--executor`, `--ray-address`, `--ray-retries`)."""
 
     name: Literal["local", "ray"] = "local"
     ray_address: str | None = None  # None: start Ray on this machine
     ray_retries: int = 1
-    ray_object_store_bytes: int = 512 * 2**20  # a local Ray's object store: pairs send back rows and checkpoints
+    ray_object_store_bytes: int = 512 * 2**20  # a local Ray's object store: trainings send back rows and checkpoints

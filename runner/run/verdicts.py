@@ -17,7 +17,8 @@ import operator
 
 from runner.spec.fields import VerdictSpec, parse_rule
 
-OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq, "!=": operator.ne}
+OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq,
+             "!=": operator.ne}
 
 
 def _other_bound(metric: str) -> str | None:
@@ -71,7 +72,8 @@ def evaluate_verdicts(store, run_id: str, spec) -> list[dict]:
         for verdict in spec.verdicts:
             m = by_name[verdict.measurement]
             found = KINDS[m.kind].metrics(con, run_id, m, verdict.candidate, verdict.baseline)
-            outcome, reason, evidence = decide(verdict, found, found.get("unavailable_reason"))  # set by a kind whose runtime could not run
+            # unavailable_reason: set by a kind whose runtime could not run
+            outcome, reason, evidence = decide(verdict, found, found.get("unavailable_reason"))
             evidence["label"] = verdict.labels.get(outcome)
             rows.append({
                 "run_id": run_id, "verdict": verdict.name, "measurement": m.name,

@@ -32,7 +32,8 @@ class Spec(StrictModel):
     description: str = ""
     contract: ContractSpec = ContractSpec()
     policies: dict[Name, PolicySpec] = Field(default_factory=dict)
-    artifacts: dict[Name, ArtifactSpec] = Field(default_factory=dict, description="files by name (runner.spec.runtimes)")
+    artifacts: dict[Name, ArtifactSpec] = Field(default_factory=dict,
+                                                description="files by name (runner.spec.runtimes)")
     runtimes: dict[Name, RuntimeConfig] = Field(default_factory=dict, description="named runtime configurations")
     measurements: list[Measurement] = Field(min_length=1)
     verdicts: list[VerdictSpec] = Field(default_factory=list)
@@ -84,11 +85,13 @@ def reference_problems(spec: Spec, context: dict | None = None) -> list[tuple[tu
         for role, who in (("candidate", v.candidate), ("baseline", v.baseline)):
             if who is not None and who not in kind.participants(m):
                 problems.append((("verdicts", i, role),
-                                 f"{who!r} is not in measurement {m.name!r}; choose from {', '.join(kind.participants(m))}"))
+                                 f"{who!r} is not in measurement {m.name!r}; "
+                                 f"choose from {', '.join(kind.participants(m))}"))
         for metric in v.deployment_worthy_when:
             if metric not in kind.metric_names:
                 problems.append((("verdicts", i, "deployment_worthy_when", metric),
-                                 f"unknown metric for kind {m.kind}; known: {', '.join(kind.metric_names) or 'none yet'}"))
+                                 f"unknown metric for kind {m.kind}; "
+                                 f"known: {', '.join(kind.metric_names) or 'none yet'}"))
             elif metric in kind.comparison_metrics and v.baseline is None:
                 problems.append((("verdicts", i, "deployment_worthy_when", metric),
                                  f"{metric} compares the candidate with a baseline; this verdict names none"))
@@ -125,7 +128,8 @@ def file_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, 
     return problems
 
 
-def contract_problems(spec: Spec, context: dict | None = None, unreadable: set = frozenset()) -> list[tuple[tuple, str]]:
+def contract_problems(spec: Spec, context: dict | None = None,
+                      unreadable: set = frozenset()) -> list[tuple[tuple, str]]:
     """Fixed states on disk captured under another contract than the spec plays, and models
     (checkpoints, ONNX files) trained under another one unless the spec says that is
     deliberate (`contract.other_contracts: deliberate`, e.g. a breakout-v2 agent played under
@@ -240,7 +244,8 @@ def load_spec(path: str | Path, *, will_exist=()) -> LoadedSpec:
     except SpecSourceError as exc:
         raise SpecError([str(exc)]) from None
     if not isinstance(source.data, dict):
-        raise SpecError([f"{source.path}:1: a spec is a mapping of keys (name, measurements, ...), not {type(source.data).__name__}"])
+        raise SpecError([f"{source.path}:1: a spec is a mapping of keys (name, measurements, ...), "
+                         f"not {type(source.data).__name__}"])
     context = {"base_dir": source.path.parent, "will_exist": will_exist}
     try:
         spec = spec_model().model_validate(source.data, context={**context, "defer_references": True})
@@ -330,7 +335,8 @@ def spec_json_schema() -> dict:
     """The spec model's JSON schema, with `extends` beside its keys; a spec that extends another
     may leave out what its base declares, so nothing is required where `extends` is given."""
     schema = spec_model().model_json_schema()
-    schema["properties"][EXTENDS_KEY] = {"type": "string", "description": "a base spec beside this file, merged under it"}
+    schema["properties"][EXTENDS_KEY] = {"type": "string",
+                                         "description": "a base spec beside this file, merged under it"}
     schema["if"] = {"required": [EXTENDS_KEY]}
     schema["then"] = {"required": []}
     schema["else"] = {"required": schema.pop("required", [])}

@@ -56,7 +56,8 @@ class SeedRange(StrictModel):
     @model_validator(mode="after")
     def _last_fits(self) -> "SeedRange":
         if self.start + self.count - 1 > MAX_SEED:
-            raise ValueError(f"the last seed, {self.start + self.count - 1}, is above {MAX_SEED}, the largest episode seed (ALE's sticky-action seed is a 32-bit int)")
+            raise ValueError(f"the last seed, {self.start + self.count - 1}, is above {MAX_SEED}, the largest "
+                             "episode seed (ALE's sticky-action seed is a 32-bit int)")
         return self
 
     def values(self) -> list[int]:

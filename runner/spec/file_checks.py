@@ -39,7 +39,7 @@ def file_problem(path: Path, kind: str) -> str | None:
             load_checkpoint(path)
         except ValueError as exc:
             return str(exc)
-        except Exception as exc:  # noqa: BLE001 - a checkpoint of the right format missing its parts
+        except Exception as exc:  # a checkpoint of the right format missing its parts
             return f"{path}: not {WHAT[kind]} that can be read ({described(exc)})"
     if kind == "fixed_states" and not all(n.endswith(".npy") for n in names):
         return f"{path}: not {WHAT[kind]} (a zip archive of other files than .npy arrays)"
@@ -51,7 +51,7 @@ def _onnx_problem(path: Path) -> str | None:
 
     try:
         model = onnx.load_model(str(path), load_external_data=False)
-    except Exception as exc:  # noqa: BLE001 - protobuf and onnx raise several types for a foreign file
+    except Exception as exc:  # protobuf and onnx raise several types for a foreign file
         return f"{path}: not an ONNX model ({described(exc, 'unparsable')})"
     if not model.graph.node:
         return f"{path}: not an ONNX model (no graph in it)"

@@ -68,7 +68,7 @@ class _BoundedSafeLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.alias_count = 0
 
-    def compose_node(self, parent, index):  # noqa: D102 - counts aliases as they are met
+    def compose_node(self, parent, index):  # counts aliases as they are met
         if self.check_event(yaml.AliasEvent):
             self.alias_count += 1
             if self.alias_count > MAX_ALIASES:
@@ -120,11 +120,13 @@ def _check_tags_and_map_lines(node: yaml.Node, path: tuple, lines: dict[tuple, i
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag in _NOT_TEXT and key_node.style is None:
                 key = key_node.value
                 raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: {format_path(path + (key,))}: key "
-                                      f"{key} reads as {_NOT_TEXT[key_node.tag]} in YAML, not a name: quote it ('{key}')")
+                                      f"{key} reads as {_NOT_TEXT[key_node.tag]} in YAML, not a name: "
+                                      f"quote it ('{key}')")
             _check_tags_and_map_lines(key_node, path + ("<key>",), {}, where, seen)
             if not isinstance(key_node, yaml.ScalarNode):
                 shape = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
-                raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: a key must be a plain value, not a {shape}")
+                raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: "
+                                      f"a key must be a plain value, not a {shape}")
             key = key_node.value
             if key in keys:
                 raise SpecSourceError(f"{where}:{key_node.start_mark.line + 1}: {format_path(path + (key,))}: key "
@@ -208,7 +210,8 @@ def load_yaml(path: str | Path) -> YamlSource:
         data = loader.construct_document(node)
     except SpecSourceError as exc:
         message = str(exc)
-        raise SpecSourceError(message if message.startswith(str(path)) else f"{path}:{message.removeprefix('line ')}") from None
+        raise SpecSourceError(message if message.startswith(str(path))
+                              else f"{path}:{message.removeprefix('line ')}") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1

@@ -26,133 +26,13 @@ import duckdb
 from breakout_core.files import write_whole
 from breakout_core.messages import first_line
 from runner.store import schema
+from runner.store.errors import RunNotRunning, StoreBusy, StoreError, damage, damage_told
 
 DEFAULT_DB = "results.duckdb"
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
 FIRST_WAIT_NOTICE_S, WAIT_NOTICE_S = 5.0, 60.0  # a patient store says it waits after 5 s, then every minute
 HEARTBEAT_S = 10.0  # a running run stamps runs.heartbeat_at this often
 STALE_AFTER_S = 600.0  # a 'running' run without a heartbeat for this long is interrupted, wherever it ran
-
-MIGRATIONS: list[tuple[str, str]] = [
-    (
-        "0001_runs",
-        """
-        CREATE TABLE runs (
-            run_id VARCHAR PRIMARY KEY,
-            spec_name VARCHAR NOT NULL,
-            spec_path VARCHAR,
-            spec_hash VARCHAR NOT NULL,
-            spec_text VARCHAR NOT NULL,
-            git_commit VARCHAR,
-            contract_hash VARCHAR,
-            contract JSON,
-            host VARCHAR NOT NULL,
-            pid INTEGER NOT NULL,
-            cpu VARCHAR,
-            gpu VARCHAR,
-            packages JSON,
-            started_at TIMESTAMPTZ NOT NULL,
-            ended_at TIMESTAMPTZ,
-            status VARCHAR NOT NULL CHECK (status IN ('running', 'done', 'failed', 'interrupted')),
-            error VARCHAR
-        );
-        CREATE TABLE verdicts (
-            run_id VARCHAR NOT NULL,
-            verdict VARCHAR NOT NULL,
-            measurement VARCHAR NOT NULL,
-            candidate VARCHAR NOT NULL,
-            baseline VARCHAR NOT NULL,
-            outcome VARCHAR NOT NULL CHECK (outcome IN ('deployment-worthy', 'rejected', 'inconclusive', 'unavailable')),
-            reason VARCHAR NOT NULL,
-            evidence JSON NOT NULL,
-            decided_at TIMESTAMPTZ NOT NULL
-        );
-        CREATE TABLE artifacts (
-            run_id VARCHAR NOT NULL,
-            measurement VARCHAR NOT NULL,
-            label VARCHAR NOT NULL,
-            path VARCHAR NOT NULL,
-            bytes BIGINT NOT NULL
-        );
-        """,
-    ),
-    (
-        "0002_spooled_batches",  # spool files already appended: a kill between the append and the unlink repeats nothing
-        """
-        CREATE TABLE spooled_batches (batch VARCHAR PRIMARY KEY, "rows" BIGINT NOT NULL, appended_at TIMESTAMPTZ NOT NULL);
-        """,
-    ),
-    (
-        "0003_runs_heartbeat",  # a run's process, wherever it is, says every few seconds that it lives
-        """
-        ALTER TABLE runs ADD COLUMN heartbeat_at TIMESTAMPTZ;
-        """,
-    ),
-    (
-        "0004_runs_spec_settings",  # the spec as it ran, every default filled in by the runner that ran it
-        """
-        ALTER TABLE runs ADD COLUMN spec_settings JSON;
-        """,
-    ),
-]
-
-VIEWS = [
-    """
-    CREATE OR REPLACE VIEW latest_verdicts AS  -- per machine and contract: one never stands in for another
-    SELECT v.*, r.spec_name, r.started_at, r.host, r.contract_hash
-    FROM verdicts v JOIN runs r USING (run_id)
-    QUALIFY row_number() OVER (PARTITION BY r.spec_name, v.verdict, r.host, r.contract_hash
-                               ORDER BY v.decided_at DESC) = 1
-    """,
-]
-
-
-schema.declare("store", MIGRATIONS, VIEWS)
-
-
-class StoreError(RuntimeError):
-    """A database problem a user can act on (busy, missing, newer schema)."""
-
-
-class StoreBusy(StoreError):
-    """Another process holds the file, past the time this store may wait for it."""
-
-
-class NoSuchRun(StoreError):
-    """A run asked for by id or spec that the database does not hold."""
-
-
-class RunNotRunning(StoreError):
-    """A run that cannot be marked interrupted: unknown, or not running."""
-
-
-class StoreDamaged(StoreError):
-    """The file cannot be read back (truncated, a block whose checksum fails, an IO error) or
-    written (no space left on the device)."""
-
-
-def damage(path: Path, exc: duckdb.Error) -> StoreDamaged | None:
-    """The user-facing error for a DuckDB error that comes from the file rather than from a
-    query: None for an error of the SQL itself (a typo, a missing table)."""
-    text = first_line(exc)
-    if "no space left on device" in text.lower():
-        return StoreDamaged(f"no space left on device: {path} ({text})")
-    if isinstance(exc, (duckdb.IOException, duckdb.InternalException, duckdb.FatalException,
-                        duckdb.SerializationException)) or "corrupt" in text.lower() or "checksum" in text.lower():
-        return StoreDamaged(f"{path}: damaged or unreadable ({text})")
-    return None
-
-
-@contextlib.contextmanager
-def _damage_told(path: Path) -> Iterator[None]:
-    """DuckDB errors of the file itself raised inside the block become StoreDamaged."""
-    try:
-        yield
-    except duckdb.Error as exc:
-        told = damage(path, exc)
-        if told is None:
-            raise
-        raise told from None
 
 
 def utcnow() -> datetime:
@@ -225,7 +105,8 @@ class Store:
         finally:
             os.close(fd)  # releases the lock
 
-    def _connect(self, read_only: bool, deadline: float | None, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+    def _connect(self, read_only: bool, deadline: float | None,
+                 config: dict | None = None) -> duckdb.DuckDBPyConnection:
         """Open the file, waiting out DuckDB's lock (held by a process that is not a runner, e.g. the CLI)."""
         delay, since, notices = 0.02, time.monotonic(), []
         while True:
@@ -249,7 +130,7 @@ class Store:
         with self._process_lock(exclusive=True, deadline=deadline):
             con = self._connect(read_only=False, deadline=deadline)
             try:
-                with _damage_told(self.path):
+                with damage_told(self.path):
                     if not self._prepared:
                         self._migrate(con)
                         self._recover_stale_runs(con)
@@ -272,7 +153,7 @@ class Store:
             con = self._connect(read_only=True, deadline=deadline,
                                 config=None if files else {"enable_external_access": False})
             try:
-                with _damage_told(self.path):
+                with damage_told(self.path):
                     self._check_version(con, reading=True)
                     for view in schema.views():
                         con.execute(_temporary(view))
@@ -289,7 +170,7 @@ class Store:
         with self._process_lock(exclusive=False, deadline=deadline):
             con = self._connect(read_only=True, deadline=deadline)
             try:
-                with _damage_told(self.path):
+                with damage_told(self.path):
                     tables = [r[0] for r in con.execute(
                         "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
                         "AND table_catalog = current_database()").fetchall()]
@@ -365,7 +246,7 @@ class Store:
         with self._process_lock(exclusive=False, deadline=deadline):
             con = self._connect(read_only=True, deadline=deadline)
             try:
-                with _damage_told(self.path):
+                with damage_told(self.path):
                     return sorted(self._applied_names(con))
             finally:
                 con.close()

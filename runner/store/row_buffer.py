@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from runner.store.database import Store, StoreBusy, insert_arrow
+from runner.store.database import Store, insert_arrow
+from runner.store.errors import StoreBusy
 
 SPOOL_ROWS = 20_000  # rows kept in memory while the database is busy before they go to a spool file
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 # The modules whose import declares every part of the schema (runner.kinds imports each kind).
-OWNER_MODULES = ("runner.store.database", "runner.kinds.shared.runtime_status", "runner.kinds.shared.episode_scores",
+OWNER_MODULES = ("runner.store.tables", "runner.kinds.shared.runtime_status", "runner.kinds.shared.episode_scores",
                  "runner.kinds.registry", "runner.play.server")
 
 

@@ -21,7 +21,8 @@ from breakout_core.messages import first_line
 from runner.spec.fields import NAME_PATTERN
 from runner.spec.stored import stored_spec_problem
 from runner.spec.yaml_source import read_spec_text
-from runner.store.database import Store, StoreError
+from runner.store.database import Store
+from runner.store.errors import StoreError
 
 RUN_ID_PATTERN = r"[0-9A-Za-z][0-9A-Za-z_\-]{0,63}"  # safe in a file name, as a runner's ids are
 
@@ -112,8 +113,9 @@ def _foreign_rows(con, files: list[Path], run_id: str) -> list[str]:
     """'file: run ids' for each file holding rows of a run other than `run_id`."""
     found = []
     for f in files:
-        others = [r[0] for r in con.execute("SELECT DISTINCT run_id FROM read_parquet(?) WHERE run_id IS DISTINCT FROM ? "
-                                            "ORDER BY 1 LIMIT 3", [str(f), run_id]).fetchall()]
+        others = [r[0] for r in con.execute(
+            "SELECT DISTINCT run_id FROM read_parquet(?) WHERE run_id IS DISTINCT FROM ? ORDER BY 1 LIMIT 3",
+            [str(f), run_id]).fetchall()]
         if others:
             found.append(f"{f.name} holds rows of run {', '.join(map(str, others))}")
     return found
@@ -143,7 +145,8 @@ def import_run(store: Store, in_dir: Path) -> tuple[str, dict[str, int]]:
         try:
             for f in files:
                 con.execute(f'INSERT INTO "{f.stem}" BY NAME SELECT * FROM read_parquet(?)', [str(f)])
-                counts[f.stem] = con.execute(f'SELECT count(*) FROM "{f.stem}" WHERE run_id = ?', [run_id]).fetchone()[0]
+                counts[f.stem] = con.execute(f'SELECT count(*) FROM "{f.stem}" WHERE run_id = ?',
+                                             [run_id]).fetchone()[0]
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")

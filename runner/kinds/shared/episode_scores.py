@@ -124,12 +124,14 @@ def score_metrics(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, 
         ).fetchall()
     }
     diffs = con.execute(
-        "SELECT diff FROM episode_pairs WHERE run_id = ? AND measurement = ? AND candidate = ? AND baseline = ? ORDER BY seed",
+        "SELECT diff FROM episode_pairs WHERE run_id = ? AND measurement = ? AND candidate = ? AND baseline = ? "
+        "ORDER BY seed",
         [run_id, measurement, candidate, baseline],
     ).fetchnumpy()["diff"]
     if candidate not in summary or baseline not in summary or len(diffs) < 2:
         return {}
-    interval = paired_bootstrap_ci(diffs, confidence=bootstrap.confidence, n_resamples=bootstrap.resamples, seed=bootstrap.seed)
+    interval = paired_bootstrap_ci(diffs, confidence=bootstrap.confidence, n_resamples=bootstrap.resamples,
+                                   seed=bootstrap.seed)
     return {
         "candidate_mean_score": summary[candidate][0],
         "baseline_mean_score": summary[baseline][0],
@@ -147,14 +149,14 @@ def score_metrics(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, 
 
 def score_report(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, baseline: str) -> "list[Section]":
     """The score distribution per player, the paired differences against `baseline`, and any GIF."""
-    from runner.report.html import MAX_CHART_POINTS, altair, gif_figure, table_html
+    from runner.report.html import MAX_CHART_POINTS, altair, table_html
     from runner.report.section import Section
 
     alt = altair()
 
     summary = con.execute(
-        "SELECT policy, episodes, distinct_scores, distinct_lengths, mean, median, std, p10, p90, min, max, mean_steps, time_limit_episodes "
-        "FROM episode_summary WHERE run_id = ? AND measurement = ? ORDER BY policy",
+        "SELECT policy, episodes, distinct_scores, distinct_lengths, mean, median, std, p10, p90, min, max, "
+        "mean_steps, time_limit_episodes FROM episode_summary WHERE run_id = ? AND measurement = ? ORDER BY policy",
         [run_id, measurement],
     ).df()
     episodes = con.execute(
@@ -162,7 +164,8 @@ def score_report(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, b
         "ORDER BY policy, seed LIMIT ?",  # chart points; the summary table uses every row
         [run_id, measurement, MAX_CHART_POINTS],
     ).df()
-    sections = [Section(f"{measurement}: score distribution per policy (raw Atari score, full games)", html=table_html(summary))]
+    sections = [Section(f"{measurement}: score distribution per policy (raw Atari score, full games)",
+                        html=table_html(summary))]
     if episodes.empty:
         return sections
     strip = alt.Chart(episodes).mark_circle(size=40, opacity=0.6).encode(
@@ -172,10 +175,11 @@ def score_report(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, b
         tooltip=["policy", "seed", "score", "steps", "ended_by"],
     ).transform_calculate(jitter="random()")
     box = alt.Chart(episodes).mark_boxplot(extent="min-max", opacity=0.3).encode(x="score:Q", y="policy:N")
-    sections.append(Section(f"{measurement}: episodes (strip) and box per policy", charts=[(box + strip).properties(width=640).to_dict()]))
+    sections.append(Section(f"{measurement}: episodes (strip) and box per policy",
+                            charts=[(box + strip).properties(width=640).to_dict()]))
     pairs = con.execute(
-        "SELECT candidate, baseline, seed, diff FROM episode_pairs WHERE run_id = ? AND measurement = ? AND baseline = ? "
-        "ORDER BY candidate, seed LIMIT ?",  # chart points; intervals use every row
+        "SELECT candidate, baseline, seed, diff FROM episode_pairs WHERE run_id = ? AND measurement = ? "
+        "AND baseline = ? ORDER BY candidate, seed LIMIT ?",  # chart points; intervals use every row
         [run_id, measurement, baseline, MAX_CHART_POINTS],
     ).df()
     if not pairs.empty:
@@ -187,24 +191,33 @@ def score_report(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, b
                              "low": found["paired_score_diff_ci_low"], "high": found["paired_score_diff_ci_high"]})
         pairs["pair"] = pairs["candidate"] + " − " + pairs["baseline"]
         points = alt.Chart(pairs).mark_circle(size=35, opacity=0.5).encode(
-            x=alt.X("diff:Q", title="same-seed score difference"), y=alt.Y("pair:N", title=None), tooltip=["seed", "diff"]
-        )
+            x=alt.X("diff:Q", title="same-seed score difference"), y=alt.Y("pair:N", title=None),
+            tooltip=["seed", "diff"])
         chart = points
         if rows:
             import pandas as pd
 
             intervals = pd.DataFrame(rows)
-            chart = points + alt.Chart(intervals).mark_rule(strokeWidth=3, color="black").encode(
-                x="low:Q", x2="high:Q", y="pair:N") + alt.Chart(intervals).mark_tick(color="red", thickness=3, size=18).encode(
-                x="mean:Q", y="pair:N")
+            chart = (points
+                     + alt.Chart(intervals).mark_rule(strokeWidth=3, color="black").encode(
+                         x="low:Q", x2="high:Q", y="pair:N")
+                     + alt.Chart(intervals).mark_tick(color="red", thickness=3, size=18).encode(
+                         x="mean:Q", y="pair:N"))
         zero = alt.Chart().mark_rule(strokeDash=[4, 4], color="gray").encode(x=alt.datum(0))
         sections.append(Section(
-            f"{measurement}: paired differences against {baseline} (mean in red, {bootstrap.confidence:.0%} bootstrap CI in black)",
+            f"{measurement}: paired differences against {baseline} "
+            f"(mean in red, {bootstrap.confidence:.0%} bootstrap CI in black)",
             charts=[alt.layer(chart, zero).properties(width=640).to_dict()],
         ))
-    gifs = con.execute("SELECT label, path FROM artifacts WHERE run_id = ? AND measurement = ? ORDER BY label",
+    return sections + gif_sections(con, run_id, measurement, f"{measurement}: one episode as the agent sees it (84×84)")
+
+
+def gif_sections(con, run_id: str, measurement: str, title: str) -> "list[Section]":
+    """The measurement's GIFs (its `artifacts` rows, in path order) inlined under `title`; none
+    where it stored none."""
+    from runner.report.html import gif_figure
+    from runner.report.section import Section
+
+    gifs = con.execute("SELECT label, path FROM artifacts WHERE run_id = ? AND measurement = ? ORDER BY path",
                        [run_id, measurement]).fetchall()
-    if gifs:
-        sections.append(Section(f"{measurement}: one episode as the agent sees it (84×84)",
-                                html="".join(gif_figure(label, path) for label, path in gifs)))
-    return sections
+    return [Section(title, html="".join(gif_figure(label, path) for label, path in gifs))] if gifs else []

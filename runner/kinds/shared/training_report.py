@@ -3,13 +3,14 @@ measurement shows them for its own run, `training_history` for an imported one."
 
 from __future__ import annotations
 
+from runner.kinds.shared.episode_scores import gif_sections
 from runner.report.section import Section
 
 
 def training_sections(con, run_id: str, measurement: str) -> list[Section]:
     """The report of one training measurement of a run, by name: also how another kind shows
     a stored training (the shipped agent's history)."""
-    from runner.report.html import MAX_CHART_POINTS, altair, gif_figure, table_html
+    from runner.report.html import MAX_CHART_POINTS, altair, table_html
 
     alt = altair()
 
@@ -31,8 +32,8 @@ def training_sections(con, run_id: str, measurement: str) -> list[Section]:
         if len(curve) > MAX_CHART_POINTS:
             curve = curve.iloc[:: len(curve) // MAX_CHART_POINTS + 1]
         base = alt.Chart(curve).encode(x=alt.X("transition:Q", title="transitions"), color="run:N")
-        chart = base.mark_circle(size=12, opacity=0.25).encode(y=alt.Y("episode_return:Q", title="raw episode return")) + \
-            base.mark_line(strokeWidth=2).encode(y="moving_avg_20:Q")
+        chart = (base.mark_circle(size=12, opacity=0.25).encode(y=alt.Y("episode_return:Q", title="raw episode return"))
+                 + base.mark_line(strokeWidth=2).encode(y="moving_avg_20:Q"))
         sections.append(Section(f"{measurement}: learning curves (points: episodes; lines: 20-episode moving average)",
                                 charts=[chart.properties(width=720, height=320).to_dict()]))
     diagnostics = con.execute(
@@ -46,29 +47,26 @@ def training_sections(con, run_id: str, measurement: str) -> list[Section]:
         ).properties(width=330, height=140).facet(facet="quantity:N", columns=2).resolve_scale(y="independent")
         sections.append(Section(f"{measurement}: diagnostics over time", charts=[chart.to_dict()]))
     evaluated = con.execute(
-        "SELECT policy AS checkpoint, episodes, distinct_scores, distinct_lengths, mean, median, std, p10, p90, min, max, "
-        "time_limit_episodes FROM episode_summary WHERE run_id = ? AND measurement = ? "
+        "SELECT policy AS checkpoint, episodes, distinct_scores, distinct_lengths, mean, median, std, p10, p90, "
+        "min, max, time_limit_episodes FROM episode_summary WHERE run_id = ? AND measurement = ? "
         "ORDER BY split_part(policy, '@', 1), TRY_CAST(split_part(policy, '@', 2) AS BIGINT)",  # 25K before 100K
         [run_id, measurement]).df()
     if not evaluated.empty:
         sections.append(Section(f"{measurement}: checkpoints evaluated on fixed seeds (raw score, full games)",
                                 html=table_html(evaluated)))
-    gifs = con.execute("SELECT label, path FROM artifacts WHERE run_id = ? AND measurement = ? ORDER BY path",
-                       [run_id, measurement]).fetchall()
-    if gifs:
-        sections.append(Section(f"{measurement}: checkpoints playing one fixed seed at epsilon 0 (what the agent sees)",
-                                html="".join(gif_figure(label, path) for label, path in gifs)))
-    return sections
+    return sections + gif_sections(con, run_id, measurement,
+                                   f"{measurement}: checkpoints playing one fixed seed at epsilon 0 "
+                                   "(what the agent sees)")
 
 
 def _score_sections(con, run_id: str, measurement: str) -> list[Section]:
-    """Each pair's greedy score, and each trial's mean and IQM over training seeds with 95% CIs."""
+    """Each training's greedy score, and each trial's mean and IQM over training seeds with 95% CIs."""
     from breakout_core.stats import MIN_SEEDS_FOR_INTERVAL, seed_statistics
     from runner.report.html import table_html
 
     per_seed = con.execute(
-        "SELECT trial, training_seed, transition, episodes, score, distinct_scores, distinct_lengths, time_limit_episodes "
-        "FROM train_seed_scores WHERE run_id = ? AND measurement = ? ORDER BY trial, training_seed",
+        "SELECT trial, training_seed, transition, episodes, score, distinct_scores, distinct_lengths, "
+        "time_limit_episodes FROM train_seed_scores WHERE run_id = ? AND measurement = ? ORDER BY trial, training_seed",
         [run_id, measurement]).df()
     if per_seed.empty:
         return []

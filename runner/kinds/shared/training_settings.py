@@ -172,5 +172,6 @@ def process_wide_problems(measurements: list) -> list[tuple[tuple, str]]:
             elif getattr(m, key) != getattr(first, key):
                 here, there = (json.dumps(getattr(x, key)) for x in (m, first))  # as YAML spells them
                 problems.append((("measurements", i, key),
-                                 f"{key} is {here} here but {there} in measurement {first.name!r}: {ONE_VALUE_PER_RUN}"))
+                                 f"{key} is {here} here but {there} in measurement {first.name!r}: "
+                                 f"{ONE_VALUE_PER_RUN}"))
     return problems

@@ -1,12 +1,12 @@
-"""Where a train measurement's (trial, training seed) pairs run: in this process, or as Ray tasks.
+"""Where a train measurement's (trial, training seed) trainings run: in this process, or as Ray tasks.
 
 The runner process stays the only writer to the database and to the run's folder either way.
-In process, a pair's rows are stored as the pair trains (a killed run resumes each pair from
-its last checkpoint). On Ray, each pair is one task that trains in its worker's own folder and
+In process, a training's rows are stored as it trains (a killed run resumes each training from
+its last checkpoint). On Ray, each training is one task that trains in its worker's own folder and
 sends back its rows and checkpoint files when it ends; the runner writes the files into the
-run's folder and appends the rows in one transaction, so a pair is stored whole or not at all.
-A task whose worker dies is retried `ray_retries` times, then its pair is reported failed and
-the run ends failed once the other pairs are stored: `runner run --resume` runs what is missing.
+run's folder and appends the rows in one transaction, so a training is stored whole or not at all.
+A task whose worker dies is retried `ray_retries` times, then its training is reported failed and
+the run ends failed once the other trainings are stored: `runner run --resume` runs what is missing.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from breakout_core.files import write_whole
 from breakout_core.messages import described
-from runner.kinds.train.pairs import Pair, PairJob, Record, final_checkpoint, score_pair, train_pair
+from runner.kinds.train.trainings import Record, Training, TrainingJob, final_checkpoint, score_one, train_one
 from runner.run.executor import Executor
 
 if TYPE_CHECKING:
@@ -30,18 +30,18 @@ FLUSH_EVERY_S = 5.0  # seconds between appends while training: readers get the f
 DURABLE_TABLES = ("train_attempts", "train_checkpoints")  # stored before the trainer goes on past them
 
 
-class PairsFailed(RuntimeError):
-    """Some pairs could not be trained; every other pair is stored."""
+class TrainingsFailed(RuntimeError):
+    """Some trainings could not run; every other training is stored."""
 
 
-OnCheckpoint = Callable[[Pair, int, str], list[Record]]  # (pair, transition, path) -> rows to store
+OnCheckpoint = Callable[[Training, int, str], list[Record]]  # (training, transition, path) -> rows to store
 
 
-def run_pairs(jobs: list[PairJob], ctx: "RunContext", executor: Executor, on_checkpoint: OnCheckpoint | None = None
-              ) -> None:
-    """Train the pairs. In this process, `on_checkpoint` runs on each checkpoint once it is
+def run_trainings(jobs: list[TrainingJob], ctx: "RunContext", executor: Executor,
+                  on_checkpoint: OnCheckpoint | None = None) -> None:
+    """Run the trainings. In this process, `on_checkpoint` runs on each checkpoint once it is
     stored, while the trainer waits, and its rows are stored before the trainer goes on; Ray
-    pairs send theirs back whole, so it is not called."""
+    trainings send theirs back whole, so it is not called."""
     if not jobs:
         return
     if executor.name == "ray":
@@ -51,25 +51,25 @@ def run_pairs(jobs: list[PairJob], ctx: "RunContext", executor: Executor, on_che
             _run_here(job, ctx, on_checkpoint)
 
 
-def score_here(job: PairJob, ctx: "RunContext", checkpoint: str, transition: int) -> None:
-    """Score a pair whose training is stored but whose score is not (a run killed while scoring)."""
-    task = ctx.progress.add_task(f"{job.measurement} · score {job.pair.label}", total=len(job.score_seeds),
+def score_here(job: TrainingJob, ctx: "RunContext", checkpoint: str, transition: int) -> None:
+    """Score a training that is stored but whose score is not (a run killed while scoring)."""
+    task = ctx.progress.add_task(f"{job.measurement} · score {job.training.label}", total=len(job.score_seeds),
                                  unit="episodes")
-    rows = list(score_pair(job, checkpoint, transition, on_episode=lambda _e: ctx.progress.advance(task)))
+    rows = list(score_one(job, checkpoint, transition, on_episode=lambda _e: ctx.progress.advance(task)))
     _store_whole(ctx, rows)
 
 
-def _run_here(job: PairJob, ctx: "RunContext", on_checkpoint: OnCheckpoint | None) -> None:
+def _run_here(job: TrainingJob, ctx: "RunContext", on_checkpoint: OnCheckpoint | None) -> None:
     from runner.store.row_buffer import RowBuffer
 
     rows = RowBuffer(ctx.store, ctx.run_id, ctx.progress.console.log)
-    task = ctx.progress.add_task(f"{job.measurement} · {job.pair.label}", total=job.config.total_transitions,
+    task = ctx.progress.add_task(f"{job.measurement} · {job.training.label}", total=job.config.total_transitions,
                                  completed=job.from_transition, unit="transitions")
     checkpoint: tuple[str, int] | None = None
     called: set[int] = set()  # transitions on_checkpoint ran for
     last_flush = time.monotonic()
     try:
-        for table, row in train_pair(job, lambda t: ctx.progress.update(task, completed=t, transitions=t)):
+        for table, row in train_one(job, lambda t: ctx.progress.update(task, completed=t, transitions=t)):
             rows.add(table, row)
             if table in DURABLE_TABLES:
                 rows.flush(durable=True)
@@ -79,7 +79,7 @@ def _run_here(job: PairJob, ctx: "RunContext", on_checkpoint: OnCheckpoint | Non
                 _log_checkpoint(ctx, job, row)
                 if on_checkpoint is not None and row["transition"] not in called:  # final.pt repeats the last mark
                     called.add(row["transition"])
-                    for record in on_checkpoint(job.pair, row["transition"], row["path"]):
+                    for record in on_checkpoint(job.training, row["transition"], row["path"]):
                         rows.add(*record)
                     rows.flush(durable=True)  # kept on disk if a reader holds the database
             elif table == "train_results":
@@ -93,14 +93,16 @@ def _run_here(job: PairJob, ctx: "RunContext", on_checkpoint: OnCheckpoint | Non
         score_here(job, ctx, *checkpoint)
 
 
-def _log_checkpoint(ctx: "RunContext", job: PairJob, row: dict) -> None:
+def _log_checkpoint(ctx: "RunContext", job: TrainingJob, row: dict) -> None:
     """One plain line per checkpoint, readable in a log file where no progress bar draws."""
     with ctx.store.reader() as con:
         found = con.execute(
             "SELECT last20_mean, episodes FROM train_trial_summary WHERE run_id = ? AND measurement = ? AND trial = ? "
-            "AND training_seed = ?", [ctx.run_id, job.measurement, job.pair.trial, job.pair.training_seed]).fetchone()
-    mean = f"{found[0]:.2f} over the last 20 of {found[1]} episodes" if found and found[0] is not None else "no episode yet"
-    ctx.progress.console.log(f"{job.measurement} · {job.pair.label}: checkpoint at {row['transition']} transitions "
+            "AND training_seed = ?",
+            [ctx.run_id, job.measurement, job.training.trial, job.training.training_seed]).fetchone()
+    mean = (f"{found[0]:.2f} over the last 20 of {found[1]} episodes" if found and found[0] is not None
+            else "no episode yet")
+    ctx.progress.console.log(f"{job.measurement} · {job.training.label}: checkpoint at {row['transition']} transitions "
                              f"({row['path']}); training return {mean}")
 
 
@@ -116,23 +118,23 @@ def _store_whole(ctx: "RunContext", records: list[Record]) -> None:
 
 # -- Ray --------------------------------------------------------------------------------------
 
-def _pair_task(job: PairJob, torch_threads: int) -> tuple[list[Record], dict[str, bytes]]:
-    """Runs in a Ray worker: train the pair in a folder of its own, score it, and return the
+def _training_task(job: TrainingJob, torch_threads: int) -> tuple[list[Record], dict[str, bytes]]:
+    """Runs in a Ray worker: run the training in a folder of its own, score it, and return the
     rows and the checkpoint files. Nothing is written where the runner keeps its files."""
     import torch
 
     torch.set_num_threads(torch_threads)
-    with tempfile.TemporaryDirectory(prefix="pair-") as folder:
+    with tempfile.TemporaryDirectory(prefix="training-") as folder:
         local = replace(job, out_dir=folder)
-        records = list(train_pair(local))
+        records = list(train_one(local))
         if job.score_seeds:
-            records += list(score_pair(local, *final_checkpoint(records)))
+            records += list(score_one(local, *final_checkpoint(records)))
         files = {path.name: path.read_bytes() for path in Path(folder).glob("*.pt") if path.name != "trainer_state.pt"}
     return records, files
 
 
-def _received(job: PairJob, records: list[Record], files: dict[str, bytes]) -> list[Record]:
-    """Write the pair's checkpoint files into the run's folder; its rows then name them there."""
+def _received(job: TrainingJob, records: list[Record], files: dict[str, bytes]) -> list[Record]:
+    """Write the training's checkpoint files into the run's folder; its rows then name them there."""
     out_dir = Path(job.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
@@ -147,7 +149,7 @@ def _received(job: PairJob, records: list[Record], files: dict[str, bytes]) -> l
     return fixed
 
 
-def _run_on_ray(jobs: list[PairJob], ctx: "RunContext", executor: Executor) -> None:
+def _run_on_ray(jobs: list[TrainingJob], ctx: "RunContext", executor: Executor) -> None:
     import ray
 
     if not ray.is_initialized():
@@ -159,10 +161,11 @@ def _run_on_ray(jobs: list[PairJob], ctx: "RunContext", executor: Executor) -> N
     pending = {}
     for job in jobs:
         threads = job.config.torch_threads or 1
-        remote = ray.remote(_pair_task).options(num_cpus=threads, max_retries=executor.ray_retries,
-                                                name=f"train {job.measurement} {job.pair.label}")
+        remote = ray.remote(_training_task).options(num_cpus=threads, max_retries=executor.ray_retries,
+                                                name=f"train {job.measurement} {job.training.label}")
         pending[remote.remote(job, threads)] = job
-    task = ctx.progress.add_task(f"{jobs[0].measurement} · {len(jobs)} pairs on Ray", total=len(jobs), unit="pairs")
+    task = ctx.progress.add_task(f"{jobs[0].measurement} · {len(jobs)} trainings on Ray", total=len(jobs),
+                                 unit="trainings")
     failed: list[str] = []
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
@@ -171,14 +174,14 @@ def _run_on_ray(jobs: list[PairJob], ctx: "RunContext", executor: Executor) -> N
             records, files = ray.get(done[0])
         except (ray.exceptions.RayError) as exc:
             cause = getattr(exc, "cause", None) or exc  # a task's own exception, under Ray's header
-            failed.append(f"{job.pair.label} ({described(cause)})")
-            ctx.progress.console.log(f"{job.measurement} · {job.pair.label}: failed on Ray, nothing stored for it")
+            failed.append(f"{job.training.label} ({described(cause)})")
+            ctx.progress.console.log(f"{job.measurement} · {job.training.label}: failed on Ray, nothing stored for it")
         else:
             _store_whole(ctx, _received(job, records, files))
-            ctx.progress.console.log(f"{job.measurement} · {job.pair.label}: trained on Ray, "
+            ctx.progress.console.log(f"{job.measurement} · {job.training.label}: trained on Ray, "
                                      f"{len(records)} rows and {len(files)} checkpoints stored")
         ctx.progress.advance(task)
     if failed:
-        raise PairsFailed(f"{len(failed)} of {len(jobs)} training pairs failed on Ray: {'; '.join(failed)}; "
-                          "every other pair is stored, and `runner run --resume` runs the missing ones")
+        raise TrainingsFailed(f"{len(failed)} of {len(jobs)} trainings failed on Ray: {'; '.join(failed)}; "
+                          "every other training is stored, and `runner run --resume` runs the missing ones")
 

@@ -1,11 +1,11 @@
-"""The metrics a verdict on a `train` measurement reads: health per pair, learning per trial,
+"""The metrics a verdict on a `train` measurement reads: health per training, learning per trial,
 and scores and comparisons over training seeds."""
 
 from __future__ import annotations
 
 from runner.kinds.train.metric_names import LEARNING_METRICS, ONE_SEED, WORST_OVER_SEEDS
 from runner.kinds.train.model import TrainMeasurement
-from runner.kinds.train.pairs import Pair
+from runner.kinds.train.trainings import Training
 from runner.spec.sweeps import expand_sweep
 
 
@@ -13,11 +13,11 @@ def participants(m: TrainMeasurement) -> list[str]:
     return [t.name for t in expand_sweep(m.sweep)]
 
 
-def _pair_metrics(con, run_id: str, m: TrainMeasurement, pair: Pair) -> dict[str, float]:
+def _training_metrics(con, run_id: str, m: TrainMeasurement, training: Training) -> dict[str, float]:
     """Day 13's health checks and Day 14's learning figures for one (trial, training seed)."""
     found: dict[str, float] = {}
-    where, args = "run_id = ? AND measurement = ? AND trial = ? AND training_seed = ?", [run_id, m.name, pair.trial,
-                                                                                         pair.training_seed]
+    where, args = "run_id = ? AND measurement = ? AND trial = ? AND training_seed = ?", [run_id, m.name, training.trial,
+                                                                                         training.training_seed]
     result = con.execute(f"SELECT transitions, transitions_per_s, weights_moved FROM train_results WHERE {where} "
                          "ORDER BY attempt DESC LIMIT 1", args).fetchone()
     found["finished"] = 1.0 if result else 0.0
@@ -25,10 +25,10 @@ def _pair_metrics(con, run_id: str, m: TrainMeasurement, pair: Pair) -> dict[str
         found["weights_moved"] = result[2]
         if result[1]:  # 0: the trainer measured nothing (an attempt that began at its last transition)
             found["transitions_per_s"] = result[1]
-    config = m.pair_config(pair)
+    config = m.training_config(training)
     diagnostics = con.execute(  # from_transition: where the row's attempt began, with an empty replay
-        "SELECT d.transition, d.epsilon, d.replay_frames, d.loss, d.q_mean, d.target_mean, d.td_abs_mean, d.td_abs_max, "
-        "d.grad_norm, a.from_transition FROM train_diagnostics_valid d JOIN train_attempts a "
+        "SELECT d.transition, d.epsilon, d.replay_frames, d.loss, d.q_mean, d.target_mean, d.td_abs_mean, "
+        "d.td_abs_max, d.grad_norm, a.from_transition FROM train_diagnostics_valid d JOIN train_attempts a "
         f"USING (run_id, measurement, trial, training_seed, attempt) WHERE {where} ORDER BY d.transition",
         args).fetchall()
     if diagnostics:
@@ -55,9 +55,9 @@ def _pair_metrics(con, run_id: str, m: TrainMeasurement, pair: Pair) -> dict[str
 def _trial_metrics(con, run_id: str, m: TrainMeasurement, trial: str) -> tuple[dict[str, float], dict[str, list]]:
     """(the trial's figures over its training seeds, each per-seed figure by name)."""
     per_seed: dict[str, list] = {}
-    for pair in m.pairs():
-        if pair.trial == trial:
-            for name, value in _pair_metrics(con, run_id, m, pair).items():
+    for training in m.trainings():
+        if training.trial == trial:
+            for name, value in _training_metrics(con, run_id, m, training).items():
                 per_seed.setdefault(name, []).append(value)
     seeds = len(m.training_seeds())
     found = {name: WORST_OVER_SEEDS[name](values) for name, values in per_seed.items()

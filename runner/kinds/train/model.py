@@ -9,7 +9,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from breakout_core.train_config import MAX_TRAINING_SEED
 from runner.kinds.shared.training_settings import TrainSettings, training_sweep_trials, trial_lengths, where_swept
 from runner.kinds.train.metric_names import COMPARED, EPISODE_DIFFERENCES, SCORE_METRICS
-from runner.kinds.train.pairs import Pair
+from runner.kinds.train.trainings import Training
 from runner.spec.fields import MAX_SEED, Name, Seeds, StrictModel, checks_files, spec_relative
 from runner.spec.sweeps import expand_sweep
 from runner.spec.yaml_source import PlacedError, raise_placed
@@ -40,10 +40,10 @@ class TrainMeasurement(TrainSettings):
                                   "trains once per seed. Unset: one training seed, `seed`")
     score_seeds: Seeds | None = Field(
         default=None, description="episode seeds on which each (trial, seed)'s final checkpoint plays greedily; "
-                                  "its mean is the pair's score, what comparisons between trials judge")
+                                  "its mean is the training's score, what comparisons between trials judge")
     score_batch: int = Field(default=8, ge=1, le=256, description="episodes played at once while scoring")
     start_from: str | None = Field(
-        default=None, description="a checkpoint (relative to the spec) that a pair with no trainer state goes on "
+        default=None, description="a checkpoint (relative to the spec) that a training with no trainer state goes on "
                                   "from: its weights, at its transition count, with a fresh optimizer and an empty "
                                   "replay that the current policy refills before learning resumes")
     evaluate_checkpoints: CheckpointEvaluation | None = None
@@ -102,9 +102,10 @@ class TrainMeasurement(TrainSettings):
             return [self.seed + i for i in range(self.seeds)]
         return list(self.seeds)
 
-    def pairs(self) -> list[Pair]:
-        """Every (trial, training seed) pair, trial by trial."""
-        return [Pair(trial.name, trial.overrides, seed, trial.name if self.seeds is None else f"{trial.name},seed={seed}")
+    def trainings(self) -> list[Training]:
+        """Every (trial, training seed) training, trial by trial."""
+        return [Training(trial.name, trial.overrides, seed,
+                     trial.name if self.seeds is None else f"{trial.name},seed={seed}")
                 for trial in expand_sweep(self.sweep) for seed in self.training_seeds(trial.overrides)]
 
     def settings_for(self, overrides: dict[str, Any], *, gifs: bool = True) -> TrainSettings:
@@ -115,8 +116,8 @@ class TrainMeasurement(TrainSettings):
             values["checkpoint_at"] = sorted(set(marks) | set(self.gif.at))  # every GIF needs its checkpoint
         return TrainSettings.model_validate(values)
 
-    def pair_config(self, pair: Pair):
-        return self.settings_for({**pair.overrides, "seed": pair.training_seed}).to_config()
+    def training_config(self, training: Training):
+        return self.settings_for({**training.overrides, "seed": training.training_seed}).to_config()
 
     def metric_problem(self, metric: str) -> str | None:
         if metric in COMPARED:

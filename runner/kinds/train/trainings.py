@@ -1,6 +1,6 @@
-"""A train measurement's unit of work: one (trial, training seed) pair.
+"""A train measurement's unit of work: one (trial, training seed) training.
 
-`train_pair` trains a pair and `score_pair` scores its final checkpoint greedily on the
+`train_one` runs one training and `score_one` scores its final checkpoint greedily on the
 measurement's score seeds. Both yield (table, row) records and store nothing: the
 in-process executor streams them to the store as they come, a Ray task sends them back
 from its worker in one batch. Either way the same rows are stored.
@@ -20,20 +20,20 @@ Record = tuple[str, dict]  # (table, row)
 
 
 @dataclass(frozen=True)
-class Pair:
+class Training:
     trial: str
     overrides: dict[str, Any]
     training_seed: int
-    label: str  # the pair in `episodes` and GIF names: the trial, with ",seed=N" where the study lists seeds
+    label: str  # the training in `episodes` and GIF names: the trial, with ",seed=N" where the study lists seeds
 
 
 @dataclass(frozen=True)
-class PairJob:
-    """Everything a worker needs to train one pair and score it; picklable."""
+class TrainingJob:
+    """Everything a worker needs to run one training and score it; picklable."""
 
     run_id: str
     measurement: str
-    pair: Pair
+    training: Training
     config: "TrainConfig"
     contract: "Contract"
     out_dir: str
@@ -51,11 +51,11 @@ class PairJob:
 
     @property
     def key(self) -> dict:
-        return {"run_id": self.run_id, "measurement": self.measurement, "trial": self.pair.trial,
-                "training_seed": self.pair.training_seed, "attempt": self.attempt}
+        return {"run_id": self.run_id, "measurement": self.measurement, "trial": self.training.trial,
+                "training_seed": self.training.training_seed, "attempt": self.attempt}
 
 
-def train_pair(job: PairJob, on_transition: Callable[[int], None] | None = None) -> Iterator[Record]:
+def train_one(job: TrainingJob, on_transition: Callable[[int], None] | None = None) -> Iterator[Record]:
     """The attempt row, then every episode, diagnostics, checkpoint and result row of training.
 
     A consumer that stores a checkpoint row before asking for the next record stores it
@@ -84,18 +84,19 @@ def train_pair(job: PairJob, on_transition: Callable[[int], None] | None = None)
             on_transition(record.transition)
 
 
-def _refuse_changed_file(job: PairJob) -> None:
-    """The file a pair starts from must still hold the bytes hashed when its job was made: pairs
+def _refuse_changed_file(job: TrainingJob) -> None:
+    """The file a training starts from must still hold the bytes hashed when its job was made: trainings
     train one after another (or whenever a Ray worker is free), and a ship may replace a
     start file in between."""
     from breakout_core.hashing import file_sha256
 
     if (now := file_sha256(job.resumed_from)) != job.resumed_from_sha256:
-        raise ValueError(f"{job.resumed_from}: replaced while the run was going (sha256 {job.resumed_from_sha256[:12]}… "
-                         f"when the run began, {now[:12]}… now); {job.pair.label} did not start")
+        raise ValueError(f"{job.resumed_from}: replaced while the run was going "
+                         f"(sha256 {job.resumed_from_sha256[:12]}… when the run began, {now[:12]}… now); "
+                         f"{job.training.label} did not start")
 
 
-def score_pair(job: PairJob, checkpoint: str, transition: int,
+def score_one(job: TrainingJob, checkpoint: str, transition: int,
                on_episode: Callable[[object], None] | None = None) -> Iterator[Record]:
     """One `train_scores` row per score seed: the checkpoint playing greedily (epsilon 0)."""
     from breakout_core.evaluator import evaluate
@@ -110,7 +111,7 @@ def score_pair(job: PairJob, checkpoint: str, transition: int,
 
 
 def final_checkpoint(records: list[Record]) -> tuple[str, int]:
-    """(path, transition) of the last checkpoint among a pair's records: final.pt."""
+    """(path, transition) of the last checkpoint among a training's records: final.pt."""
     path, transition = next((row["path"], row["transition"]) for table, row in reversed(records)
                             if table == "train_checkpoints")
     return path, transition
