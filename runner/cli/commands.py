@@ -16,15 +16,13 @@ import click
 from breakout_core.contract import CONTRACTS
 from breakout_core.files import is_no_space
 from breakout_core.messages import first_line
+from runner.cli.check import check
+from runner.cli.options import db_option, reports_option, set_option
+from runner.cli.specs_list import specs
 
 EXIT_USAGE = 2  # a spec or an argument is wrong
 EXIT_FAILED = 1  # the run itself failed, or the database refused
 EXIT_INTERRUPTED = 130
-
-db_option = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                         help="results database (default: $RUNNER_DB or ./results.duckdb)")
-reports_option = click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path),
-                              default=Path("reports"), show_default=True, help="where HTML reports go")
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -49,11 +47,11 @@ def _unwritable(reports_dir: Path, exc: OSError) -> str:
     return f"--reports {reports_dir}: cannot write the report there ({exc.strerror or exc})"
 
 
-def _load(spec_path: Path):
+def _load(spec_path: Path, overrides: tuple[str, ...] = ()):
     from runner.spec.document import SpecError, load_spec
 
     try:
-        return load_spec(spec_path)
+        return load_spec(spec_path, overrides=overrides)
     except SpecError as exc:
         for problem in exc.problems:
             click.echo(f"error: {problem}", err=True)
@@ -93,7 +91,8 @@ def main() -> None:
 @click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--resolved", is_flag=True,
               help="print each spec as it is validated, stored and hashed (its `extends` merged in)")
-def validate(specs: tuple[Path, ...], resolved: bool) -> None:
+@set_option
+def validate(specs: tuple[Path, ...], resolved: bool, overrides: tuple[str, ...]) -> None:
     """Check spec files; print one line per problem (file:line: field: message)."""
     from runner.spec.document import SpecError, check_base, load_spec
     from runner.spec.extends import is_base_only
@@ -101,11 +100,11 @@ def validate(specs: tuple[Path, ...], resolved: bool) -> None:
     bad = False
     for spec_path in specs:
         try:
-            if is_base_only(spec_path) and not resolved:
+            if is_base_only(spec_path) and not resolved and not overrides:
                 check_base(spec_path)
                 click.echo(f"ok: {spec_path} (a base that specs extend)")
                 continue
-            loaded = load_spec(spec_path)
+            loaded = load_spec(spec_path, overrides=overrides)
             click.echo(loaded.text, nl=False) if resolved else click.echo(f"ok: {spec_path}")
         except SpecError as exc:
             bad = True
@@ -126,6 +125,7 @@ def schema() -> None:
 
 @main.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@set_option
 @db_option
 @reports_option
 @click.option("--report/--no-report", default=True, show_default=True, help="write the run's HTML report at the end")
@@ -138,9 +138,10 @@ def schema() -> None:
               help="join this Ray cluster (e.g. 10.0.0.5:6379 or 'auto'); default: start Ray on this machine")
 @click.option("--ray-retries", type=click.IntRange(min=0, max=10), default=1, show_default=True,
               help="times a Ray task whose worker died is run again before its pair is marked failed")
-def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resume: bool, runs_dir: Path,
-        executor: str, ray_address: str | None, ray_retries: int) -> None:
-    """Validate SPEC, execute its measurements, store every row, decide its verdicts."""
+def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_dir: Path, report: bool, resume: bool,
+        runs_dir: Path, executor: str, ray_address: str | None, ray_retries: int) -> list[dict]:
+    """Validate SPEC, execute its measurements, store every row, decide its verdicts (returned to
+    a command that invokes this one)."""
     from runner.cli.terminal import log_console
     from runner.kinds.train.executors import Executor
     from runner.run.errors import ResumeRefused
@@ -149,7 +150,7 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
 
     if ray_address and executor != "ray":
         _fail("--ray-address joins a Ray cluster: it needs --executor ray", EXIT_USAGE)
-    loaded = _load(spec_path)
+    loaded = _load(spec_path, overrides)
     if report or any(getattr(m, "gif", None) for m in loaded.spec.measurements):  # found out before the run
         try:
             reports_dir.mkdir(parents=True, exist_ok=True)
@@ -181,6 +182,7 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
         except OSError as exc:
             _fail(f"{_unwritable(reports_dir, exc)}; the run is stored: `runner report {run_id} --reports DIR`",
                   EXIT_USAGE)
+    return verdicts
 
 
 @main.command()
@@ -464,9 +466,13 @@ def import_command(in_dir: Path, db: Path | None) -> None:
     click.echo(f"imported run {run_id}: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
 
 
+main.add_command(check)
+main.add_command(specs)
+
+
 def _print_verdicts(frame) -> None:
     from runner.cli.terminal import coloured, folding_table, table_console
-    from runner.report.run_report import compared, outcome_text, verdict_groups
+    from runner.report.run_report import compared, outcome_text, spec_shown, verdict_groups
 
     colours = {"deployment-worthy": "green", "rejected": "red", "inconclusive": "yellow", "unavailable": "bright_black"}
     console = table_console()
@@ -474,6 +480,6 @@ def _print_verdicts(frame) -> None:
     for title, group in verdict_groups(frame):
         table = folding_table("spec", "verdict", "compared", "outcome", "reason", "run", title=title)
         for r in group.itertuples(index=False):
-            table.add_row(r.spec_name, r.verdict, compared(r), coloured(outcome_text(r), colours[r.outcome]), r.reason,
+            table.add_row(spec_shown(r), r.verdict, compared(r), coloured(outcome_text(r), colours[r.outcome]), r.reason,
                           r.run_id)
         console.print(table)

@@ -35,15 +35,21 @@ def verdict_rows(con, run_id: str | None = None):
             "FROM verdicts "
             "WHERE run_id = ? ORDER BY verdict", [run_id]).df()
     return con.execute(
-        "SELECT host, contract_hash, spec_name, verdict, candidate, baseline, outcome, evidence->>'$.label' AS label, "
-        "reason, run_id, decided_at FROM latest_verdicts "
-        "ORDER BY host, contract_hash, spec_name, verdict").df()
+        "SELECT host, contract_hash, spec_name, overrides, verdict, candidate, baseline, outcome, "
+        "evidence->>'$.label' AS label, reason, run_id, decided_at FROM latest_verdicts "
+        "ORDER BY host, contract_hash, spec_name, overrides NULLS FIRST, verdict").df()
 
 
 def verdict_groups(frame):
     """(title, rows) per host and contract hash: one table never mixes machines or contracts."""
     return [(f"host {host} · contract {contract}", group)
             for (host, contract), group in frame.groupby(["host", "contract_hash"], sort=True, dropna=False)]
+
+
+def spec_shown(row) -> str:
+    """The spec's name, and the `--set` arguments its run was given: another question than the file's."""
+    overrides = json.loads(row.overrides) if isinstance(row.overrides, str) else []  # NULL may arrive as NaN
+    return " ".join([row.spec_name, *(f"--set {text}" for text in overrides)])
 
 
 def compared(row) -> str:
@@ -99,6 +105,8 @@ def build_run_report(store: Store, out_dir: Path, run_id: str | None = None, spe
         f"<p><b>packages</b> {html.escape(', '.join(f'{k} {v}' for k, v in packages.items()))}</p>"
         f"<details><summary>spec {html.escape(run['spec_path'] or '')} ({html.escape(run['spec_hash'])})</summary>"
         f"<pre>{html.escape(run['spec_text'])}</pre></details>"
+        + "".join(f"<p><b>the spec changed with</b> {html.escape(' '.join(f'--set {t}' for t in json.loads(given)))}"
+                  "</p>" for given in [run.get("overrides")] if given)
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{run['spec_name']}-{run_id}.html"
@@ -112,7 +120,8 @@ def build_verdicts_report(store: Store, out_dir: Path):
         frame = verdict_rows(con)
     sections = []
     for title, group in verdict_groups(frame):
-        rows = group.assign(compared=[compared(r) for r in group.itertuples()],
+        rows = group.assign(spec_name=[spec_shown(r) for r in group.itertuples()],
+                            compared=[compared(r) for r in group.itertuples()],
                             outcome=[outcome_text(r) for r in group.itertuples()])
         body = table_html(rows[["spec_name", "verdict", "compared", "outcome", "reason", "run_id"]])
         for r in group.itertuples():
