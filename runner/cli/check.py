@@ -1,0 +1,77 @@
+"""`runner check MODEL.onnx`: a shipped deployment spec (specs/check_onnx.yaml) run on one
+ONNX file, through `runner run` with that file set as the spec's candidate artifact, and
+an exit code a CI job can gate on."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from runner.cli.options import db_option, reports_option, set_option
+
+CHECK_SPEC = Path(__file__).resolve().parents[2] / "specs" / "check_onnx.yaml"
+EXIT_NOT_WORTHY = 1  # a verdict said no, or could not say yes
+EXIT_USAGE = 2  # the model file or an argument is wrong
+WORTHY = "deployment-worthy"
+
+
+def onnx_file_problem(path: Path) -> str | None:
+    """Why `path` cannot be checked: missing, not a file, or not an ONNX model."""
+    from runner.spec.file_checks import file_problem
+
+    if not path.exists():
+        return f"{path}: no such file"
+    if not path.is_file():
+        return f"{path}: not a file"
+    return file_problem(path, "onnx")
+
+
+def artifact_override(artifact: str, path: Path) -> str:
+    """The `--set` that makes `artifact` of the check spec this file: its absolute path (a
+    relative one would be read from the spec's folder) and the precision of its weights."""
+    from breakout_core.export import inspect_onnx
+
+    value = {"path": str(path.resolve()), "precision": inspect_onnx(path).precision}
+    return f"artifacts.{artifact}={json.dumps(value)}"
+
+
+def summary(verdicts: list[dict]) -> str:
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v["outcome"]] = counts.get(v["outcome"], 0) + 1
+    return ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "no verdicts"
+
+
+@click.command()
+@click.argument("model", metavar="MODEL.onnx", type=click.Path(path_type=Path))
+@click.option("--baseline", metavar="OTHER.onnx", type=click.Path(path_type=Path), default=None,
+              help="check against this ONNX model (default: the reference FP32 ONNX the spec names)")
+@set_option
+@db_option
+@reports_option
+@click.pass_context
+def check(ctx: click.Context, model: Path, baseline: Path | None, overrides: tuple[str, ...], db: Path | None,
+          reports_dir: Path) -> None:
+    """Check MODEL.onnx against the reference agent's FP32 ONNX (or --baseline) on ONNX Runtime's
+    CPU: the same action on 60 fixed states, batch-1 latency at most 10% slower, the same score
+    over a 256-step closed loop, and no more than 1 point of mean score lost over 30 full games
+    (specs/check_onnx.yaml). Exit 0 when every verdict is deployment-worthy; 1 when any is
+    rejected, inconclusive or unavailable (a gate does not pass without evidence); 2 for a
+    missing or unreadable model."""
+    sets = []
+    for label, path, artifact in (("MODEL", model, "candidate"), ("--baseline", baseline, "baseline")):
+        if path is None:
+            continue
+        problem = onnx_file_problem(path)
+        if problem:
+            click.echo(f"error: {label} {problem}", err=True)
+            sys.exit(EXIT_USAGE)
+        sets.append(artifact_override(artifact, path))
+    run = ctx.find_root().command.get_command(ctx, "run")
+    verdicts = ctx.invoke(run, spec_path=CHECK_SPEC, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir)
+    passed = bool(verdicts) and all(v["outcome"] == WORTHY for v in verdicts)
+    click.echo(f"check {'passed' if passed else 'failed'}: {summary(verdicts)} ({model})")
+    sys.exit(0 if passed else EXIT_NOT_WORTHY)
