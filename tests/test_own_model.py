@@ -172,6 +172,16 @@ def test_check_refuses_what_is_not_an_onnx_model(tmp_path, name, content, mentio
     assert not (tmp_path / "r.duckdb").exists()
 
 
+def test_check_refuses_a_model_that_does_not_take_the_agents_observations(tmp_path):
+    from tiny_onnx import tiny_model
+
+    tiny_model(tmp_path / "tiny.onnx")  # uint8 (B, 4, 12, 12) in
+    result = runner("check", "tiny.onnx", "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, "MODEL tiny.onnx: the agent's model takes one uint8 input (B, 4, 84, 84)",
+                                "this one has obs: uint8 ('batch', 4, 12, 12)")
+    assert not (tmp_path / "r.duckdb").exists()
+
+
 def test_check_refuses_a_baseline_that_is_not_a_file(tmp_path):
     result = runner("check", str(FP16_ONNX), "--baseline", str(tmp_path), "--db", "r.duckdb", cwd=tmp_path)
     assert_one_line_usage_error(result, f"--baseline {tmp_path}: not a file")

@@ -19,14 +19,34 @@ WORTHY = "deployment-worthy"
 
 
 def onnx_file_problem(path: Path) -> str | None:
-    """Why `path` cannot be checked: missing, not a file, or not an ONNX model."""
+    """Why `path` cannot be checked: missing, not a file, not an ONNX model, or one that does
+    not map the agent's observations to its Q-values."""
     from runner.spec.file_checks import file_problem
 
     if not path.exists():
         return f"{path}: no such file"
     if not path.is_file():
         return f"{path}: not a file"
-    return file_problem(path, "onnx")
+    return file_problem(path, "onnx") or interface_problem(path)
+
+
+def interface_problem(path: Path) -> str | None:
+    """Why the model in `path` cannot play: it must take one uint8 (B, 4, 84, 84) input and give
+    one (B, 4) output (a named dimension fits any size)."""
+    from breakout_core.export import inspect_onnx
+    from breakout_core.runtimes.base import NUM_ACTIONS, OBS_SHAPE
+
+    def fits(shape: tuple, wanted: tuple) -> bool:
+        sizes = zip(shape[1:], wanted)
+        return len(shape) == len(wanted) + 1 and all(isinstance(d, str) or d in (0, w) for d, w in sizes)
+
+    info = inspect_onnx(path)
+    wanted = f"one uint8 input (B, {', '.join(map(str, OBS_SHAPE))}) and one output (B, {NUM_ACTIONS})"
+    shown = "; ".join(f"{t.name}: {t.dtype} {tuple(t.shape)}" for t in (*info.inputs, *info.outputs))
+    if len(info.inputs) != 1 or len(info.outputs) != 1 or info.inputs[0].dtype != "uint8" \
+            or not fits(info.inputs[0].shape, OBS_SHAPE) or not fits(info.outputs[0].shape, (NUM_ACTIONS,)):
+        return f"{path}: the agent's model takes {wanted}; this one has {shown}"
+    return None
 
 
 def artifact_override(artifact: str, path: Path) -> str:
