@@ -44,7 +44,7 @@ def parse_override(text: str) -> Override:
     keys = tuple(path.strip().split("."))
     if not separator or not all(keys):
         raise SpecSourceError(f"--set {text}: expected PATH=VALUE, the path's keys joined by dots "
-                              "(e.g. verdicts.0.deployment_worthy_when.action_agreement='>= 1.0')")
+                              "(e.g. measurements.0.iterations=2000)")
     return Override(text=text, keys=keys, value=read_value(value, f"--set {text}"))
 
 
