@@ -480,6 +480,6 @@ def _print_verdicts(frame) -> None:
     for title, group in verdict_groups(frame):
         table = folding_table("spec", "verdict", "compared", "outcome", "reason", "run", title=title)
         for r in group.itertuples(index=False):
-            table.add_row(spec_shown(r), r.verdict, compared(r), coloured(outcome_text(r), colours[r.outcome]), r.reason,
-                          r.run_id)
+            table.add_row(spec_shown(r), r.verdict, compared(r), coloured(outcome_text(r), colours[r.outcome]),
+                          r.reason, r.run_id)
         console.print(table)
