@@ -110,6 +110,12 @@ class Runtime(ABC):
         return None
 
     @classmethod
+    def needs(cls, options: dict[str, Any]) -> frozenset[str]:
+        """What this runtime, so configured, needs of a machine besides its CPU: "gpu" (a CUDA
+        device), "browser" (Chromium); none by default."""
+        return frozenset()
+
+    @classmethod
     def available(cls, **options: Any) -> tuple[bool, str]:
         """(True, "") when this runtime can run here with these options, else (False, reason)."""
         return cls._available(cls.resolve_options(**options))

@@ -41,6 +41,13 @@ class BrowserRuntime(Runtime):
     }
 
     @classmethod
+    def needs(cls, options: dict[str, Any]) -> frozenset[str]:
+        """Chromium; and the machine's GPU where WebGPU takes Chromium's own adapter rather than
+        SwiftShader, the software one."""
+        hardware = options.get("provider") == "webgpu" and options.get("webgpu_adapter") == "default"
+        return frozenset({"browser", "gpu"} if hardware else {"browser"})
+
+    @classmethod
     def _available(cls, options: dict[str, Any]) -> tuple[bool, str]:
         from breakout_core.browser.chromium import browser_missing
         from breakout_core.browser.server import web_files_missing

@@ -59,6 +59,10 @@ class OnnxRuntimeRuntime(Runtime):
     }
 
     @classmethod
+    def needs(cls, options: dict[str, Any]) -> frozenset[str]:
+        return frozenset({"gpu"} if options.get("provider", "cpu") != "cpu" else ())
+
+    @classmethod
     def resolve_options(cls, **options: Any) -> dict[str, Any]:
         resolved = super().resolve_options(**options)
         if resolved["disable_cpu_ep_fallback"] and resolved["provider"] == "cpu":

@@ -59,6 +59,10 @@ class TensorRTRuntime(Runtime):
     }
 
     @classmethod
+    def needs(cls, options: dict[str, Any]) -> frozenset[str]:
+        return frozenset({"gpu"})
+
+    @classmethod
     def artifact_problem(cls, options: dict[str, Any], artifact_type: str, artifact_precision: str) -> str | None:
         problem = super().artifact_problem(options, artifact_type, artifact_precision)
         if (problem is None and artifact_type == "onnx" and options["precision"] == "fp32"

@@ -45,6 +45,10 @@ class TorchRuntime(Runtime):
     }
 
     @classmethod
+    def needs(cls, options: dict[str, Any]) -> frozenset[str]:
+        return frozenset({"gpu"} if options.get("device") == "cuda" else ())
+
+    @classmethod
     def _available(cls, options: dict[str, Any]) -> tuple[bool, str]:
         if options["device"] == "cpu":
             if options["precision"] == "fp16":

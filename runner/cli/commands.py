@@ -15,14 +15,12 @@ import click
 from breakout_core.contract import CONTRACTS
 from breakout_core.files import is_no_space
 from breakout_core.messages import first_line
+from runner.cli.check import check
 from runner.cli.exit_codes import ExitCode, fail, store_error_code
 from runner.cli.json_output import emit_json, json_option
+from runner.cli.options import db_option, reports_option, set_option
+from runner.cli.specs_list import specs
 from runner.cli.verdict_listing import fail_on_outcomes
-
-db_option = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                         help="results database (default: $RUNNER_DB or ./results.duckdb)")
-reports_option = click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path),
-                              default=Path("reports"), show_default=True, help="where HTML reports go")
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -44,11 +42,11 @@ def _unwritable(reports_dir: Path, exc: OSError, after: str = "") -> None:
     fail(f"--reports {reports_dir}: cannot write the report there ({exc.strerror or exc}){after}", ExitCode.BAD_INPUT)
 
 
-def _load(spec_path: Path):
+def _load(spec_path: Path, overrides: tuple[str, ...] = ()):
     from runner.spec.document import SpecError, load_spec
 
     try:
-        return load_spec(spec_path)
+        return load_spec(spec_path, overrides=overrides)
     except SpecError as exc:
         if not spec_path.exists():
             from runner.cli.run_ids import missing_spec_file
@@ -96,7 +94,8 @@ def main() -> None:
 @click.option("--resolved", is_flag=True,
               help="print each spec as it is validated, stored and hashed (its `extends` merged in)")
 @json_option
-def validate(specs: tuple[Path, ...], resolved: bool, as_json: bool) -> None:
+@set_option
+def validate(specs: tuple[Path, ...], resolved: bool, as_json: bool, overrides: tuple[str, ...]) -> None:
     """Check spec files; print one line per problem (file:line: field: message)."""
     from runner.spec.document import SpecError, check_base, load_spec
     from runner.spec.extends import is_base_only
@@ -107,11 +106,11 @@ def validate(specs: tuple[Path, ...], resolved: bool, as_json: bool) -> None:
     for spec_path in specs:
         result = {"path": str(spec_path), "ok": True, "base": False, "name": None, "problems": []}
         try:
-            if is_base_only(spec_path) and not resolved:
+            if is_base_only(spec_path) and not resolved and not overrides:
                 check_base(spec_path)
                 result["base"] = True
             else:
-                loaded = load_spec(spec_path)
+                loaded = load_spec(spec_path, overrides=overrides)
                 result["name"] = loaded.spec.name
                 if resolved:
                     click.echo(loaded.text, nl=False)
@@ -140,6 +139,7 @@ def schema() -> None:
 
 @main.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@set_option
 @db_option
 @reports_option
 @click.option("--report/--no-report", default=True, show_default=True, help="write the run's HTML report at the end")
@@ -155,9 +155,11 @@ def schema() -> None:
 @click.option("--fail-on", "fail_on", metavar="OUTCOMES", callback=fail_on_outcomes,
               help="exit 1 when a verdict ends in one of these (comma-separated: rejected,inconclusive,unavailable)")
 @json_option
-def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resume: bool, runs_dir: Path,
-        executor: str, ray_address: str | None, ray_retries: int, fail_on: frozenset[str], as_json: bool) -> None:
-    """Validate SPEC, execute its measurements, store every row, decide its verdicts."""
+def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_dir: Path, report: bool, resume: bool,
+        runs_dir: Path, executor: str, ray_address: str | None, ray_retries: int, fail_on: frozenset[str],
+        as_json: bool) -> list[dict]:
+    """Validate SPEC, execute its measurements, store every row, decide its verdicts (returned to
+    a command that invokes this one)."""
     from runner.cli.terminal import log_console
     from runner.cli.verdict_listing import echo_run_verdicts, run_verdict_record
     from runner.kinds.train.executors import Executor
@@ -168,7 +170,7 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
 
     if ray_address and executor != "ray":
         fail("--ray-address joins a Ray cluster: it needs --executor ray", ExitCode.BAD_INPUT)
-    loaded = _load(spec_path)
+    loaded = _load(spec_path, overrides)
     if report or any(getattr(m, "gif", None) for m in loaded.spec.measurements):  # found out before the run
         try:
             reports_dir.mkdir(parents=True, exist_ok=True)
@@ -211,6 +213,7 @@ def run(spec_path: Path, db: Path | None, reports_dir: Path, report: bool, resum
         click.echo(f"--fail-on: verdict {v['verdict']} is {v['outcome']}", err=True)
     if failed:
         sys.exit(ExitCode.SAID_NO)
+    return verdicts
 
 
 @main.command()
@@ -484,3 +487,7 @@ def import_command(in_dir: Path, db: Path | None) -> None:
              ExitCode.BAD_INPUT)
     click.echo(f"imported run {run_id}: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
 
+
+
+main.add_command(check)
+main.add_command(specs)

@@ -26,12 +26,13 @@ def echo_run_verdicts(rows: list[dict]) -> None:
 
 def latest_verdict_records(frame) -> list[dict]:
     """The rows of the latest-verdicts frame, as `runner report --verdicts --json` lists them."""
-    fields = ["host", "contract_hash", "spec_name", "verdict", "candidate", "baseline", "outcome", "label", "reason",
-              "run_id", "decided_at"]
+    fields = ["host", "contract_hash", "spec_name", "overrides", "verdict", "candidate", "baseline", "outcome", "label",
+              "reason", "run_id", "decided_at"]
     records = []
     for r in frame.itertuples(index=False):
         record = {f: getattr(r, f) for f in fields}
         record["baseline"] = record["baseline"] or None
+        record["overrides"] = json.loads(r.overrides) if isinstance(r.overrides, str) else []  # NULL: NaN
         record["label"] = record["label"] if isinstance(record["label"], str) and record["label"] else None  # NaN
         records.append(record)
     return records
@@ -43,7 +44,7 @@ def print_latest_verdicts(frame) -> None:
     from rich.table import Table
 
     from runner.cli.terminal import coloured, table_console
-    from runner.report.run_report import compared, verdict_groups
+    from runner.report.run_report import compared, spec_shown, verdict_groups
 
     console = table_console()
     console.print("latest verdicts, grouped by host and contract hash", highlight=False)
@@ -53,7 +54,7 @@ def print_latest_verdicts(frame) -> None:
             table.add_column(column, overflow="fold", no_wrap=column in ("outcome", "run"))
         for r in group.itertuples(index=False):
             label = r.label if isinstance(r.label, str) and r.label else None  # NULL may arrive as NaN
-            table.add_row(r.spec_name, r.verdict, compared(r), coloured(r.outcome, COLOURS[r.outcome]),
+            table.add_row(spec_shown(r), r.verdict, compared(r), coloured(r.outcome, COLOURS[r.outcome]),
                           f"{label}: {r.reason}" if label else r.reason, r.run_id)
         console.print(table)
 

@@ -36,10 +36,10 @@ def verdict_rows(con, run_id: str | None = None):
             "evidence FROM verdicts "
             "WHERE run_id = ? ORDER BY verdict", [run_id]).df()
     return con.execute(
-        "SELECT v.host, v.contract_hash, r.contract->>'$.name' AS contract_name, v.spec_name, v.verdict, v.candidate, "
-        "v.baseline, v.outcome, v.evidence->>'$.label' AS label, v.reason, v.run_id, v.decided_at "
+        "SELECT v.host, v.contract_hash, r.contract->>'$.name' AS contract_name, v.spec_name, v.overrides, v.verdict, "
+        "v.candidate, v.baseline, v.outcome, v.evidence->>'$.label' AS label, v.reason, v.run_id, v.decided_at "
         "FROM latest_verdicts v JOIN runs r USING (run_id) "
-        "ORDER BY v.host, v.contract_hash, v.spec_name, v.verdict").df()
+        "ORDER BY v.host, v.contract_hash, v.spec_name, v.overrides NULLS FIRST, v.verdict").df()
 
 
 def verdict_groups(frame):
@@ -51,6 +51,12 @@ def verdict_groups(frame):
 def _named(group) -> str:
     names = sorted({n for n in group["contract_name"] if isinstance(n, str) and n})
     return f"{' / '.join(names)} " if names else ""
+
+
+def spec_shown(row) -> str:
+    """The spec's name, and the `--set` arguments its run was given: another question than the file's."""
+    overrides = json.loads(row.overrides) if isinstance(row.overrides, str) else []  # NULL may arrive as NaN
+    return " ".join([row.spec_name, *(f"--set {text}" for text in overrides)])
 
 
 def compared(row) -> str:
@@ -134,6 +140,8 @@ def _provenance(run: dict) -> str:
         f"<p><b>packages</b> {html.escape(', '.join(f'{k} {v}' for k, v in packages.items()))}</p>"
         f"<details><summary>spec {html.escape(run['spec_path'] or '')} ({html.escape(run['spec_hash'])})</summary>"
         f"<pre>{html.escape(run['spec_text'])}</pre></details>"
+        + "".join(f"<p><b>the spec changed with</b> {html.escape(' '.join(f'--set {t}' for t in json.loads(given)))}"
+                  "</p>" for given in [run.get("overrides")] if given)
     )
 
 
@@ -163,7 +171,8 @@ def build_verdicts_report(store: Store, out_dir: Path):
         frame = verdict_rows(con)
     sections = []
     for title, group in verdict_groups(frame):
-        rows = group.assign(compared=[compared(r) for r in group.itertuples()],
+        rows = group.assign(spec_name=[spec_shown(r) for r in group.itertuples()],
+                            compared=[compared(r) for r in group.itertuples()],
                             outcome=[outcome_text(r) for r in group.itertuples()],
                             decided=[_minute(t) for t in group["decided_at"]])
         body = table_html(rows[["spec_name", "verdict", "compared", "outcome", "reason", "run_id", "decided"]]).replace(

@@ -80,6 +80,7 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
         store.begin_run({
             "run_id": run_id, "spec_name": spec.name, "spec_path": str(loaded.path), "spec_hash": loaded.hash,
             "spec_text": loaded.text, "spec_settings": json.dumps(settings_as_written(loaded.text)),
+            "overrides": json.dumps(list(loaded.overrides)) if loaded.overrides else None,
             "contract_hash": contract.hash, "contract": json.dumps(contract.to_dict()),
             **provenance(loaded.path),
         })

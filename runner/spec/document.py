@@ -15,6 +15,7 @@ from runner.kinds.shared.training_settings import process_wide_problems
 from runner.spec.deploy_checks import deploy_problems
 from runner.spec.extends import BASE_ONLY_PREFIX, EXTENDS_KEY, is_base_only, resolve_extends
 from runner.spec.fields import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
+from runner.spec.overrides import apply_overrides
 from runner.spec.runtimes import ArtifactSpec, RuntimeConfig
 from runner.spec.yaml_source import SpecSourceError, YamlSource, format_path, load_yaml, placed_each, read_spec_text
 
@@ -177,6 +178,7 @@ class LoadedSpec:
     spec: Spec
     path: Path
     text: str
+    overrides: tuple[str, ...] = ()  # the `--set` arguments laid on the file, as given
 
     @property
     def hash(self) -> str:
@@ -232,15 +234,18 @@ def _problem(source: YamlSource, path: tuple, message: str) -> str:
     return f"{source.where(path)}: {format_path(path)}: {message}"
 
 
-def load_spec(path: str | Path, *, will_exist=()) -> LoadedSpec:
+def load_spec(path: str | Path, *, will_exist=(), overrides: tuple[str, ...] = ()) -> LoadedSpec:
     """Read, check and validate a spec file; raise SpecError listing every problem.
 
-    `will_exist`: artifact paths that specs run before this one will write (a chain of specs)."""
+    `will_exist`: artifact paths that specs run before this one will write (a chain of specs).
+    `overrides`: `path=value` texts laid on the resolved document first (runner.spec.overrides)."""
     if is_base_only(path):
         raise SpecError([f"{path}: a base that specs extend (its name begins with {BASE_ONLY_PREFIX}), not a spec "
                          "to run; run one that extends it"])
     try:
         source = resolve_extends(load_yaml(path))
+        if isinstance(source.data, dict):
+            source = apply_overrides(source, tuple(overrides))
     except SpecSourceError as exc:
         raise SpecError([str(exc)]) from None
     if not isinstance(source.data, dict):
@@ -256,7 +261,7 @@ def load_spec(path: str | Path, *, will_exist=()) -> LoadedSpec:
     problems = reference_problems(spec, context)
     if problems:
         raise SpecError([_problem(source, loc, message) for loc, message in problems])
-    return LoadedSpec(spec=spec, path=source.path, text=source.text)
+    return LoadedSpec(spec=spec, path=source.path, text=source.text, overrides=tuple(overrides))
 
 
 def check_base(path: str | Path) -> None:

@@ -41,6 +41,7 @@ class YamlSource:
     lines: dict[tuple, int] = field(default_factory=dict)  # value path -> 1-based line
     files: dict[tuple, Path] = field(default_factory=dict)  # value path -> the file it is written in, if not `path`
     layers: tuple[Path, ...] = ()  # a spec that extends others: its file, then its bases'
+    given: dict[tuple, str] = field(default_factory=dict)  # value path -> the --set argument that gave it
 
     def _known(self, loc: tuple) -> tuple | None:
         """The deepest prefix of `loc` (a pydantic error location) whose line is known."""
@@ -55,7 +56,10 @@ class YamlSource:
         known = self._known(loc)
         if known is None:
             return str(self.path)
-        return f"{self.files.get(known, self.path)}:{self.lines[known]}"
+        if known in self.given:
+            return f"{self.path}: {self.given[known]}"
+        within = "".join(f" (with {given})" for path, given in self.given.items() if path[:len(known)] == known)
+        return f"{self.files.get(known, self.path)}:{self.lines[known]}{within}"
 
     @property
     def origins(self) -> dict[tuple, tuple[Path, int]]:
@@ -182,6 +186,26 @@ def read_spec_text(text: str) -> Any:
     loader = _BoundedSafeLoader(text)
     try:
         return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def read_value(text: str, where: str) -> Any:
+    """One YAML value given outside a spec file (a command-line override), read and checked as
+    a spec file's values are; an error names `where`."""
+    loader = _BoundedSafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_tags_and_map_lines(node, (), {}, where, set())
+        return loader.construct_document(node)
+    except SpecSourceError as exc:
+        raise SpecSourceError(str(exc).replace(f"{where}:1: (top level): ", f"{where}: ")) from None
+    except yaml.YAMLError as exc:
+        raise SpecSourceError(f"{where}: invalid YAML: {getattr(exc, 'problem', None) or first_line(exc)}") from None
+    except RecursionError:
+        raise SpecSourceError(f"{where}: invalid YAML: nested too deeply for a spec") from None
     finally:
         loader.dispose()
 

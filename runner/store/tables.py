@@ -69,14 +69,20 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE runs ADD COLUMN spec_settings JSON;
         """,
     ),
+    (
+        "0005_runs_overrides",  # the `--set path=value` arguments laid on the spec file, as given (NULL: none)
+        """
+        ALTER TABLE runs ADD COLUMN overrides JSON;
+        """,
+    ),
 ]
 
 VIEWS = [
     """
-    CREATE OR REPLACE VIEW latest_verdicts AS  -- per machine and contract: one never stands in for another
-    SELECT v.*, r.spec_name, r.started_at, r.host, r.contract_hash
+    CREATE OR REPLACE VIEW latest_verdicts AS  -- per machine and contract: one never stands in for another;
+    SELECT v.*, r.spec_name, r.overrides, r.started_at, r.host, r.contract_hash  -- nor a spec --set otherwise
     FROM verdicts v JOIN runs r USING (run_id)
-    QUALIFY row_number() OVER (PARTITION BY r.spec_name, v.verdict, r.host, r.contract_hash
+    QUALIFY row_number() OVER (PARTITION BY r.spec_name, r.overrides, v.verdict, r.host, r.contract_hash
                                ORDER BY v.decided_at DESC) = 1
     """,
 ]

@@ -1,0 +1,16 @@
+"""Options several commands share, declared once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+db_option = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                         help="results database (default: $RUNNER_DB or ./results.duckdb)")
+reports_option = click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path),
+                              default=Path("reports"), show_default=True, help="where HTML reports go")
+set_option = click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
+                          help="change a value of the spec before it is validated, e.g. measurements.0.iterations=2000 "
+                               "or measurements.NAME.seeds='{start: 0, count: 5}' (mapping keys by name, list items "
+                               "by index or name, the value read as YAML; repeatable)")

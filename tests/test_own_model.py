@@ -1,0 +1,205 @@
+"""Checking your own model: `--set` on a spec, `runner check MODEL.onnx`, `runner specs`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from perturbed_onnx import perturbed_onnx
+from test_cli_inputs import assert_one_line_usage_error
+from test_end_to_end import runner
+
+from runner.spec.document import load_spec
+from runner.spec.yaml_source import read_spec_text
+from runner.store.database import Store
+
+REPO = Path(__file__).resolve().parents[1]
+DAY24 = REPO / "specs" / "day24_ort_latency.yaml"
+FP16_ONNX = REPO / "models" / "reference" / "dqn_breakout_fp16.onnx"
+
+
+def test_set_a_mapping_key_and_one_the_file_leaves_to_its_default():
+    written = DAY24.read_text(encoding="utf-8")
+    given = ("runtimes.ort_cpu.intra_op_threads=2", "runtimes.ort_cpu.graph_optimization_level=basic")
+    loaded = load_spec(DAY24, overrides=given)
+    assert loaded.spec.runtimes["ort_cpu"].intra_op_threads == 2
+    assert loaded.spec.runtimes["ort_cpu"].graph_optimization_level == "basic"
+    assert loaded.overrides == given
+    assert read_spec_text(loaded.text)["runtimes"]["ort_cpu"]["intra_op_threads"] == 2  # what a run stores
+    assert "--set \"runtimes.ort_cpu.intra_op_threads=2\"" in loaded.text.splitlines()[1]
+    assert loaded.hash != load_spec(DAY24).hash  # --resume matches the overridden text, not the file's
+    assert DAY24.read_text(encoding="utf-8") == written
+
+
+def test_set_a_list_item_by_index_or_by_its_name():
+    rule = 'deployment_worthy_when={latency_p50_ratio: "<= 1.1"}'
+    by_index = load_spec(DAY24, overrides=(f"verdicts.0.{rule}", "measurements.0.rounds=4"))
+    by_name = load_spec(DAY24, overrides=(f"verdicts.ort_cpu_faster_than_torch_cpu.{rule}",
+                                          "measurements.day24_latency.rounds=4"))
+    assert by_index.spec == by_name.spec
+    assert dict(by_index.spec.verdicts[0].deployment_worthy_when) == {"latency_p50_ratio": "<= 1.1"}
+    assert by_index.spec.measurements[0].rounds == 4
+    assert by_index.spec.verdicts[1] == load_spec(DAY24).spec.verdicts[1]
+
+
+def test_set_values_are_read_as_yaml():
+    loaded = load_spec(DAY24, overrides=("measurements.day24_latency.batch_sizes=[1, 4]",
+                                         "measurements.day24_latency.warmup=20", "description='010'"))
+    assert loaded.spec.measurements[0].batch_sizes == [1, 4] and loaded.spec.measurements[0].warmup == 20
+    assert loaded.spec.description == "010"  # quoted: text, not YAML 1.1's octal 8
+
+
+@pytest.mark.parametrize("given, mention", [
+    ("verdicts.7.candidate=ort_cpu", "verdicts has 2 item(s) (0 to 1); no item 7"),
+    ("verdicts.fastest.candidate=ort_cpu", "verdicts has no item named 'fastest'"),
+    ("runtimes.ort_gpu.provider=cpu", "runtimes has no key 'ort_gpu'"),
+    ("name.first=x", "name is a value"),
+    ("measurements.0.iterations", "expected PATH=VALUE"),
+    ("description=[1, 2", "invalid YAML"),
+], ids=["index-out-of-range", "no-such-name", "no-such-key", "below-a-value", "no-value", "bad-yaml"])
+def test_a_bad_path_is_one_line_naming_the_argument(tmp_path, given, mention):
+    result = runner("validate", str(DAY24), "--set", given, cwd=tmp_path)
+    assert_one_line_usage_error(result, f"day24_ort_latency.yaml: --set {given}: ", mention)
+
+
+@pytest.mark.parametrize("given, mention", [
+    ("measurements.0.iterations=many", "measurements[0].iterations: Input should be a valid integer"),
+    ("verdicts.0.candidate=nobody", "verdicts[0].candidate: 'nobody' is not in measurement 'day24_latency'"),
+    ("runtimes.ort_cpu={runtime: onnxruntime, artifact: onnx_fp32, thread: 2}", "runtimes.ort_cpu.thread: unknown key"),
+], ids=["type", "reference", "unknown-key-below"])
+def test_a_bad_value_is_a_validation_error_naming_the_argument(tmp_path, given, mention):
+    result = runner("validate", str(DAY24), "--set", given, cwd=tmp_path)
+    assert_one_line_usage_error(result, f"day24_ort_latency.yaml: --set {given}: {mention}")
+
+
+def test_an_error_about_a_part_holding_an_override_names_the_line_and_the_override(tmp_path):
+    result = runner("validate", str(DAY24), "--set", "measurements.0.iterations=100", cwd=tmp_path)
+    assert_one_line_usage_error(result, "day24_ort_latency.yaml:17 (with --set measurements.0.iterations=100): "
+                                        "measurements[0]: each round needs >= 64 timed calls")
+
+
+def test_run_with_a_bad_override_stores_nothing(tmp_path):
+    result = runner("run", str(DAY24), "--set", "verdicts.9.name=x", "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, "--set verdicts.9.name=x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_validate_resolved_prints_the_overridden_document(tmp_path):
+    result = runner("validate", "--resolved", str(DAY24), "--set", "measurements.day24_latency.rounds=4", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == load_spec(DAY24, overrides=("measurements.day24_latency.rounds=4",)).text
+    assert read_spec_text(result.stdout)["measurements"][0]["rounds"] == 4
+
+
+QUESTION = """\
+name: own_question
+policies:
+  first: {type: random}
+  second: {type: random}
+measurements:
+  - kind: evaluate
+    name: games
+    policies: [first, second]
+    seeds: [1]
+verdicts:
+  - name: scores
+    measurement: games
+    candidate: second
+    baseline: first
+    deployment_worthy_when:
+      candidate_mean_score: ">= 0"
+"""
+
+
+@pytest.mark.slow
+def test_a_run_stores_its_overrides_and_its_verdicts_stand_apart(tmp_path, write_spec):
+    spec = write_spec(QUESTION)
+    other_seed = "measurements.games.seeds=[2]"
+
+    def run(*overrides: str) -> str:
+        done = runner("run", str(spec), *[arg for o in overrides for arg in ("--set", o)], "--db", "r.duckdb",
+                      "--no-report", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()[1]
+
+    plain, overridden, again = run(), run(other_seed), run(other_seed)
+    with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
+        stored = dict(con.execute("SELECT run_id, overrides FROM runs").fetchall())
+        text = con.execute("SELECT spec_text FROM runs WHERE run_id = ?", [overridden]).fetchone()[0]
+        seeds = dict(con.execute("SELECT run_id, min(seed) FROM episodes GROUP BY run_id").fetchall())
+    assert stored[plain] is None and json.loads(stored[overridden]) == [other_seed]
+    assert read_spec_text(text)["measurements"][0]["seeds"] == [2] and seeds == {plain: 1, overridden: 2, again: 2}
+    with Store(tmp_path / "r.duckdb").reader() as con:
+        latest = con.execute("SELECT run_id, overrides FROM latest_verdicts ORDER BY run_id").fetchall()
+    assert latest == [(plain, None), (again, stored[overridden])]  # the file's question and the other one
+    shown = runner("report", "--verdicts", "--db", "r.duckdb", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert f"own_question --set {other_seed}" in shown.stdout
+
+
+def test_specs_lists_what_each_shipped_spec_asks_and_needs(tmp_path):
+    db = tmp_path / "r.duckdb"
+    store = Store(db)
+    store.begin_run({"run_id": "r1", "spec_name": "quickstart", "spec_hash": "h", "spec_text": "name: quickstart",
+                     "host": "h"})
+    store.finish_run("r1", "done")
+    before = db.read_bytes()
+    listed = runner("specs", "--db", str(db), cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split("│")[1].strip(): line for line in listed.stdout.splitlines() if line.count("│") > 2}
+    assert "_reference_deploy" not in rows and "day24_ort_latency" in rows and "check_onnx" in rows
+    assert "GPU for 2 of 4 runtimes" in rows["day23_ort_parity"] and "CPU only" in rows["check_onnx"]
+    assert "browser" in rows["day27_browser_wasm"] and "parity, latency, closed_loop, episodes" in rows["check_onnx"]
+    assert "(done)" in rows["quickstart"] and "(done)" not in rows["day24_ort_latency"]
+    assert db.read_bytes() == before  # opened read-only
+    without = runner("specs", "--db", str(tmp_path / "none.duckdb"), cwd=tmp_path)
+    assert without.returncode == 0 and "no database at" in without.stdout
+    assert not (tmp_path / "none.duckdb").exists()
+
+
+@pytest.mark.parametrize("name, content, mention", [
+    ("missing.onnx", None, "MODEL missing.onnx: no such file"),
+    ("notes.onnx", b"not a model\n", "MODEL notes.onnx: not an ONNX model"),
+    ("empty.onnx", b"", "MODEL empty.onnx: the file is empty"),
+])
+def test_check_refuses_what_is_not_an_onnx_model(tmp_path, name, content, mention):
+    if content is not None:
+        (tmp_path / name).write_bytes(content)
+    result = runner("check", name, "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, mention)
+    assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_check_refuses_a_model_that_does_not_take_the_agents_observations(tmp_path):
+    from tiny_onnx import tiny_model
+
+    tiny_model(tmp_path / "tiny.onnx")  # uint8 (B, 4, 12, 12) in
+    result = runner("check", "tiny.onnx", "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, "MODEL tiny.onnx: the agent's model takes one uint8 input (B, 4, 84, 84)",
+                                "this one has obs: uint8 ('batch', 4, 12, 12)")
+    assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_check_refuses_a_baseline_that_is_not_a_file(tmp_path):
+    result = runner("check", str(FP16_ONNX), "--baseline", str(tmp_path), "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, f"--baseline {tmp_path}: not a file")
+
+
+@pytest.mark.slow
+def test_check_rejects_a_model_whose_decisions_changed(tmp_path):
+    model = perturbed_onnx(tmp_path / "perturbed.onnx")
+    fewer = ("measurements.games.seeds={start: 3000, count: 2}", "measurements.latency.iterations=320")
+    result = runner("check", "perturbed.onnx", *[arg for o in fewer for arg in ("--set", o)], "--db", "r.duckdb",
+                    cwd=tmp_path, timeout=900)
+    assert result.returncode == 1, result.stderr
+    assert "verdict same_decisions: rejected" in result.stdout
+    assert "check failed:" in result.stdout.splitlines()[-1]
+    with Store(tmp_path / "r.duckdb").reader() as con:
+        overrides, text = con.execute("SELECT overrides, spec_text FROM runs").fetchone()
+        outcomes = dict(con.execute("SELECT verdict, outcome FROM latest_verdicts").fetchall())
+    candidate = json.dumps({"path": str(model.resolve()), "precision": "fp32"})
+    assert json.loads(overrides) == [f"artifacts.candidate={candidate}", *fewer]
+    assert read_spec_text(text)["artifacts"]["candidate"] == {"path": str(model.resolve()), "precision": "fp32"}
+    assert outcomes["same_decisions"] == "rejected" and len(outcomes) == 4
