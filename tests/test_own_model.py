@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from perturbed_onnx import perturbed_onnx
-from test_cli_inputs import assert_one_line_usage_error
+from test_cli_inputs import assert_one_line_usage_error, cli
 from test_end_to_end import runner
 
 from runner.spec.document import load_spec
@@ -60,7 +60,7 @@ def test_set_values_are_read_as_yaml():
     ("description=[1, 2", "invalid YAML"),
 ], ids=["index-out-of-range", "no-such-name", "no-such-key", "below-a-value", "no-value", "bad-yaml"])
 def test_a_bad_path_is_one_line_naming_the_argument(tmp_path, given, mention):
-    result = runner("validate", str(DAY24), "--set", given, cwd=tmp_path)
+    result = cli("validate", str(DAY24), "--set", given, cwd=tmp_path)
     assert_one_line_usage_error(result, f"day24_ort_latency.yaml: --set {given}: ", mention)
 
 
@@ -70,18 +70,18 @@ def test_a_bad_path_is_one_line_naming_the_argument(tmp_path, given, mention):
     ("runtimes.ort_cpu={runtime: onnxruntime, artifact: onnx_fp32, thread: 2}", "runtimes.ort_cpu.thread: unknown key"),
 ], ids=["type", "reference", "unknown-key-below"])
 def test_a_bad_value_is_a_validation_error_naming_the_argument(tmp_path, given, mention):
-    result = runner("validate", str(DAY24), "--set", given, cwd=tmp_path)
+    result = cli("validate", str(DAY24), "--set", given, cwd=tmp_path)
     assert_one_line_usage_error(result, f"day24_ort_latency.yaml: --set {given}: {mention}")
 
 
 def test_an_error_about_a_part_holding_an_override_names_the_line_and_the_override(tmp_path):
-    result = runner("validate", str(DAY24), "--set", "measurements.0.iterations=100", cwd=tmp_path)
+    result = cli("validate", str(DAY24), "--set", "measurements.0.iterations=100", cwd=tmp_path)
     assert_one_line_usage_error(result, "day24_ort_latency.yaml:17 (with --set measurements.0.iterations=100): "
                                         "measurements[0]: each round needs >= 64 timed calls")
 
 
 def test_run_with_a_bad_override_stores_nothing(tmp_path):
-    result = runner("run", str(DAY24), "--set", "verdicts.9.name=x", "--db", "r.duckdb", cwd=tmp_path)
+    result = cli("run", str(DAY24), "--set", "verdicts.9.name=x", "--db", "r.duckdb", cwd=tmp_path)
     assert_one_line_usage_error(result, "--set verdicts.9.name=x")
     assert list(tmp_path.iterdir()) == []
 
@@ -167,7 +167,7 @@ def test_specs_lists_what_each_shipped_spec_asks_and_needs(tmp_path):
 def test_check_refuses_what_is_not_an_onnx_model(tmp_path, name, content, mention):
     if content is not None:
         (tmp_path / name).write_bytes(content)
-    result = runner("check", name, "--db", "r.duckdb", cwd=tmp_path)
+    result = cli("check", name, "--db", "r.duckdb", cwd=tmp_path)
     assert_one_line_usage_error(result, mention)
     assert not (tmp_path / "r.duckdb").exists()
 
@@ -176,14 +176,14 @@ def test_check_refuses_a_model_that_does_not_take_the_agents_observations(tmp_pa
     from tiny_onnx import tiny_model
 
     tiny_model(tmp_path / "tiny.onnx")  # uint8 (B, 4, 12, 12) in
-    result = runner("check", "tiny.onnx", "--db", "r.duckdb", cwd=tmp_path)
+    result = cli("check", "tiny.onnx", "--db", "r.duckdb", cwd=tmp_path)
     assert_one_line_usage_error(result, "MODEL tiny.onnx: the agent's model takes one uint8 input (B, 4, 84, 84)",
                                 "this one has obs: uint8 ('batch', 4, 12, 12)")
     assert not (tmp_path / "r.duckdb").exists()
 
 
 def test_check_refuses_a_baseline_that_is_not_a_file(tmp_path):
-    result = runner("check", str(FP16_ONNX), "--baseline", str(tmp_path), "--db", "r.duckdb", cwd=tmp_path)
+    result = cli("check", str(FP16_ONNX), "--baseline", str(tmp_path), "--db", "r.duckdb", cwd=tmp_path)
     assert_one_line_usage_error(result, f"--baseline {tmp_path}: not a file")
 
 
