@@ -36,6 +36,10 @@ def no_outputs(measurement: Any) -> list[str]:
     return []
 
 
+def no_spec_problems(measurement: Any, spec: Any, context: dict) -> list[tuple[tuple, str]]:
+    return []
+
+
 def no_metric_problem(measurement: Any, metric: str) -> str | None:
     return None
 
@@ -71,6 +75,10 @@ class Kind:
     references: Callable[[Any], References] = no_references  # runtimes, artifacts, measurements it names
     outputs: Callable[[Any], list[str]] = no_outputs  # artifacts it writes
     metric_problem: Callable[[Any, str], str | None] = no_metric_problem  # why a verdict may not use a metric here
+    # problems only the whole spec shows (the backends of the runtimes it names, seeds other
+    # measurements play, node names in a file): (location in the measurement, message) each;
+    # `context` is the validation's (check_files: False means files are not read)
+    spec_problems: Callable[[Any, Any, dict], list[tuple[tuple, str]]] = no_spec_problems
     # why `runner run --resume` may not go on with what the run stored for it (asked of every
     # measurement before any of them resumes)
     resume_problem: Callable[[Any, "Store", str], str | None] = no_resume_problem

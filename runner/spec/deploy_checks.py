@@ -8,8 +8,9 @@ file, so `runner validate` says what to run first. (`load_spec(..., will_exist=.
 accepts the outputs of specs that will run before, for checking a chain of specs.)
 
 A kind takes part through its hooks (runner.kinds.kind.Kind): `references` (the runtimes,
-artifacts and measurements a measurement names), `outputs` (the artifacts it writes) and
-`metric_problem` (why a verdict may not use a metric there).
+artifacts and measurements a measurement names), `outputs` (the artifacts it writes),
+`metric_problem` (why a verdict may not use a metric there) and `spec_problems` (what only the
+whole spec shows: the backends of the runtimes it names, seeds other measurements play).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ def deploy_problems(spec, context: dict | None = None) -> list[tuple[tuple, str]
     kinds = [KINDS[m.kind] for m in spec.measurements]
     outputs = [kind.outputs(m) for kind, m in zip(kinds, spec.measurements)]
     return (_artifact_problems(spec, context, {n for written in outputs for n in written})
-            + _runtime_problems(spec) + _reference_problems(spec, kinds, outputs) + _metric_problems(spec))
+            + _runtime_problems(spec) + _reference_problems(spec, kinds, outputs) + _metric_problems(spec)
+            + [(("measurements", i, *loc), message) for i, (kind, m) in enumerate(zip(kinds, spec.measurements))
+               for loc, message in kind.spec_problems(m, spec, context)])
 
 
 def _artifact_problems(spec, context: dict, outputs: set[str]) -> list[tuple[tuple, str]]:

@@ -37,7 +37,7 @@ class ArtifactSpec(StrictModel):
     path: str = Field(description="relative to the spec file")
     made_by: Name | None = Field(default=None, description="the spec that writes this file; this spec's own name "
                                  "marks an output of one of its export measurements")
-    precision: Literal["fp32", "fp16"] = Field(default="fp32", description="weights of an ONNX file")
+    precision: Literal["fp32", "fp16", "int8"] = Field(default="fp32", description="weights of an ONNX file")
 
     @field_validator("path")
     @classmethod
