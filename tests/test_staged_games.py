@@ -5,6 +5,7 @@ is stored; bad stages are one-line errors naming their line."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -14,6 +15,8 @@ from test_end_to_end import runner
 from runner.run.verdicts import decide
 from runner.spec.document import SpecError, load_spec
 from runner.spec.fields import VerdictSpec
+
+REPO = Path(__file__).resolve().parents[1]
 
 # Two runtimes of one untrained checkpoint play the same games, 60 steps each (it scores 0):
 # `clear` (margin 1 point) is non-inferior at the first look; `undecidable` takes the default
@@ -142,3 +145,39 @@ def test_bad_stages_through_the_cli_are_one_line_and_exit_2(tmp_path, checkpoint
     done = runner("run", str(spec), "--db", str(tmp_path / "r.duckdb"), "--no-report", cwd=tmp_path)
     assert_one_line_usage_error(done, f"{spec}:20:", "margin: Input should be greater than 0")
     assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_staged_seeds_that_a_calibration_also_plays_are_refused(write_spec):
+    """Calibration games must be none of the games the spec judges by, staged or not."""
+    reference = REPO / "models" / "reference"
+    text = f"""\
+name: overlap
+artifacts:
+  checkpoint: {{path: {reference / "dqn_breakout.pt"}}}
+  onnx_fp32: {{path: {reference / "dqn_breakout.onnx"}}}
+  fixed_states: {{path: {reference / "fixed_states_60.npz"}}}
+  onnx_int8: {{path: out/int8.onnx, made_by: overlap, precision: int8}}
+runtimes:
+  ort_fp32: {{runtime: onnxruntime, intra_op_threads: 1, artifact: onnx_fp32}}
+  ort_int8: {{runtime: onnxruntime, intra_op_threads: 1, artifact: onnx_int8}}
+measurements:
+  - kind: repair
+    name: int8
+    source: onnx_fp32
+    checkpoint: checkpoint
+    check_states: fixed_states
+    output: onnx_int8
+    calibration:
+      n_states: 16
+      capture: {{episode_seeds: {{start: 3950, count: 4}}, batch_size: 4}}
+  - kind: episodes
+    name: games
+    runtimes: [ort_fp32, ort_int8]
+    seeds: {{start: 3900, count: 100}}
+    stages: {{games: 50}}
+"""
+    path = write_spec(text)
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert any(p.startswith(f"{path}:19: ") and "calibration seed 3950 is also played by measurement games (seeds)" in p
+               for p in caught.value.problems), caught.value.problems
