@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from breakout_core.hashing import file_sha256
+from breakout_core.onnx_checks import META_PREFIX, ModelCheckError, save_checked
 
 INPUT_NAME = "obs"
 OUTPUT_NAME = "q_values"
@@ -35,11 +36,10 @@ BATCH_DIM = "batch"
 DEFAULT_OPSET = 18
 EXPORTERS = ("dynamo", "torchscript")
 VERIFY_ATOL_FP32 = 1e-4  # export sanity check only; parity.py judges runtimes with its own tolerances
-META_PREFIX = "breakout."
 
 
-class ExportError(ValueError):
-    """An exported model failed one of the checks."""
+class ExportError(ModelCheckError):
+    """An export failed one of its checks."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class OnnxInfo:
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
     opset: int
-    precision: str  # from the initializers: "fp16" when any float weight is float16
+    precision: str  # from the initializers: "fp16" when any float weight is float16, else "int8" with int8 weights
     node_count: int
     op_types: tuple[str, ...]
     metadata: dict[str, str]
@@ -131,7 +131,8 @@ def export_onnx(
             try:
                 import onnxscript  # noqa: F401  (the dynamo exporter's dependency; a clear error here)
             except ImportError as exc:
-                raise ExportError(f"the dynamo ONNX exporter needs onnxscript ({exc}); pip install onnxscript") from None
+                raise ExportError(f"the dynamo ONNX exporter needs onnxscript ({exc}); "
+                                  "pip install onnxscript") from None
             with _quiet_exporter():
                 program = torch.onnx.export(
                     network,
@@ -163,16 +164,16 @@ def export_onnx(
             model = onnx.load_from_string(buffer.getvalue())
 
     versions = _versions()
-    _set_metadata(model, {
+    checks += _check_model(model, "fp32")
+    checks += save_checked(model, onnx_path, {
         "precision": "fp32",
         "architecture": getattr(network, "architecture", "unknown"),
         "contract_hash": contract_hash or "",
         "checkpoint_sha256": checkpoint_sha or "",
-        "exporter": f"torch.onnx.export({'dynamo=True' if exporter == 'dynamo' else 'dynamo=False'}) torch {torch.__version__}",
+        "exporter": f"torch.onnx.export({'dynamo=True' if exporter == 'dynamo' else 'dynamo=False'}) "
+                    f"torch {torch.__version__}",
         "preprocessing": "uint8 -> float32, / 255, inside the graph",
     })
-    checks += _check_model(model, "fp32")
-    onnx.save_model(model, onnx_path)
     fp32 = _artifact(onnx_path, "fp32")
     actual_opset = _default_opset(model)
 
@@ -216,20 +217,21 @@ def convert_to_fp16(onnx_path: str | Path, fp16_path: str | Path) -> tuple[OnnxA
         from onnxconverter_common import __version__ as occ_version
         from onnxconverter_common import float16
     except ImportError as exc:
-        raise ExportError(f"FP16 conversion needs onnxconverter-common ({exc}); pip install onnxconverter-common") from None
+        raise ExportError(f"FP16 conversion needs onnxconverter-common ({exc}); "
+                          "pip install onnxconverter-common") from None
     model = onnx.load(onnx_path)
     input_casts = [n.name for n in model.graph.node if n.op_type == "Cast" and INPUT_NAME in n.input]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "float32 number ... will be truncated": expected for tiny weights
+        # "float32 number ... will be truncated": expected for tiny weights
+        warnings.simplefilter("ignore", UserWarning)
         model16 = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=input_casts)
-    _set_metadata(model16, {
+    checks = _check_model(model16, "fp16")
+    checks += save_checked(model16, fp16_path, {
         "precision": "fp16",
         "fp16_converter": f"onnxconverter-common {occ_version} float16.convert_float_to_float16(keep_io_types=True)",
     })
-    checks = ["fp16: " + c for c in _check_model(model16, "fp16")]
     fp16_path = Path(fp16_path)
-    fp16_path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save_model(model16, fp16_path)
+    checks = ["fp16: " + c for c in checks]
     return _artifact(fp16_path, "fp16"), checks
 
 
@@ -261,7 +263,8 @@ def _info(model) -> OnnxInfo:
 
     float_types = [i.data_type for i in model.graph.initializer
                    if i.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)]
-    precision = "fp16" if onnx.TensorProto.FLOAT16 in float_types else "fp32"
+    integer_weights = any(i.data_type == onnx.TensorProto.INT8 for i in model.graph.initializer)
+    precision = "fp16" if onnx.TensorProto.FLOAT16 in float_types else "int8" if integer_weights else "fp32"
     return OnnxInfo(
         inputs=tensors(model.graph.input),
         outputs=tensors(model.graph.output),
@@ -274,16 +277,9 @@ def _info(model) -> OnnxInfo:
 
 
 def _check_model(model, precision: str) -> list[str]:
-    """The checks every exported model must pass; names of those run, ExportError on failure."""
-    import onnx
-
+    """The input, output and weights every exported model must have; names of the checks run,
+    ExportError on failure (onnx_checks.save_checked runs the checks every written file passes)."""
     checks = []
-    try:
-        onnx.checker.check_model(model, full_check=True)
-    except Exception as exc:  # checker raises ValidationError or InferenceError
-        raise ExportError(f"onnx.checker.check_model failed: {exc}") from None
-    checks.append("onnx.checker.check_model(full_check=True)")
-
     info = _info(model)
     if len(info.inputs) != 1 or len(info.outputs) != 1:
         raise ExportError(f"expected one input and one output, got {info.inputs} -> {info.outputs}")
@@ -294,49 +290,13 @@ def _check_model(model, precision: str) -> list[str]:
         raise ExportError(f"output must be {OUTPUT_NAME} float32 (B, 4), got {out}")
     checks.append(f"io: {INPUT_NAME} uint8 {list(inp.shape)} -> {OUTPUT_NAME} float32 {list(out.shape)}")
     if not (isinstance(inp.shape[0], str) and inp.shape[0] and inp.shape[0] == out.shape[0]):
-        raise ExportError(f"batch axis must be dynamic and shared by input and output, got {inp.shape[0]!r} -> {out.shape[0]!r}")
+        raise ExportError(f"batch axis must be dynamic and shared by input and output, "
+                          f"got {inp.shape[0]!r} -> {out.shape[0]!r}")
     checks.append(f"dynamic batch axis {inp.shape[0]!r}")
     if info.precision != precision:
         raise ExportError(f"expected {precision} weights, the initializers say {info.precision}")
     checks.append(f"weights {precision}")
-    checks.append(_check_preprocessing(model))
     return checks
-
-
-def _check_preprocessing(model) -> str:
-    """The input goes through Cast(uint8 -> float) [-> Cast(float -> float16)] then Div by 255."""
-    import onnx
-    from onnx import numpy_helper
-
-    consumers: dict[str, list] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-
-    chain = []
-    tensor = INPUT_NAME
-    users = consumers.get(tensor, [])
-    while len(users) == 1 and users[0].op_type == "Cast":
-        cast = users[0]
-        to = next(a.i for a in cast.attribute if a.name == "to")
-        chain.append(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to)).name)
-        tensor = cast.output[0]
-        users = consumers.get(tensor, [])
-    if not chain or chain[-1] not in ("float32", "float16"):
-        raise ExportError(f"the uint8 input is not cast to float inside the graph (casts: {chain})")
-    if len(users) != 1 or users[0].op_type not in ("Div", "Mul"):
-        raise ExportError(f"the cast input is not scaled by 1/255 inside the graph (next: {[u.op_type for u in users]})")
-    scale = users[0]
-    other = [n for n in scale.input if n != tensor]
-    value = constants.get(other[0]) if other else None
-    wanted = 255.0 if scale.op_type == "Div" else 1.0 / 255.0
-    if value is None or value.size != 1 or not np.isclose(float(value.reshape(-1)[0]), wanted, rtol=1e-3):
-        raise ExportError(f"the input scaling is {scale.op_type} by {value}, expected {scale.op_type} by {wanted}")
-    return f"preprocessing in graph: Cast uint8 -> {' -> '.join(chain)}, {scale.op_type} by {float(value.reshape(-1)[0]):g}"
 
 
 def _network_from(source: Any, contract_hash: str | None):
@@ -385,17 +345,6 @@ def _quiet_exporter():
             yield
     finally:
         registration.setLevel(level)
-
-
-def _set_metadata(model, values: dict[str, str]) -> None:
-    existing = {p.key: p for p in model.metadata_props}
-    for key, value in values.items():
-        full = META_PREFIX + key
-        if full in existing:
-            existing[full].value = str(value)
-        else:
-            prop = model.metadata_props.add()
-            prop.key, prop.value = full, str(value)
 
 
 def _default_opset(model) -> int:

@@ -54,8 +54,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from breakout_core.export import ExportError, _check_preprocessing, _set_metadata
 from breakout_core.hashing import file_sha256
+from breakout_core.onnx_checks import ModelCheckError, check_preprocessing, one_line, save_checked
 
 if TYPE_CHECKING:
     from onnx import ModelProto
@@ -138,7 +138,7 @@ def quantize_int8(
     try:
         source = onnx.load(fp32_path)
     except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
-        raise QuantizeError(f"{fp32_path}: not a readable ONNX model ({_one_line(exc)})") from None
+        raise QuantizeError(f"{fp32_path}: not a readable ONNX model ({one_line(exc)})") from None
     excluded = _checked_exclusions(source, nodes_to_exclude, fp32_path)
     scaled_input = _scaled_input(source)
     checks = []
@@ -149,7 +149,7 @@ def quantize_int8(
         try:
             quant_pre_process(str(fp32_path), str(prepared), skip_optimization=True)
         except Exception as exc:  # noqa: BLE001 -- onnx and onnxruntime errors alike
-            raise QuantizeError(f"{fp32_path}: onnxruntime's quantization pre-processing failed ({_one_line(exc)})") \
+            raise QuantizeError(f"{fp32_path}: onnxruntime's quantization pre-processing failed ({one_line(exc)})") \
                 from None
         checks.append("quant_pre_process (shape inference, no graph optimisation)")
         try:
@@ -175,31 +175,34 @@ def quantize_int8(
                 quantize_dynamic(str(prepared), str(out_path), weight_type=QuantType.QInt8, per_channel=per_channel,
                                  nodes_to_exclude=list(excluded))
         except Exception as exc:  # noqa: BLE001 -- the quantizer raises many classes
-            raise QuantizeError(f"{fp32_path}: onnxruntime could not quantize it ({_one_line(exc)})") from None
+            raise QuantizeError(f"{fp32_path}: onnxruntime could not quantize it ({one_line(exc)})") from None
 
-    try:
-        model, quantized, input_scale, written_checks = _checked_output(source, fp32_path, out_path, excluded,
-                                                                         scaled_input)
-    except QuantizeError:
-        out_path.unlink(missing_ok=True)  # a file that failed its checks is not left for a caller to pick up
-        raise
-    checks += written_checks
     source_sha256 = file_sha256(fp32_path)
     calibrate = calibrate_method if method == "static" else None
     calibration_options = dict(CALIBRATION_OPTIONS[calibrate]) if calibrate else {}
     n_states = len(states) if method == "static" else 0
-    _set_metadata(model, {
-        "precision": "int8",
-        "int8_method": method,
-        "int8_calibrate_method": calibrate or "",
-        "int8_calibration_states": n_states,
-        "int8_calibration_options": ",".join(f"{k}={v}" for k, v in calibration_options.items()),
-        "int8_per_channel": per_channel,
-        "int8_nodes_excluded": ",".join(excluded),
-        "int8_quantizer": f"onnxruntime {ort.__version__} onnxruntime.quantization",
-        "int8_source_sha256": source_sha256,
-    })
-    onnx.save_model(model, out_path)
+    try:
+        model, quantized, input_scale, written_checks = _checked_output(source, fp32_path, out_path, excluded,
+                                                                         scaled_input)
+        written_checks += save_checked(model, out_path, {
+            "precision": "int8",
+            "int8_method": method,
+            "int8_calibrate_method": calibrate or "",
+            "int8_calibration_states": n_states,
+            "int8_calibration_options": ",".join(f"{k}={v}" for k, v in calibration_options.items()),
+            "int8_per_channel": per_channel,
+            "int8_nodes_excluded": ",".join(excluded),
+            "int8_nodes_quantized": ",".join(quantized),
+            "int8_quantizer": f"onnxruntime {ort.__version__} onnxruntime.quantization",
+            "int8_source_sha256": source_sha256,
+        }, preprocessing=scaled_input is not None)
+    except ModelCheckError as exc:
+        out_path.unlink(missing_ok=True)  # a file that failed its checks is not left for a caller to pick up
+        raise QuantizeError(f"{out_path}: {exc}") from None
+    except QuantizeError:
+        out_path.unlink(missing_ok=True)
+        raise
+    checks += written_checks
     at_load = _excluded_quantized_at_load(out_path, excluded)
     if at_load:
         checks.append(f"excluded but quantized by onnxruntime when it loads the file: {', '.join(at_load)}")
@@ -224,16 +227,12 @@ def quantize_int8(
 
 def _checked_output(source: ModelProto, fp32_path: Path, out_path: Path, excluded: tuple[str, ...],
                     scaled_input: str | None):
-    """The written model, its quantized nodes, the scaled input's fixed scale and the checks run."""
+    """The written model, its quantized nodes, the scaled input's fixed scale and the checks run
+    (onnx_checks.save_checked then runs the checks every written file passes)."""
     import onnx
 
     model = onnx.load(out_path)
     checks = []
-    try:
-        onnx.checker.check_model(model, full_check=True)
-    except Exception as exc:  # noqa: BLE001 -- ValidationError or InferenceError
-        raise QuantizeError(f"{out_path}: onnx.checker.check_model failed ({_one_line(exc)})") from None
-    checks.append("onnx.checker.check_model(full_check=True)")
     quantized = quantized_nodes(source, model)
     if not quantized:
         ops = sorted({n.op_type for n in source.graph.node})
@@ -242,10 +241,6 @@ def _checked_output(source: ModelProto, fp32_path: Path, out_path: Path, exclude
     checks.append(f"{len(quantized)} node(s) quantized: {', '.join(quantized)}")
     if scaled_input is None:
         return model, quantized, None, checks
-    try:
-        checks.append(_check_preprocessing(model))
-    except ExportError as exc:
-        raise QuantizeError(f"{out_path}: {exc}") from None
     scale = _fixed_input_scale(model, scaled_input)
     if scale is None:
         checks.append(f"input {scaled_input!r} not quantized with a fixed scale (float, or per batch)")
@@ -346,8 +341,8 @@ def _checked_exclusions(model, nodes_to_exclude: Sequence[str], path: Path) -> t
 def _scaled_input(model) -> str | None:
     """The tensor that holds the uint8 input as float / 255, when the graph begins so."""
     try:
-        _check_preprocessing(model)
-    except ExportError:
+        check_preprocessing(model)
+    except ModelCheckError:
         return None
     consumers: dict[str, list] = {}
     for node in model.graph.node:
@@ -444,7 +439,3 @@ def _source_nodes_downstream(node, consumers: dict[str, list], source_tensors: d
         for consumer in consumers.get(tensor, []):
             frontier.extend(consumer.output)
     return found
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__

@@ -73,13 +73,14 @@ def test_polygraphy_convention_relative_to_baseline():
     assert not far.allclose  # 1.5e-5 > 1e-5 + 1e-5 * 0.0
 
 
-def test_fp16_defaults_and_unknown_precision():
+def test_fp16_and_int8_defaults_and_unknown_precision():
     assert default_tolerance("fp16") == FP16_TOLERANCE == (1e-3, 1e-3)
+    assert default_tolerance("int8") == (5e-2, 5e-2)
     candidate = BASELINE + np.float32(5e-4)
     assert compare_q(BASELINE, candidate, precision="fp16").allclose
     assert not compare_q(BASELINE, candidate).allclose
     with pytest.raises(ValueError, match="unknown precision"):
-        default_tolerance("int8")
+        default_tolerance("int4")
 
 
 def test_nonfinite_candidate_fails_and_is_not_hidden():

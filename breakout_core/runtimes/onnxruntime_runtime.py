@@ -14,6 +14,12 @@ What actually ran is read back from ONNX Runtime itself, not assumed:
 An FP16 model on the CPU provider runs partly emulated: ops without an FP16 CPU kernel run
 in FP32 between casts that ONNX Runtime inserts (`InsertedPrecisionFreeCast*` nodes);
 describe() counts them.
+
+An INT8 file (breakout_core.quantize) is described by what its quantizer recorded (method,
+the source graph's nodes it quantized) and by what ran: the nodes whose kernel computes on
+integers (QLinearConv, QGemm, ConvInteger, ... in the placement profile). On the CPU provider
+describe() also records the CPU's INT8 instruction sets (quantize.cpu_isa: AVX2, AVX-512,
+VNNI, AMX), since INT8 speed, and on AVX2 alone even INT8 results, depend on them.
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ class OnnxRuntimeRuntime(Runtime):
         "intra_op_threads": Option(None, value_type=int, minimum=1,
                                    description="None: ONNX Runtime's default (one per physical core)"),
         "disable_cpu_ep_fallback": Option(False, (False, True)),
-        "node_placement": Option(True, (False, True), description="profile one run at load to read each node's provider"),
+        "node_placement": Option(True, (False, True),
+                                 description="profile one run at load to read each node's provider"),
     }
 
     @classmethod
@@ -68,7 +75,8 @@ class OnnxRuntimeRuntime(Runtime):
         wanted = PROVIDERS[options["provider"]]
         have = ort.get_available_providers()
         if wanted not in have:
-            hint = " (the CUDA provider comes with the onnxruntime-gpu package)" if options["provider"] == "cuda" else ""
+            cuda = options["provider"] == "cuda"
+            hint = " (the CUDA provider comes with the onnxruntime-gpu package)" if cuda else ""
             return False, f"{wanted} is not in onnxruntime {ort.__version__}'s available providers {have}{hint}"
         return True, ""
 
@@ -104,7 +112,8 @@ class OnnxRuntimeRuntime(Runtime):
         except Exception as exc:
             text = " ".join(str(exc).split())
             if self.requested["provider"] != "cpu":
-                raise RuntimeUnavailable(self.name, f"onnxruntime could not create a {wanted} session: {text}") from None
+                raise RuntimeUnavailable(self.name,
+                                         f"onnxruntime could not create a {wanted} session: {text}") from None
             raise ValueError(f"{path}: onnxruntime cannot load this model: {text}") from None
         used = session.get_providers()
         if not used or used[0] != wanted:
@@ -181,6 +190,12 @@ class OnnxRuntimeRuntime(Runtime):
             "output_type": self._output_type,
             "model_metadata": self._model_meta,
         }
+        if providers[0] == "CPUExecutionProvider":
+            from breakout_core.quantize import cpu_isa
+
+            actual["cpu_isa"] = cpu_isa()
+        if self._precision == "int8":
+            actual["int8"] = self._int8()
         if self._nodes is not None:
             by_provider: dict[str, int] = {}
             for node in self._nodes:
@@ -199,6 +214,22 @@ class OnnxRuntimeRuntime(Runtime):
                     f"{providers[0]} ran in FP32 on the FP16 weights (see nodes[].output_dtypes)"
                 )
         return actual
+
+    def _int8(self) -> dict[str, Any]:
+        """How the INT8 file was quantized (its metadata) and which nodes ran integer kernels."""
+        from breakout_core.quantize import INTEGER_OPS
+
+        meta = self._model_meta
+        recorded = meta.get("breakout.int8_nodes_quantized")
+        found: dict[str, Any] = {
+            "method": meta.get("breakout.int8_method"),
+            "calibrate_method": meta.get("breakout.int8_calibrate_method") or None,
+            "nodes_quantized": recorded.split(",") if recorded else None,  # None: not recorded in the file
+            "nodes_excluded": [n for n in meta.get("breakout.int8_nodes_excluded", "").split(",") if n],
+        }
+        if self._nodes is not None:
+            found["integer_kernels"] = [n["node"] for n in self._nodes if n["op"] in INTEGER_OPS]
+        return found
 
     def _versions(self) -> dict[str, str]:
         versions = {"numpy": np.__version__}

@@ -75,7 +75,8 @@ VIEWS = [
     """,
 ]
 
-METRIC_NAMES = ("candidate_score", "baseline_score", "score_diff", "action_count_l1", "first_divergence_step", "diverged")
+METRIC_NAMES = ("candidate_score", "baseline_score", "score_diff", "action_count_l1", "first_divergence_step",
+                "diverged")
 
 
 def play(runtime, contract, seed: int, steps: int) -> dict[str, np.ndarray]:
@@ -105,7 +106,8 @@ def play(runtime, contract, seed: int, steps: int) -> dict[str, np.ndarray]:
 def execute(m: ClosedLoopMeasurement, ctx: RunContext) -> None:
     import pyarrow as pa
 
-    task = ctx.progress.add_task(f"{m.name} · {m.steps} steps from seed {m.seed}", total=len(m.runtimes), unit="runtimes")
+    task = ctx.progress.add_task(f"{m.name} · {m.steps} steps from seed {m.seed}", total=len(m.runtimes),
+                                 unit="runtimes")
     for name in m.ordered_runtimes():
         if not (ctx.already_stored("closed_loop_steps", m.name, runtime=name) or found_unavailable(ctx, m.name, name)):
             with open_runtime(ctx, m.name, name) as runtime:
@@ -194,5 +196,6 @@ KIND = Kind(
     report=report,
     references=ClosedLoopMeasurement.references,
     compare=compare_closed_loop,
+    episode_seeds=lambda m: [(("seed",), [m.seed])],  # the first game; later ones follow it
     not_settings=frozenset({"runtimes", "baseline"}),
 )

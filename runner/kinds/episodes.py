@@ -199,5 +199,6 @@ KIND = Kind(
     references=EpisodesMeasurement.references,
     metric_problem=EpisodesMeasurement.metric_problem,
     compare=compare_episodes,
+    episode_seeds=lambda m: [(("seeds",), seed_list(m.seeds))],
     not_settings=frozenset({"runtimes", "baseline", "seeds", "batch_size", "bootstrap", "parity", "latency"}),
 )

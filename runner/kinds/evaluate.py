@@ -50,7 +50,8 @@ class EvaluateMeasurement(StrictModel):
     policies: list[Name] = Field(min_length=1, description="names from the spec's policies")
     seeds: Seeds = Field(description="episode seeds: a list, or {start, count}")
     batch_size: int = Field(default=4, ge=1, le=256, description="episodes played side by side")
-    policy_seed: int = Field(default=0, ge=0, description="seeds each episode's action randomness with the episode seed")
+    policy_seed: int = Field(default=0, ge=0,
+                             description="seeds each episode's action randomness with the episode seed")
     gif: GifSpec | None = None
     bootstrap: BootstrapSpec = BootstrapSpec()
 
@@ -94,7 +95,8 @@ def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, 
 
     policy_spec = ctx.spec.policies[policy_name]
     played_file = None if policy_spec.type == "random" else {
-        "run_id": ctx.run_id, "measurement": m.name, "policy": policy_name, "path": str(Path(policy_spec.path).resolve()),
+        "run_id": ctx.run_id, "measurement": m.name, "policy": policy_name,
+        "path": str(Path(policy_spec.path).resolve()),
         "sha256": file_sha256(policy_spec.path)}  # hashed before it is loaded: the bytes that play
     policy = build_policy(policy_spec, policy_name)
     task = ctx.progress.add_task(f"{m.name} · {policy_name}", total=len(seeds), unit="episodes")
@@ -120,7 +122,8 @@ def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, 
     ctx.store.append_together({"episodes": [episode_row(ctx, m.name, policy_name, e) for e in result.episodes],
                                "policy_files": [] if played_file is None else [played_file]})
     if result.frames:
-        path = write_gif(result.frames, ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{policy_name}-{record_seed}.gif")
+        path = write_gif(result.frames,
+                         ctx.reports_dir / "gifs" / f"{ctx.run_id}-{m.name}-{policy_name}-{record_seed}.gif")
         episode = next(e for e in result.episodes if e.seed == record_seed)
         ctx.store.append_rows("artifacts", [gif_row(ctx, m.name, path, policy_name, episode, len(result.frames))])
 
@@ -177,5 +180,6 @@ KIND = Kind(
     metrics=metrics,
     report=report,
     compare=compare_evaluate,
+    episode_seeds=lambda m: [(("seeds",), seed_list(m.seeds))],
     not_settings=frozenset({"policies", "seeds", "batch_size", "gif", "bootstrap"}),
 )

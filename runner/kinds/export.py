@@ -1,11 +1,14 @@
-"""`export` (Day 22): fixed states from real play of a checkpoint, and its ONNX FP32 + FP16 files.
+"""`export` (Day 22): fixed states from real play of a checkpoint, and its ONNX FP32, FP16 and INT8 files.
 
 The states come from full games of the checkpoint's own (slightly epsilon-greedy) play on
 fixed episode seeds, spread over each game (breakout_core.fixed_states); the FP32 ONNX
 file is checked with onnx.checker and against torch on those very states (ONNX Runtime
 CPU); the FP16 copy keeps uint8 in / float32 out. Every file is written to the path its
 artifact names (made_by: this spec) and recorded in `export_files` with size, sha256 and
-the checks it passed; `fixed_state_index` says where each state came from.
+the checks it passed; `fixed_state_index` says where each state came from. INT8 files
+(`int8:`, runner.kinds.shared.int8_files) are made from an FP32 file by ONNX Runtime's
+quantizer, calibrated on states from the checkpoint's own games on seeds the rest of the
+spec never plays; `int8_files` records how each was made.
 """
 
 from __future__ import annotations
@@ -14,38 +17,65 @@ import json
 from typing import Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from runner.compare.rows import Row, RunSide, samples_row
 from runner.kinds.kind import Kind
+from runner.kinds.shared import int8_files
+from runner.kinds.shared.int8_files import Int8Export
 from runner.kinds.shared.state_capture import CaptureSpec, capture_states
 from runner.report.section import Section
 from runner.run.context import RunContext
-from runner.spec.fields import Name, StrictModel
+from runner.spec.fields import Name, StrictModel, seed_list
 
 
 class ExportMeasurement(StrictModel):
     kind: Literal["export"]
     name: Name
     checkpoint: Name = Field(description="artifact: the checkpoint to export")
-    onnx: Name = Field(description="artifact written: the FP32 ONNX file")
+    onnx: Name | None = Field(default=None, description="artifact written: the FP32 ONNX file")
     onnx_fp16: Name | None = Field(default=None, description="artifact written: the FP16 ONNX file")
     fixed_states: Name | None = Field(default=None, description="artifact written: the fixed states (.npz)")
     n_states: int = Field(default=60, ge=1, le=10_000)
     capture: CaptureSpec = CaptureSpec()
     opset: int = Field(default=18, ge=13, le=23)
     exporter: Literal["dynamo", "torchscript"] = "dynamo"
+    int8: list[Int8Export] = Field(default_factory=list, description="INT8 files made with onnxruntime's quantizer")
+
+    @model_validator(mode="after")
+    def _something_written(self) -> "ExportMeasurement":
+        if self.onnx_fp16 is not None and self.onnx is None:
+            raise ValueError("onnx_fp16 is converted from the FP32 file: give `onnx:` too")
+        if not self.outputs():
+            raise ValueError("nothing to write: give `onnx:`, `fixed_states:` or `int8:`")
+        return self
 
     def outputs(self) -> list[str]:
-        return [n for n in (self.onnx, self.onnx_fp16, self.fixed_states) if n is not None]
+        own = [n for n in (self.onnx, self.onnx_fp16, self.fixed_states) if n is not None]
+        return own + [variant.onnx for variant in self.int8]
 
     def references(self) -> list[tuple[tuple, str, str]]:
-        refs = [(("checkpoint",), "artifact:checkpoint", self.checkpoint), (("onnx",), "artifact_out:onnx", self.onnx)]
-        if self.onnx_fp16 is not None:
-            refs.append((("onnx_fp16",), "artifact_out:onnx", self.onnx_fp16))
-        if self.fixed_states is not None:
-            refs.append((("fixed_states",), "artifact_out:fixed_states", self.fixed_states))
+        refs = [(("checkpoint",), "artifact:checkpoint", self.checkpoint)]
+        for field, what in (("onnx", "onnx"), ("onnx_fp16", "onnx"), ("fixed_states", "fixed_states")):
+            if getattr(self, field) is not None:
+                refs.append(((field,), f"artifact_out:{what}", getattr(self, field)))
+        for j, variant in enumerate(self.int8):
+            refs.append((("int8", j, "onnx"), "artifact_out:onnx", variant.onnx))
+            if variant.source is not None:
+                refs.append((("int8", j, "source"), "artifact:onnx", variant.source))
         return refs
+
+    def episode_seeds(self) -> list[tuple[tuple, list[int]]]:
+        """The games the fixed states are captured from."""
+        return [(("capture", "episode_seeds"), seed_list(self.capture.episode_seeds))] if self.fixed_states else []
+
+    def held_out_seeds(self) -> list[tuple[tuple, list[int]]]:
+        """The calibration games: no other part of the spec may play them."""
+        return [(("int8", j, "calibration", "episode_seeds"), seed_list(v.calibration.episode_seeds))
+                for j, v in enumerate(self.int8) if v.calibration is not None]
+
+    def spec_problems(self, spec, context: dict) -> list[tuple[tuple, str]]:
+        return int8_files.problems(self.int8, self.onnx, spec, context.get("check_files", True))
 
 
 MIGRATIONS = [
@@ -70,14 +100,17 @@ VIEWS = [
     """
     CREATE OR REPLACE VIEW export_sizes AS
     SELECT f.run_id, f.measurement, f.artifact, f.format, f.precision, f.bytes, f.bytes / 1e6 AS megabytes,
-           CASE WHEN f.format = 'onnx' THEN f.bytes / nullif(b.bytes, 0) END AS size_vs_fp32, f.verify_states, f.verify_max_abs_dq
+           CASE WHEN f.format = 'onnx' THEN f.bytes / nullif(coalesce(i.source_bytes, b.bytes), 0) END AS size_vs_fp32,
+           f.verify_states, f.verify_max_abs_dq
     FROM export_files f
     LEFT JOIN export_files b ON b.run_id = f.run_id AND b.measurement = f.measurement
          AND b.format = 'onnx' AND b.precision = 'fp32'
+    LEFT JOIN int8_files i ON i.run_id = f.run_id AND i.measurement = f.measurement AND i.artifact = f.artifact
     """,
 ]
 
-METRIC_NAMES = ("size_bytes", "size_ratio", "verify_max_abs_dq", "verify_states", "n_states")
+# size_vs_fp32: an FP16 file against the measurement's FP32 file, an INT8 file against the FP32 file it was made from
+METRIC_NAMES = ("size_bytes", "size_ratio", "size_vs_fp32", "verify_max_abs_dq", "verify_states", "n_states")
 
 
 def execute(m: ExportMeasurement, ctx: RunContext) -> None:
@@ -103,30 +136,70 @@ def execute(m: ExportMeasurement, ctx: RunContext) -> None:
         index_rows = [{**base, "state": i, "episode_seed": int(states.episode_seeds[i]), "step": int(states.steps[i]),
                        "action": int(states.actions[i])} for i in range(len(states))]
 
-    task = ctx.progress.add_task(f"{m.name} · export ONNX", total=1, unit="export")
-    result = export_onnx(checkpoint, artifacts[m.onnx].path,
-                         fp16_path=artifacts[m.onnx_fp16].path if m.onnx_fp16 else None,
-                         opset=m.opset, exporter=m.exporter, verify_obs=states.obs if states is not None else None,
-                         contract_hash=None if deliberate else ctx.contract.hash)  # the file keeps its training contract
-    ctx.progress.advance(task)
-    verify_states = len(states) if states is not None else 4
-    fp16_checks = [c for c in result.checks if c.startswith("fp16")]
-    common = {"opset": result.opset, "exporter": result.exporter, "verify_states": verify_states,
-              "contract_hash": result.contract_hash, "checkpoint_sha256": result.checkpoint_sha256,
-              "versions": json.dumps(result.versions)}
-    rows.append({**base, **common, "artifact": m.onnx, "path": str(result.fp32.path), "format": "onnx",
-                 "precision": "fp32", "bytes": result.fp32.size_bytes, "sha256": result.fp32.sha256,
-                 "checks": json.dumps([c for c in result.checks if c not in fp16_checks]),
-                 "verify_max_abs_dq": result.verify_max_abs_diff})
-    if result.fp16 is not None:
-        rows.append({**base, **common, "artifact": m.onnx_fp16, "path": str(result.fp16.path), "format": "onnx",
-                     "precision": "fp16", "bytes": result.fp16.size_bytes, "sha256": result.fp16.sha256,
-                     "checks": json.dumps(fp16_checks), "verify_max_abs_dq": result.fp16_verify_max_abs_diff})
+    if m.onnx is not None:
+        task = ctx.progress.add_task(f"{m.name} · export ONNX", total=1, unit="export")
+        result = export_onnx(checkpoint, artifacts[m.onnx].path,
+                             fp16_path=artifacts[m.onnx_fp16].path if m.onnx_fp16 else None,
+                             opset=m.opset, exporter=m.exporter, verify_obs=states.obs if states is not None else None,
+                             # the file keeps its training contract
+                             contract_hash=None if deliberate else ctx.contract.hash)
+        ctx.progress.advance(task)
+        verify_states = len(states) if states is not None else 4
+        fp16_checks = [c for c in result.checks if c.startswith("fp16")]
+        common = {"opset": result.opset, "exporter": result.exporter, "verify_states": verify_states,
+                  "contract_hash": result.contract_hash, "checkpoint_sha256": result.checkpoint_sha256,
+                  "versions": json.dumps(result.versions)}
+        rows.append({**base, **common, "artifact": m.onnx, "path": str(result.fp32.path), "format": "onnx",
+                     "precision": "fp32", "bytes": result.fp32.size_bytes, "sha256": result.fp32.sha256,
+                     "checks": json.dumps([c for c in result.checks if c not in fp16_checks]),
+                     "verify_max_abs_dq": result.verify_max_abs_diff})
+        if result.fp16 is not None:
+            rows.append({**base, **common, "artifact": m.onnx_fp16, "path": str(result.fp16.path), "format": "onnx",
+                         "precision": "fp16", "bytes": result.fp16.size_bytes, "sha256": result.fp16.sha256,
+                         "checks": json.dumps(fp16_checks), "verify_max_abs_dq": result.fp16_verify_max_abs_diff})
+    provenance = []
+    if m.int8:
+        int8_rows, provenance = _export_int8(m, ctx, checkpoint, deliberate)
+        rows += int8_rows
     columns = sorted({key for row in rows for key in row})  # Arrow takes its columns from the first row
     ctx.store.append_rows("export_files", [{key: row.get(key) for key in columns} for row in rows])
     ctx.store.append_rows("fixed_state_index", index_rows)
+    ctx.store.append_rows("int8_files", provenance)
     ctx.store.append_rows("artifacts", [{**base, "label": f"{r['artifact']} ({r['format']})", "path": r["path"],
                                          "bytes": r["bytes"]} for r in rows])
+
+
+def _export_int8(m: ExportMeasurement, ctx: RunContext, checkpoint: str, deliberate: bool) -> tuple[list, list]:
+    """Each INT8 variant quantized from its FP32 source: its export_files rows and int8_files rows.
+    Variants with the same calibration settings share one capture."""
+    import onnx
+
+    from breakout_core.export import inspect_onnx
+
+    artifacts, base = ctx.spec.artifacts, {"run_id": ctx.run_id, "measurement": m.name}
+    task = ctx.progress.add_task(f"{m.name} · INT8 files", total=len(m.int8), unit="files")
+    captured: dict[str, object] = {}
+    rows, provenance = [], []
+    for j, variant in enumerate(m.int8):
+        states = None
+        if variant.method == "static":
+            key = int8_files.capture_key(variant)
+            if key not in captured:
+                captured[key] = int8_files.calibration_states(ctx, checkpoint, variant, deliberate)
+            states = captured[key]
+        source = variant.source or m.onnx
+        made, columns = int8_files.quantize(f"measurements[{m.name}].int8[{j}]", variant, artifacts[source].path,
+                                            artifacts[variant.onnx].path, states)
+        meta = inspect_onnx(made.path).metadata
+        rows.append({**base, "artifact": variant.onnx, "path": str(made.path), "format": "onnx", "precision": "int8",
+                     "bytes": made.size_bytes, "sha256": made.sha256, "checks": json.dumps(list(made.checks)),
+                     "contract_hash": meta.get("breakout.contract_hash") or None,
+                     "checkpoint_sha256": meta.get("breakout.checkpoint_sha256") or None,
+                     "versions": json.dumps({"onnxruntime": made.onnxruntime_version, "onnx": onnx.__version__,
+                                             "numpy": np.__version__})})
+        provenance.append({**base, "artifact": variant.onnx, "source_artifact": source, **columns})
+        ctx.progress.advance(task)
+    return rows, provenance
 
 
 def metrics(con, run_id: str, m: ExportMeasurement, candidate: str, baseline: str | None) -> dict[str, float]:
@@ -137,11 +210,16 @@ def metrics(con, run_id: str, m: ExportMeasurement, candidate: str, baseline: st
         return {}
     size, verify, verify_states, fmt = files[candidate]
     found: dict = {"size_bytes": float(size)}
+    vs_fp32 = con.execute("SELECT size_vs_fp32 FROM export_sizes WHERE run_id = ? AND measurement = ? AND artifact = ?",
+                          [run_id, m.name, candidate]).fetchone()[0]
+    if vs_fp32 is not None and fmt == "onnx":
+        found["size_vs_fp32"] = vs_fp32
     if verify is not None:
         found["verify_max_abs_dq"] = verify
         found["verify_states"] = float(verify_states)
     if fmt == "fixed_states":
-        found["n_states"] = float(con.execute("SELECT count(*) FROM fixed_state_index WHERE run_id = ? AND measurement = ?",
+        found["n_states"] = float(con.execute("SELECT count(*) FROM fixed_state_index WHERE run_id = ? "
+                                              "AND measurement = ?",
                                               [run_id, m.name]).fetchone()[0])
     if baseline is not None and baseline in files and files[baseline][0]:
         found["size_ratio"] = size / files[baseline][0]
@@ -162,6 +240,7 @@ def report(con, run_id: str, m: ExportMeasurement) -> list[Section]:
     if checks:
         items = "".join(f"<li><b>{a}</b>: {'; '.join(json.loads(c))}</li>" for a, c in checks)
         sections.append(Section(f"{m.name}: checks passed", html=f"<ul>{items}</ul>"))
+    sections += _int8_sections(con, run_id, m)
     states = con.execute("SELECT state, episode_seed, step, action FROM fixed_state_index WHERE run_id = ? "
                          "AND measurement = ? ORDER BY state", [run_id, m.name]).df()
     if not states.empty:
@@ -171,6 +250,20 @@ def report(con, run_id: str, m: ExportMeasurement) -> list[Section]:
         sections.append(Section(f"{m.name}: where the {len(states)} fixed states were taken (spread over each game)",
                                 charts=[chart.properties(width=640).to_dict()]))
     return sections
+
+
+def _int8_sections(con, run_id: str, m: ExportMeasurement) -> list[Section]:
+    from runner.report.html import blank_nulls, table_html
+
+    made = con.execute(
+        "SELECT artifact, source_artifact, method, calibrate_method, calibration_states, calibration_seeds, "
+        "nodes_excluded, json_array_length(nodes_quantized) AS quantized, excluded_quantized_at_load, "
+        "onnxruntime_version, left(source_sha256, 12) AS source_sha256 FROM int8_files "
+        "WHERE run_id = ? AND measurement = ? ORDER BY artifact", [run_id, m.name]).df()
+    if made.empty:
+        return []
+    return [Section(f"{m.name}: INT8 files, how each was made (onnxruntime.quantization; calibration seeds are "
+                    "disjoint from every seed the spec plays)", html=table_html(blank_nulls(made)))]
 
 
 # -- runner compare ---------------------------------------------------------------------------
@@ -207,5 +300,8 @@ KIND = Kind(
     comparison_metrics=("size_ratio",),
     references=ExportMeasurement.references,
     outputs=ExportMeasurement.outputs,
+    episode_seeds=ExportMeasurement.episode_seeds,
+    held_out_seeds=ExportMeasurement.held_out_seeds,
+    spec_problems=ExportMeasurement.spec_problems,
     compare=compare_export,
 )

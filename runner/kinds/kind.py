@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from runner.store.database import Store
 
 References = list[tuple[tuple, str, str]]  # (location in the measurement, what is named, the name)
+SeedLists = list[tuple[tuple, list[int]]]  # (location in the measurement, episode seeds)
+Problems = list[tuple[tuple, str]]  # (location in the measurement, message)
 # con, run A, run B, measurement A's and B's settings as stored -> one compare row per metric
 Comparer = Callable[["duckdb.DuckDBPyConnection", "RunSide", "RunSide", dict, dict], list["Row"]]
 
@@ -36,7 +38,11 @@ def no_outputs(measurement: Any) -> list[str]:
     return []
 
 
-def no_spec_problems(measurement: Any, spec: Any, context: dict) -> list[tuple[tuple, str]]:
+def no_seeds(measurement: Any) -> SeedLists:
+    return []
+
+
+def no_spec_problems(measurement: Any, spec: Any, context: dict) -> Problems:
     return []
 
 
@@ -75,10 +81,12 @@ class Kind:
     references: Callable[[Any], References] = no_references  # runtimes, artifacts, measurements it names
     outputs: Callable[[Any], list[str]] = no_outputs  # artifacts it writes
     metric_problem: Callable[[Any, str], str | None] = no_metric_problem  # why a verdict may not use a metric here
+    episode_seeds: Callable[[Any], SeedLists] = no_seeds  # the episode seeds it plays or captures states from
+    held_out_seeds: Callable[[Any], SeedLists] = no_seeds  # seeds no measurement of the spec may play (calibration)
     # problems only the whole spec shows (the backends of the runtimes it names, seeds other
     # measurements play, node names in a file): (location in the measurement, message) each;
     # `context` is the validation's (check_files: False means files are not read)
-    spec_problems: Callable[[Any, Any, dict], list[tuple[tuple, str]]] = no_spec_problems
+    spec_problems: Callable[[Any, Any, dict], Problems] = no_spec_problems
     # why `runner run --resume` may not go on with what the run stored for it (asked of every
     # measurement before any of them resumes)
     resume_problem: Callable[[Any, "Store", str], str | None] = no_resume_problem

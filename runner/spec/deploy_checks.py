@@ -9,8 +9,11 @@ accepts the outputs of specs that will run before, for checking a chain of specs
 
 A kind takes part through its hooks (runner.kinds.kind.Kind): `references` (the runtimes,
 artifacts and measurements a measurement names), `outputs` (the artifacts it writes),
-`metric_problem` (why a verdict may not use a metric there) and `spec_problems` (what only the
-whole spec shows: the backends of the runtimes it names, seeds other measurements play).
+`metric_problem` (why a verdict may not use a metric there), `episode_seeds` and
+`held_out_seeds` (the games it plays, and those no measurement may play: a held-out seed
+that the spec plays anywhere, or that the fixed states it reads were captured from, is a
+problem) and `spec_problems` (what only the whole spec shows: the backends of the runtimes it
+names, seeds other measurements play, its own checks against the spec and its files).
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ def deploy_problems(spec, context: dict | None = None) -> list[tuple[tuple, str]
     context = context or {}
     kinds = [KINDS[m.kind] for m in spec.measurements]
     outputs = [kind.outputs(m) for kind, m in zip(kinds, spec.measurements)]
+    check_files = context.get("check_files", True)
+    own = [(("measurements", i, *loc), message) for i, (kind, m) in enumerate(zip(kinds, spec.measurements))
+           for loc, message in kind.spec_problems(m, spec, context)]
     return (_artifact_problems(spec, context, {n for written in outputs for n in written})
             + _runtime_problems(spec) + _reference_problems(spec, kinds, outputs) + _metric_problems(spec)
-            + [(("measurements", i, *loc), message) for i, (kind, m) in enumerate(zip(kinds, spec.measurements))
-               for loc, message in kind.spec_problems(m, spec, context)])
+            + _held_out_problems(spec, kinds, check_files) + own)
 
 
 def _artifact_problems(spec, context: dict, outputs: set[str]) -> list[tuple[tuple, str]]:
@@ -51,7 +56,8 @@ def _artifact_problems(spec, context: dict, outputs: set[str]) -> list[tuple[tup
             problems.append((("artifacts", name, "path"), f"model file not found: {path}"))
         else:
             producer = Path(context.get("base_dir") or path.parent, f"{artifact.made_by}.yaml")
-            hint = f" ({producer}): run `runner run {producer}` first" if producer.is_file() else ": run that spec first"
+            hint = (f" ({producer}): run `runner run {producer}` first" if producer.is_file()
+                    else ": run that spec first")
             problems.append((("artifacts", name, "path"),
                              f"file not found: {path}; it is made by spec {artifact.made_by!r}{hint}"))
     return problems
@@ -89,10 +95,12 @@ def _reference_problems(spec, kinds, outputs) -> list[tuple[tuple, str]]:
                 elif wanted and artifact.type != wanted:
                     problems.append((where, f"{value!r} is {artifact.type} ({artifact.path}); {wanted} is needed here"))
                 elif what.startswith("artifact_out") and artifact.made_by != spec.name:
-                    problems.append((where, f"{value!r} is written here, so artifacts.{value} needs made_by: {spec.name}"))
+                    problems.append((where, f"{value!r} is written here, so artifacts.{value} "
+                                            f"needs made_by: {spec.name}"))
                 elif not what.startswith("artifact_out") and artifact.made_by == spec.name and not any(
                         value in written for written in outputs[:i]):
-                    problems.append((where, f"{value!r} is written by this spec, but by no measurement before this one"))
+                    problems.append((where, f"{value!r} is written by this spec, "
+                                            "but by no measurement before this one"))
             elif what.startswith("measurement:"):
                 wanted = what.partition(":")[2]
                 other = by_name.get(value)
@@ -101,6 +109,41 @@ def _reference_problems(spec, kinds, outputs) -> list[tuple[tuple, str]]:
                     problems.append((where, f"{value!r} is not a {wanted} measurement of this spec; "
                                             f"choose from {_names(choices)}"))
     return problems
+
+
+def _held_out_problems(spec, kinds, check_files: bool) -> list[tuple[tuple, str]]:
+    """Held-out seeds (calibration games) that the spec plays, or that fixed states it reads came from."""
+    played = [(f"measurement {m.name!r} ({'.'.join(map(str, loc))}) plays", set(seeds))
+              for kind, m in zip(kinds, spec.measurements) for loc, seeds in kind.episode_seeds(m)]
+    if check_files:
+        played += [(f"the fixed states artifacts.{name} ({artifact.path}) were captured from", seeds)
+                   for name, artifact in spec.artifacts.items()
+                   if artifact.type == "fixed_states" and artifact.made_by != spec.name
+                   and (seeds := _captured_seeds(Path(artifact.path)))]
+    problems: list[tuple[tuple, str]] = []
+    for i, (kind, m) in enumerate(zip(kinds, spec.measurements)):
+        for loc, seeds in kind.held_out_seeds(m):
+            for who, other in played:
+                if common := sorted(set(seeds) & other):
+                    more = f", ... ({len(common)} in all)" if len(common) > 5 else ""
+                    shown = ", ".join(map(str, common[:5])) + more
+                    problems.append((("measurements", i, *loc), f"held-out seeds must be disjoint from every game the "
+                                                                f"spec plays: {who} {shown}"))
+    return problems
+
+
+def _captured_seeds(path: Path) -> set[int]:
+    """The episode seeds a fixed-states file was captured from (none when it cannot be read:
+    file_checks says why)."""
+    import numpy as np
+
+    if not path.is_file():
+        return set()
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {int(s) for s in data["episode_seeds"]}
+    except Exception:  # noqa: BLE001 -- a damaged or foreign file is reported by file_checks
+        return set()
 
 
 def _metric_problems(spec) -> list[tuple[tuple, str]]:

@@ -105,7 +105,7 @@ RuntimeConfig = Annotated[Union[tuple(RUNTIME_CONFIGS.values())], Field(discrimi
 
 
 def runtime_precision(spec, name: str) -> str:
-    """'fp32' or 'fp16': what the runtime computes in (its own option, or its file's)."""
+    """'fp32', 'fp16' or 'int8': what the runtime computes in (its own option, or its file's)."""
     config = spec.runtimes[name]
     return config.backend.precision(config.options(), spec.artifacts[config.artifact].precision)
 

@@ -22,7 +22,8 @@ def check_lineage(ctx, names) -> None:
     from breakout_core.fixed_states import file_sha256
 
     artifacts = ctx.spec.artifacts
-    checkpoints = {file_sha256(a.path): n for n, a in artifacts.items() if a.type == "checkpoint" and Path(a.path).is_file()}
+    checkpoints = {file_sha256(a.path): n for n, a in artifacts.items()
+                   if a.type == "checkpoint" and Path(a.path).is_file()}
     if not checkpoints:
         return
     for name in names:
@@ -31,7 +32,8 @@ def check_lineage(ctx, names) -> None:
         artifact = artifacts[name]
         recorded = None
         if artifact.type == "onnx":
-            from breakout_core.export import META_PREFIX, inspect_onnx
+            from breakout_core.export import inspect_onnx
+            from breakout_core.onnx_checks import META_PREFIX
 
             recorded = inspect_onnx(artifact.path).metadata.get(META_PREFIX + "checkpoint_sha256") or None
         elif artifact.type == "fixed_states":
@@ -39,7 +41,8 @@ def check_lineage(ctx, names) -> None:
                 recorded = json.loads(str(data["header"])).get("checkpoint_sha256")
         if recorded and recorded not in checkpoints:
             maker = f"run `runner run` on spec {artifact.made_by!r} again" if artifact.made_by else "export it again"
-            raise ValueError(f"artifacts.{name} ({artifact.path}) was made from a checkpoint with sha256 {recorded[:12]}, "
-                             f"but this spec's checkpoint(s) are {', '.join(f'{n} {s[:12]}' for s, n in checkpoints.items())}: "
+            own = ", ".join(f"{n} {s[:12]}" for s, n in checkpoints.items())
+            raise ValueError(f"artifacts.{name} ({artifact.path}) was made from a checkpoint with sha256 "
+                             f"{recorded[:12]}, but this spec's checkpoint(s) are {own}: "
                              f"{maker} so that every runtime runs the same weights")
         _CHECKED.add((ctx.run_id, name))

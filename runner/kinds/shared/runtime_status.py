@@ -1,7 +1,13 @@
 """The `runtime_status` table, shared by every kind that runs runtimes: one row per runtime
 of a measurement, available with what actually ran (describe()) and its load time, or
 unavailable with the reason. Verdicts that need an unavailable runtime say `unavailable`
-with that reason; the report shows the table first."""
+with that reason; the report shows the table first.
+
+Where describe() says so, the row also carries an INT8 file's quantized nodes (the source
+graph's, as its quantizer recorded them), how many nodes ran integer kernels, and, for a
+runtime on the CPU, its INT8 instruction sets: `cpu_int8_dot_product` is true only with
+AVX-512 VNNI, AVX-VNNI or AMX, so a figure from an AVX2-only CPU is never read as one from a
+VNNI CPU."""
 
 from __future__ import annotations
 
@@ -30,7 +36,16 @@ MIGRATIONS = [
             recorded_at TIMESTAMPTZ NOT NULL
         )
         """,
-    )
+    ),
+    (
+        "0401_runtime_status_int8",
+        """
+        ALTER TABLE runtime_status ADD COLUMN quantized_nodes JSON;
+        ALTER TABLE runtime_status ADD COLUMN integer_kernels INTEGER;
+        ALTER TABLE runtime_status ADD COLUMN cpu_int8_dot_product BOOLEAN;
+        ALTER TABLE runtime_status ADD COLUMN cpu_isa JSON;
+        """,
+    ),
 ]
 
 VIEWS = [
@@ -42,7 +57,10 @@ VIEWS = [
            runtime_describe->>'$.actual.precision' AS actual_precision,
            runtime_describe->>'$.actual.nodes_by_provider' AS nodes_by_provider,
            runtime_describe->>'$.actual.nodes_not_on_requested_provider' AS nodes_off_provider,
-           load_s, artifact, artifact_sha256
+           load_s, artifact, artifact_sha256,
+           json_array_length(quantized_nodes) AS quantized_node_count, integer_kernels,
+           cpu_int8_dot_product, cpu_isa->>'$.avx512_vnni' AS cpu_avx512_vnni, cpu_isa->>'$.avx2' AS cpu_avx2,
+           cpu_isa->>'$.avx512f' AS cpu_avx512f
     FROM runtime_status
     """,
 ]
@@ -54,9 +72,16 @@ def record(ctx, row: dict[str, Any], available: bool, reason: str | None, descri
     """One runtime_status row: `row` names the runtime and its artifact; describe() when it loaded."""
     from runner.store.database import utcnow
 
+    actual = (describe or {}).get("actual", {})
+    int8, isa = actual.get("int8") or {}, actual.get("cpu_isa")
+    kernels = int8.get("integer_kernels")
     ctx.store.append_rows("runtime_status", [{
         **row, "available": available, "reason": reason or None, "recorded_at": utcnow(),
-        "runtime_describe": None if describe is None else json.dumps(describe, default=str)}])
+        "runtime_describe": None if describe is None else json.dumps(describe, default=str),
+        "quantized_nodes": None if int8.get("nodes_quantized") is None else json.dumps(int8["nodes_quantized"]),
+        "integer_kernels": None if kernels is None else len(kernels),
+        "cpu_int8_dot_product": None if isa is None else isa.get("int8_dot_product"),
+        "cpu_isa": None if isa is None else json.dumps(isa)}])
 
 
 def unavailable_reason(con, run_id: str, measurements, runtimes) -> str | None:
@@ -95,7 +120,8 @@ def runtime_sections(con, run_id: str, measurement: str) -> list:
 
     frame = con.execute(
         "SELECT runtime, backend, precision, available, reason, device, provider, actual_precision, "
-        "nodes_by_provider, nodes_off_provider, load_s FROM runtime_summary WHERE run_id = ? AND measurement = ? "
+        "nodes_by_provider, nodes_off_provider, quantized_node_count, integer_kernels, cpu_int8_dot_product, "
+        "load_s FROM runtime_summary WHERE run_id = ? AND measurement = ? "
         "ORDER BY runtime", [run_id, measurement]).df()
     if frame.empty:
         return []

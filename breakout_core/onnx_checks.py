@@ -1,0 +1,99 @@
+"""What every ONNX file this project writes goes through, whichever step writes it (the
+exporter, the FP16 converter, the INT8 quantizer): the `breakout.*` metadata that records
+how it was made, onnx's full checker, and the check that the uint8 input is cast to float
+and scaled by 1/255 inside the graph, so every runtime is fed the same bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+META_PREFIX = "breakout."
+
+
+class ModelCheckError(ValueError):
+    """A model failed one of the checks every written ONNX file must pass."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's text on one line (onnx and onnxruntime messages span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def set_metadata(model, values: dict[str, object]) -> None:
+    """Write `values` as `breakout.<key>` metadata, replacing a key the model already has."""
+    existing = {p.key: p for p in model.metadata_props}
+    for key, value in values.items():
+        full = META_PREFIX + key
+        if full in existing:
+            existing[full].value = str(value)
+        else:
+            prop = model.metadata_props.add()
+            prop.key, prop.value = full, str(value)
+
+
+def check_model(model) -> str:
+    """onnx.checker with full shape inference; the name of the check, ModelCheckError if it fails."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as exc:  # noqa: BLE001 -- ValidationError or InferenceError
+        raise ModelCheckError(f"onnx.checker.check_model failed ({one_line(exc)})") from None
+    return "onnx.checker.check_model(full_check=True)"
+
+
+def save_checked(model, path: str | Path, metadata: dict[str, object], *, preprocessing: bool = True) -> list[str]:
+    """Set the metadata, run the checks every written file passes, and save; the checks run.
+
+    `preprocessing`: check the uint8 input's cast and 1/255 scaling (a graph that never had
+    them, such as a test's bare network, is saved without)."""
+    import onnx
+
+    set_metadata(model, metadata)
+    checks = [check_model(model)]
+    if preprocessing:
+        checks.append(check_preprocessing(model))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(model, path)
+    return checks
+
+
+def check_preprocessing(model) -> str:
+    """The input goes through Cast(uint8 -> float) [-> Cast(float -> float16)] then Div by 255."""
+    import onnx
+    from onnx import numpy_helper
+
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+
+    chain = []
+    tensor = model.graph.input[0].name
+    users = consumers.get(tensor, [])
+    while len(users) == 1 and users[0].op_type == "Cast":
+        cast = users[0]
+        to = next(a.i for a in cast.attribute if a.name == "to")
+        chain.append(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to)).name)
+        tensor = cast.output[0]
+        users = consumers.get(tensor, [])
+    if not chain or chain[-1] not in ("float32", "float16"):
+        raise ModelCheckError(f"the uint8 input is not cast to float inside the graph (casts: {chain})")
+    if len(users) != 1 or users[0].op_type not in ("Div", "Mul"):
+        raise ModelCheckError(f"the cast input is not scaled by 1/255 inside the graph "
+                              f"(next: {[u.op_type for u in users]})")
+    scale = users[0]
+    other = [n for n in scale.input if n != tensor]
+    value = constants.get(other[0]) if other else None
+    wanted = 255.0 if scale.op_type == "Div" else 1.0 / 255.0
+    if value is None or value.size != 1 or not np.isclose(float(value.reshape(-1)[0]), wanted, rtol=1e-3):
+        raise ModelCheckError(f"the input scaling is {scale.op_type} by {value}, expected {scale.op_type} by {wanted}")
+    return (f"preprocessing in graph: Cast uint8 -> {' -> '.join(chain)}, "
+            f"{scale.op_type} by {float(value.reshape(-1)[0]):g}")

@@ -1,0 +1,219 @@
+"""INT8 ONNX files made with ONNX Runtime's quantizer (breakout_core.quantize), as a spec
+declares them, and the `int8_files` table that records how each was made.
+
+    int8:
+      - onnx: onnx_int8_minmax        # artifact written (precision: int8)
+        source: onnx_fp32             # the FP32 file quantized; default: the measurement's own `onnx`
+        method: static                # static (QDQ, calibrated) or dynamic (ranges at run time)
+        calibrate_method: minmax      # static: minmax, entropy or percentile
+        calibration_states: 64        # static: at least the engine's minimum for the method
+        calibration: {episode_seeds: {start: 1000, count: 8}}  # the agent's own games, captured
+                                      # as the fixed states are; disjoint from every seed the spec plays
+        keep_float: [node_linear_1]   # nodes of the source graph kept in float
+
+What can be checked before anything runs is checked when the spec loads (`problems`): the
+method's fields, the engine's minimum number of states, the output's `precision: int8`, and,
+on a source file that exists then, every keep_float name and that something is left to
+quantize. The seeds are checked against the rest of the spec by runner.spec.deploy_checks
+(each kind's `episode_seeds` and `held_out_seeds`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from runner.spec.fields import Name, Seeds, StrictModel, seed_list
+from runner.spec.yaml_source import PlacedError, raise_placed
+from runner.store import schema
+
+STATIC_ONLY = ("calibrate_method", "calibration_states", "calibration")
+
+
+class CalibrationCapture(StrictModel):
+    """Where calibration states come from: the checkpoint's own games, captured as fixed states are."""
+
+    episode_seeds: Seeds = Field(description="one game per seed; disjoint from the fixed states' and every "
+                                             "evaluation seed of the spec")
+    epsilon: float = Field(default=0.05, ge=0.0, le=1.0, description="a little exploration so play does not loop")
+    policy_seed: int = Field(default=0, ge=0)
+    batch_size: int = Field(default=6, ge=1, le=64, description="games played side by side")
+    max_steps_per_episode: int | None = Field(default=None, ge=1, description="agent steps; None: full games")
+    candidates_per_episode: int = Field(default=256, ge=2)
+
+
+class Int8Export(StrictModel):
+    onnx: Name = Field(description="artifact written: the INT8 ONNX file (precision: int8)")
+    source: Name | None = Field(default=None, description="the FP32 ONNX artifact to quantize; default: the "
+                                                          "FP32 file this measurement exports")
+    method: Literal["static", "dynamic"] = Field(default="static", description="static: QDQ with calibrated "
+                                                 "activation ranges; dynamic: activations quantized at run time")
+    calibrate_method: Literal["minmax", "entropy", "percentile"] | None = Field(
+        default=None, description="static only; default minmax")
+    calibration_states: int | None = Field(default=None, ge=0, description="static only; default 64")
+    calibration: CalibrationCapture | None = Field(default=None, description="static only (required there)")
+    keep_float: list[str] = Field(default_factory=list, description="node names of the source graph kept in float")
+    per_channel: bool = Field(default=True, description="one weight scale per output channel")
+
+    @model_validator(mode="after")
+    def _method_fields(self) -> "Int8Export":
+        from breakout_core.quantize import MIN_CALIBRATION_STATES
+
+        if self.method == "dynamic":
+            raise_placed([PlacedError("dynamic quantization takes its activation ranges at run time: no "
+                                      f"{key} here", (key,)) for key in STATIC_ONLY if getattr(self, key) is not None])
+            return self
+        if self.calibration is None:
+            raise PlacedError("static quantization needs calibration states: give `calibration: {episode_seeds: "
+                              "...}`, seeds no other part of the spec plays", ("calibration",))
+        wanted = MIN_CALIBRATION_STATES[self.states_method]
+        if self.states == 0:
+            raise PlacedError(f"an empty calibration set: {self.states_method} calibration needs at least "
+                              f"{wanted} states", ("calibration_states",))
+        if self.states < wanted:
+            raise PlacedError(f"{self.states_method} calibration needs at least {wanted} states, "
+                              f"{self.states} asked", ("calibration_states",))
+        per_game = math.ceil(self.states / len(seed_list(self.calibration.episode_seeds)))
+        if self.calibration.candidates_per_episode < 2 * per_game:
+            raise PlacedError(f"{self.states} states from {len(seed_list(self.calibration.episode_seeds))} games "
+                              f"are {per_game} a game, which needs candidates_per_episode >= {2 * per_game}",
+                              ("calibration", "candidates_per_episode"))
+        return self
+
+    @property
+    def states_method(self) -> str:
+        return self.calibrate_method or "minmax"
+
+    @property
+    def states(self) -> int:
+        return 64 if self.calibration_states is None else self.calibration_states
+
+
+def problems(variants: list[Int8Export], own_fp32: str | None, spec, check_files: bool) -> list[tuple[tuple, str]]:
+    """What is wrong with a measurement's INT8 variants given the spec's artifacts and files:
+    (location under the measurement, message) each."""
+    found: list[tuple[tuple, str]] = []
+    for j, variant in enumerate(variants):
+        where = ("int8", j)
+        out = spec.artifacts.get(variant.onnx)
+        if out is not None and out.precision != "int8":
+            found.append(((*where, "onnx"), f"{variant.onnx!r} is an INT8 file: artifacts.{variant.onnx} needs "
+                                            "precision: int8"))
+        source_name = variant.source or own_fp32
+        if source_name is None:
+            found.append(((*where,), "no FP32 file to quantize: give `source:` an FP32 ONNX artifact, or the "
+                                     "measurement an `onnx:` to export"))
+            continue
+        source = spec.artifacts.get(source_name)
+        if source is None or source.type != "onnx":
+            continue  # deploy_checks names the unknown or mistyped artifact
+        if source.precision != "fp32":
+            found.append(((*where, "source"), f"{source_name!r} holds {source.precision} weights; INT8 is made "
+                                              "from an FP32 file"))
+            continue
+        if source.made_by == spec.name:
+            if variant.keep_float:
+                found.append(((*where, "keep_float"), f"keep_float names nodes of {source_name!r}, which this spec "
+                                                      "writes, so they cannot be checked before it runs: give "
+                                                      "`source:` an FP32 file on disk"))
+            continue
+        if check_files and Path(source.path).is_file():
+            found += [((*where, *at), message) for at, message in _graph_problems(variant, Path(source.path))]
+    return found
+
+
+def _graph_problems(variant: Int8Export, path: Path) -> list[tuple[tuple, str]]:
+    """keep_float names that are not nodes of the source graph, and a variant that leaves no
+    node onnxruntime's quantizer handles for its method."""
+    import onnx
+    from onnxruntime.quantization.registry import IntegerOpsRegistry, QDQRegistry
+
+    try:
+        graph = onnx.load_model(str(path), load_external_data=False).graph
+    except Exception:  # noqa: BLE001 -- file_checks reports an unreadable model
+        return []
+    names = [n.name for n in graph.node]
+    found = []
+    for k, name in enumerate(variant.keep_float):
+        if name not in names:
+            shown = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+            found.append((("keep_float", k), f"{name!r} is not a node of {path.name}; its nodes are: {shown}"))
+    handled = QDQRegistry if variant.method == "static" else IntegerOpsRegistry
+    left = [n.name for n in graph.node if n.op_type in handled and n.name not in variant.keep_float]
+    if not left:
+        ops = sorted({n.op_type for n in graph.node})
+        why = "every node onnxruntime would quantize is in keep_float" if variant.keep_float else \
+            f"no op onnxruntime's {variant.method} quantizer handles (ops: {', '.join(ops)})"
+        found.append((("keep_float",) if variant.keep_float else ("method",), f"nothing to quantize in {path.name}: "
+                                                                               f"{why}"))
+    return found
+
+
+def capture_key(variant: Int8Export) -> str:
+    """Variants with the same capture settings and number of states share their calibration states."""
+    return json.dumps([variant.states, variant.calibration.model_dump(mode="json")], sort_keys=True)
+
+
+def calibration_states(ctx, checkpoint: str, variant: Int8Export, deliberate: bool):
+    """The variant's calibration states, from the checkpoint's own games under the spec's contract."""
+    from breakout_core.fixed_states import capture_from_checkpoint
+
+    c = variant.calibration
+    return capture_from_checkpoint(
+        checkpoint, n_states=variant.states, episode_seeds=seed_list(c.episode_seeds), epsilon=c.epsilon,
+        contract=ctx.contract, other_contract_deliberate=deliberate, policy_seed=c.policy_seed,
+        batch_size=c.batch_size, max_steps_per_episode=c.max_steps_per_episode,
+        candidates_per_episode=c.candidates_per_episode)
+
+
+def quantize(where: str, variant: Int8Export, source_path: str, out_path: str, states) -> tuple[object, dict]:
+    """Quantize one variant; returns the engine's Int8Artifact and its `int8_files` columns.
+
+    The engine's one-line QuantizeError is raised as a ValueError naming the variant (`where`)."""
+    from breakout_core.quantize import QuantizeError, quantize_int8
+
+    try:
+        made = quantize_int8(source_path, out_path, method=variant.method,
+                             calibration=None if states is None else states.obs,
+                             calibrate_method=variant.states_method, per_channel=variant.per_channel,
+                             nodes_to_exclude=variant.keep_float)
+    except QuantizeError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    row = {
+        "method": made.method, "calibrate_method": made.calibrate_method,
+        "calibration_states": made.calibration_states,
+        "calibration_seeds": None if states is None else json.dumps(seed_list(variant.calibration.episode_seeds)),
+        "calibration_capture": None if states is None else json.dumps(variant.calibration.model_dump(mode="json")),
+        "calibration_sha256": None if states is None else hashlib.sha256(states.obs.tobytes()).hexdigest(),
+        "calibration_options": json.dumps(made.calibration_options), "per_channel": made.per_channel,
+        "nodes_excluded": json.dumps(list(made.nodes_excluded)),
+        "nodes_quantized": json.dumps(list(made.nodes_quantized)),
+        "excluded_quantized_at_load": json.dumps(list(made.excluded_quantized_at_load)),
+        "input_scale": made.input_scale, "source_sha256": made.source_sha256,
+        "source_bytes": Path(source_path).stat().st_size, "onnxruntime_version": made.onnxruntime_version,
+    }
+    return made, row
+
+
+MIGRATIONS = [
+    (
+        "0412_int8_files",
+        """
+        CREATE TABLE int8_files (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, artifact VARCHAR NOT NULL,
+            source_artifact VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, source_bytes BIGINT NOT NULL,
+            method VARCHAR NOT NULL, calibrate_method VARCHAR, calibration_states INTEGER NOT NULL,
+            calibration_seeds JSON, calibration_capture JSON, calibration_sha256 VARCHAR, calibration_options JSON,
+            per_channel BOOLEAN NOT NULL, nodes_excluded JSON NOT NULL, nodes_quantized JSON NOT NULL,
+            excluded_quantized_at_load JSON NOT NULL, input_scale DOUBLE, onnxruntime_version VARCHAR NOT NULL
+        )
+        """,
+    )
+]
+
+schema.declare("int8_files", MIGRATIONS, [])
