@@ -61,11 +61,12 @@ artifacts:
 runtimes:
   ort_fp32: {runtime: onnxruntime, provider: cpu, intra_op_threads: 1, artifact: fp32}
   ort_perturbed: {runtime: onnxruntime, provider: cpu, intra_op_threads: 1, artifact: perturbed}
+  ort_same: {runtime: onnxruntime, provider: cpu, artifact: fp32}
 measurements:
   - kind: localisation
     name: where
     fixed_states: states
-    runtimes: [ort_fp32, ort_perturbed]
+    runtimes: [ort_fp32, ort_perturbed, ort_same]
     tolerance: 0.01
 """
 
@@ -80,7 +81,8 @@ def test_localisation_names_the_perturbed_layer_and_its_rows_equal_a_direct_comp
     _tiny_states_file(tmp_path / "states.npz", 40)
     (tmp_path / "spec.yaml").write_text(LOCALISATION_SPEC, encoding="utf-8")
 
-    done = _runner("run", "spec.yaml", "--db", "x.duckdb", "--runs-dir", "runs", cwd=tmp_path)
+    done = _runner("run", "spec.yaml", "--db", "x.duckdb", "--runs-dir", "runs", "--report", "--reports", "reports",
+                   cwd=tmp_path)
     assert done.returncode == 0, done.stderr
 
     states = tiny_states(40, seed=3)
@@ -88,7 +90,11 @@ def test_localisation_names_the_perturbed_layer_and_its_rows_equal_a_direct_comp
     with duckdb.connect(str(tmp_path / "x.duckdb"), read_only=True) as con:
         rows = con.execute("SELECT layer, depth, max_abs, rel_l2, cosine, sqnr_db, over_tolerance FROM "
                            "localisation_layers WHERE candidate = 'ort_perturbed' ORDER BY depth").fetchall()
-        first, flips = con.execute("SELECT first_layer, flips FROM localisation_candidates").fetchone()
+        first, flips = con.execute("SELECT first_layer, flips FROM localisation_candidates "
+                                   "WHERE candidate = 'ort_perturbed'").fetchone()
+        same = con.execute("SELECT first_layer, flips, max(l.max_abs) FROM localisation_candidates c JOIN "
+                           "localisation_layers l USING (run_id, measurement, candidate) WHERE candidate = 'ort_same' "
+                           "GROUP BY ALL").fetchone()
         flipped = con.execute("SELECT state, baseline_action, candidate_action, first_layer FROM localisation_flips "
                               "ORDER BY state").fetchall()
     assert [r[0] for r in rows] == ["x", "x01", "ca", "ra", "cb", "rb", "flat", "fa", "rf", "q"]
@@ -109,6 +115,10 @@ def test_localisation_names_the_perturbed_layer_and_its_rows_equal_a_direct_comp
     assert [r[0] for r in flipped] == expected_flips
     assert {r[3] for r in flipped} == {"fa"}
     assert all(r[1] == base["q"][r[0]].argmax() and r[2] == cand["q"][r[0]].argmax() for r in flipped)
+    assert same == (None, 0, 0.0)
+    page = next((tmp_path / "reports").glob("tiny_localisation-*.html")).read_text(encoding="utf-8")
+    assert "<b>ort_perturbed</b> (fp32): first over the tolerance is <code>fa</code> (depth 7)" in page
+    assert "<b>ort_same</b> (fp32): no layer's relative L2 error over all states passes 0.01; 0 of 40" in page
 
 
 def _fragile_shipped(path: Path) -> Path:
