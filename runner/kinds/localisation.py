@@ -267,9 +267,11 @@ def report(con, run_id: str, m: LocalisationMeasurement) -> list[Section]:
 def _first_layers_html(summary, causes: list[tuple], m: LocalisationMeasurement, what: str) -> str:
     """Per candidate: the first layer over the tolerance over all states, and where its flipped
     states first pass it (the layer that makes each flip)."""
+    import pandas as pd
+
     items = []
     for row in summary.itertuples():
-        first = (f"no layer's {what} over all states passes {m.tolerance:g}" if row.first_layer is None else
+        first = (f"no layer's {what} over all states passes {m.tolerance:g}" if pd.isna(row.first_layer) else
                  f"first over the tolerance is <code>{row.first_layer}</code> (depth {row.first_depth})")
         flipped = [f"<code>{layer}</code> ({n})" for candidate, layer, n in causes if candidate == row.candidate]
         where = (f"; for each flipped state, the first layer past {m.tolerance:g}: {', '.join(flipped)}" if flipped

@@ -151,7 +151,7 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
                                         latency_runs=m.latency_runs)
         ctx.progress.advance(task)
     method, step, met = _choose(results)
-    output = Path(artifacts[m.output].path)
+    output = Path(artifacts[m.output].path).resolve()
     _copy(step.path, output)
     base = {"run_id": ctx.run_id, "measurement": m.name}
     ctx.store.append_rows("repair_steps", [
@@ -159,7 +159,7 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
          "n_kept_float": len(m.keep_float) + len(s.excluded), "nodes_quantized": json.dumps(list(s.nodes_quantized)),
          "kept_float_quantized_at_load": json.dumps(list(s.excluded_quantized_at_load)), "agreement": s.agreement,
          "max_abs_dq": s.max_abs_dq, "mean_abs_dq": s.mean_abs_dq, "p50_ms": s.p50_ms, "fp32_p50_ms": s.fp32_p50_ms,
-         "latency_ratio": s.latency_ratio, "passes": s.passes, "chosen": s is step, "path": str(s.path),
+         "latency_ratio": s.latency_ratio, "passes": s.passes, "chosen": s is step, "path": str(s.path.resolve()),
          "sha256": s.sha256}
         for name, result in results.items() for k, s in enumerate(result.steps)])
     ctx.store.append_rows("repair_order", [
