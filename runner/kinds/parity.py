@@ -8,9 +8,17 @@ does (Polygraphy's convention, baseline as reference):
     element passes when |candidate - baseline| <= atol + rtol * |baseline|
 
 with the candidate's tolerance from `parity_settings` (the spec's, or by its precision:
-FP32 1e-5/1e-5, FP16 1e-3/1e-3). A non-finite candidate value counts as infinitely far
-and its greedy action as -1. A near tie is a state whose baseline top-2 margin is smaller
-than that state's max |dQ|: there, a difference can swap the chosen action.
+FP32 1e-5/1e-5, FP16 1e-3/1e-3, INT8 5e-2/5e-2). A non-finite candidate value counts as
+infinitely far and its greedy action as -1. A near tie is a state whose baseline top-2
+margin is smaller than that state's max |dQ|: there, a difference can swap the chosen action.
+
+Margins beside agreement: a state is decisive when the baseline's best Q-value leads its
+second by more than the spec's `decisive_margin`; agreement on the decisive states is
+reported beside plain agreement, and `parity_flips` lists every state whose action changed,
+with the baseline's margin and the max |dQ| there. Neither predicts game scores: most of
+this agent's states are near-ties, and a small error on many near-equal choices changes how
+it plays (see REPORT_CAVEAT), so a converted model's deployment rests on the closed loop and
+the games.
 """
 
 from __future__ import annotations
@@ -44,6 +52,9 @@ class ParityMeasurement(RuntimeMeasurement):
     batch_sizes: list[int] = Field(default_factory=lambda: [1], min_length=1, description="states fed per call")
     tolerances: dict[Name, Tolerance] = Field(default_factory=dict,
                                               description="runtime -> atol/rtol; default by precision (Polygraphy)")
+    decisive_margin: float = Field(default=0.05, gt=0.0,
+                                   description="a state is decisive when the baseline's best Q-value leads the "
+                                               "second by more than this")
 
     @model_validator(mode="after")
     def _consistent(self) -> "ParityMeasurement":
@@ -76,11 +87,23 @@ MIGRATIONS = [
             states_path VARCHAR NOT NULL, states_sha256 VARCHAR NOT NULL, n_states INTEGER NOT NULL
         );
         """,
-    )
+    ),
+    (
+        "0421_parity_decisive_margin",
+        "ALTER TABLE parity_settings ADD COLUMN decisive_margin DOUBLE",
+    ),
 ]
 
+REPORT_CAVEAT = (
+    "Neither plain nor decisive agreement predicts game scores. On the shipped agent, an INT8 file (static "
+    "min/max) that chose the FP32 action on 77% of 400 states the agent visits in its own games, and on every "
+    "one of the 34 decisive ones, scored a mean of 35.3 against FP32's 71.1 over 30 games: most states are "
+    "near-ties, and small errors on many near-equal choices change how the agent plays. Whether a converted "
+    "model may be deployed rests on the closed loop and the games (closed_loop, episodes), not on this table.")
+
 _Q = ("q_noop", "q_fire", "q_right", "q_left")
-_D = ", ".join(f"CASE WHEN isfinite(c.{q}) THEN abs(c.{q} - b.{q}) ELSE 'inf'::DOUBLE END AS d{i}" for i, q in enumerate(_Q))
+_D = ", ".join(f"CASE WHEN isfinite(c.{q}) THEN abs(c.{q} - b.{q}) ELSE 'inf'::DOUBLE END AS d{i}"
+               for i, q in enumerate(_Q))
 _PASS = " + ".join(f"(isfinite(c.{q}) AND abs(c.{q} - b.{q}) <= t.atol + t.rtol * abs(b.{q}))::INTEGER" for q in _Q)
 
 VIEWS = [
@@ -88,7 +111,7 @@ VIEWS = [
     CREATE OR REPLACE VIEW parity_state_pairs AS
     WITH pairs AS (
         SELECT c.run_id, c.measurement, c.runtime AS candidate, b.runtime AS baseline, c.batch_size, c.state,
-               {_D}, {_PASS} AS elements_pass, t.atol, t.rtol,
+               {_D}, {_PASS} AS elements_pass, t.atol, t.rtol, t.decisive_margin,
                c.action AS candidate_action, b.action AS baseline_action,
                list_sort([b.q_noop, b.q_fire, b.q_right, b.q_left], 'DESC') AS b_sorted
         FROM parity_q c
@@ -101,7 +124,8 @@ VIEWS = [
            elements_pass, 4 - elements_pass AS elements_fail, atol, rtol,
            candidate_action, baseline_action, candidate_action = baseline_action AS agree,
            b_sorted[1] - b_sorted[2] AS baseline_top2_margin,
-           b_sorted[1] - b_sorted[2] < greatest(d0, d1, d2, d3) AS near_tie
+           b_sorted[1] - b_sorted[2] < greatest(d0, d1, d2, d3) AS near_tie,
+           b_sorted[1] - b_sorted[2] > decisive_margin AS decisive, decisive_margin
     FROM pairs
     """,
     """
@@ -116,9 +140,22 @@ VIEWS = [
            count(*) FILTER (WHERE near_tie) AS near_ties,
            list(state ORDER BY state) FILTER (WHERE NOT agree) AS disagreeing_states,
            list(state ORDER BY state) FILTER (WHERE near_tie) AS near_tie_states,
+           -- none where the rows predate decisive_margin
+           CASE WHEN bool_and(decisive_margin IS NOT NULL) THEN count(*) FILTER (WHERE decisive) END AS decisive_states,
+           CASE WHEN bool_and(decisive_margin IS NOT NULL) THEN count(*) FILTER (WHERE decisive AND agree) END
+               AS decisive_agreement,
+           avg(agree::INTEGER) FILTER (WHERE decisive) AS decisive_agreement_fraction,
+           any_value(decisive_margin) AS decisive_margin,
            any_value(atol) AS atol, any_value(rtol) AS rtol
     FROM parity_state_pairs
     GROUP BY run_id, measurement, candidate, baseline, batch_size
+    """,
+    """
+    CREATE OR REPLACE VIEW parity_flips AS
+    SELECT run_id, measurement, candidate, baseline, batch_size, state, baseline_action, candidate_action,
+           baseline_top2_margin, max_abs_dq, decisive, near_tie
+    FROM parity_state_pairs
+    WHERE NOT agree
     """,
     f"""
     CREATE OR REPLACE VIEW parity_batch_consistency AS
@@ -178,7 +215,7 @@ def execute(m: ParityMeasurement, ctx: RunContext) -> None:
                 ctx.store.append_rows("parity_settings", [{
                     "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "precision": precision,
                     "atol": atol, "rtol": rtol, "tolerance_from": source, "states_path": str(states_path),
-                    "states_sha256": states_sha, "n_states": n}])
+                    "states_sha256": states_sha, "n_states": n, "decisive_margin": m.decisive_margin}])
         ctx.progress.advance(task)
 
 
@@ -200,17 +237,27 @@ def report(con, run_id: str, m: ParityMeasurement) -> list[Section]:
         "SELECT candidate, batch_size, n_states, action_agreement, action_agreement_fraction, "
         "coalesce(array_to_string(disagreeing_states, ', '), '') AS disagreeing_states, max_abs_dq, mean_abs_dq, "
         "elements_fail, allclose, atol, rtol, near_ties, coalesce(array_to_string(near_tie_states, ', '), '') "
-        "AS near_tie_states FROM parity_summary "
+        "AS near_tie_states, decisive_states, decisive_agreement, decisive_agreement_fraction FROM parity_summary "
         "WHERE run_id = ? AND measurement = ? AND baseline = ? ORDER BY candidate, batch_size",
         [run_id, m.name, base]).df()
     if summary.empty:
-        sections.append(Section(f"{m.name}: parity against {base}", html="<p>No two runtimes ran here: nothing to compare.</p>"))
+        sections.append(Section(f"{m.name}: parity against {base}",
+                                html="<p>No two runtimes ran here: nothing to compare.</p>"))
         return sections
     sections.append(Section(
         f"{m.name}: action agreement and |dQ| against {base} (same states, same batch size; "
-        "element passes when |c − b| ≤ atol + rtol·|b|)", html=table_html(summary, float_format="{:.3g}")))
+        "element passes when |c − b| ≤ atol + rtol·|b|; decisive: the baseline's best Q leads its second by more "
+        f"than {m.decisive_margin:g})", html=f"<p>{REPORT_CAVEAT}</p>" + table_html(summary, float_format="{:.3g}")))
+    flips = con.execute(
+        "SELECT candidate, batch_size, state, baseline_action, candidate_action, baseline_top2_margin, max_abs_dq, "
+        "decisive, near_tie FROM parity_flips WHERE run_id = ? AND measurement = ? AND baseline = ? "
+        "ORDER BY candidate, batch_size, baseline_top2_margin DESC", [run_id, m.name, base]).df()
+    if not flips.empty:
+        sections.append(Section(f"{m.name}: every state whose action changed against {base}, with the baseline's "
+                                "top-2 margin and the max |dQ| there (widest margins first)",
+                                html=table_html(flips, float_format="{:.3g}")))
     elements = con.execute(
-        f"""SELECT c.runtime AS candidate, c.batch_size, c.state, a.action_name,
+        """SELECT c.runtime AS candidate, c.batch_size, c.state, a.action_name,
                [b.q_noop, b.q_fire, b.q_right, b.q_left][a.i] AS baseline_q,
                [c.q_noop, c.q_fire, c.q_right, c.q_left][a.i] AS candidate_q
         FROM parity_q c JOIN parity_q b ON b.run_id = c.run_id AND b.measurement = c.measurement
@@ -227,7 +274,8 @@ def report(con, run_id: str, m: ParityMeasurement) -> list[Section]:
             x=alt.X("baseline_q:Q", title=f"Q ({base})"), y=alt.Y("candidate_q:Q", title="Q (candidate)"),
             color=alt.Color("series:N", title="candidate, batch"),
             tooltip=["candidate", "batch_size", "state", "action_name", "baseline_q", "candidate_q", "abs_dq"])
-        diagonal = alt.Chart(elements).mark_line(color="gray", strokeDash=[4, 4]).encode(x="baseline_q:Q", y="baseline_q:Q")
+        diagonal = alt.Chart(elements).mark_line(color="gray", strokeDash=[4, 4]).encode(x="baseline_q:Q",
+                                                                                         y="baseline_q:Q")
         hist = alt.Chart(elements).mark_bar(opacity=0.8).encode(
             x=alt.X("log10_abs_dq:Q", bin=alt.Bin(step=0.25), title=f"log10 |dQ| against {base} (equal: -12)"),
             y=alt.Y("count():Q", title="Q-values"), color=alt.Color("series:N", title="candidate, batch"),

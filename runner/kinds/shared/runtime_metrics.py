@@ -5,7 +5,8 @@ measurement that names one of each (Day 26)."""
 from __future__ import annotations
 
 PARITY_METRIC_NAMES = ("action_agreement", "action_disagreements", "max_abs_dq", "mean_abs_dq", "allclose",
-                       "elements_fail", "near_ties", "batch_invariance_max_abs_dq")
+                       "elements_fail", "near_ties", "batch_invariance_max_abs_dq", "decisive_action_agreement",
+                       "decisive_states")
 
 LATENCY_METRIC_NAMES = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency_p50_ratio", "latency_p95_ratio",
                         "latency_p99_ratio", "latency_mean_ratio", "latency_p50_ratio_ci_low",
@@ -17,7 +18,8 @@ def parity_pair_metrics(con, run_id: str, measurement: str, candidate: str, base
     """Parity of candidate against baseline over every batch size: the worst batch size decides."""
     row = con.execute(
         "SELECT count(*), min(action_agreement_fraction), max(n_states - action_agreement), max(max_abs_dq), "
-        "max(mean_abs_dq), bool_and(allclose), max(elements_fail), max(near_ties) FROM parity_summary "
+        "max(mean_abs_dq), bool_and(allclose), max(elements_fail), max(near_ties), "
+        "min(decisive_agreement_fraction), min(decisive_states) FROM parity_summary "
         "WHERE run_id = ? AND measurement = ? AND candidate = ? AND baseline = ?",
         [run_id, measurement, candidate, baseline]).fetchone()
     if not row or not row[0]:
@@ -26,14 +28,19 @@ def parity_pair_metrics(con, run_id: str, measurement: str, candidate: str, base
         "action_agreement": row[1], "action_disagreements": float(row[2]), "max_abs_dq": row[3],
         "mean_abs_dq": row[4], "allclose": float(row[5]), "elements_fail": float(row[6]), "near_ties": float(row[7]),
     }
-    invariance = con.execute("SELECT max(max_abs_dq) FROM parity_batch_consistency WHERE run_id = ? AND measurement = ? "
-                             "AND runtime = ?", [run_id, measurement, candidate]).fetchone()[0]
+    if row[8] is not None:  # none where no state is decisive, or the rows predate the margin
+        found["decisive_action_agreement"] = row[8]
+    if row[9] is not None:
+        found["decisive_states"] = float(row[9])
+    invariance = con.execute("SELECT max(max_abs_dq) FROM parity_batch_consistency WHERE run_id = ? "
+                             "AND measurement = ? AND runtime = ?", [run_id, measurement, candidate]).fetchone()[0]
     if invariance is not None:
         found["batch_invariance_max_abs_dq"] = invariance
     return found
 
 
-def latency_pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str, batch_size: int | None) -> dict:
+def latency_pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str,
+                         batch_size: int | None) -> dict:
     """Latency of candidate and its ratios to baseline at `batch_size` (None: the smallest measured)."""
     if batch_size is None:
         batch_size = con.execute("SELECT min(batch_size) FROM latency_samples WHERE run_id = ? AND measurement = ?",
