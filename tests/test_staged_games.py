@@ -5,6 +5,8 @@ is stored; bad stages are one-line errors naming their line."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -181,3 +183,39 @@ measurements:
         load_spec(path)
     assert any(p.startswith(f"{path}:19: ") and "calibration seed 3950 is also played by measurement games (seeds)" in p
                for p in caught.value.problems), caught.value.problems
+
+
+def _kill_at(requests: list[dict]) -> list[dict]:
+    """Each request run by tests/kill_at.py (a `runner` CLI in a process of its own, killed with
+    SIGKILL just before the n-th event of a class where asked); their replies in order."""
+    server = subprocess.run([sys.executable, str(Path(__file__).parent / "kill_at.py")], text=True,
+                            input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, timeout=900)
+    return [json.loads(line) for line in server.stdout.splitlines()]
+
+
+@pytest.mark.slow
+def test_a_staged_run_killed_midway_resumes_without_a_game_or_a_look_twice(tmp_path, checkpoint):
+    """Killed (SIGKILL) at the middle database event of an uninterrupted run, then resumed: the
+    same games and looks as that run, none stored twice."""
+    folders = {name: tmp_path / name for name in ("whole", "killed")}
+    for folder in folders.values():
+        folder.mkdir()
+        (folder / "spec.yaml").write_text(SPEC.replace("{path: model.pt}", "{path: ../model.pt}"))
+    args = ["run", "spec.yaml", "--db", "r.duckdb", "--no-report"]
+    events = tmp_path / "events.txt"
+    whole, = _kill_at([{"cwd": str(folders["whole"]), "args": args, "log": str(events), "kill": None}])
+    assert whole["returncode"] == 0, whole["stderr"]
+    middle = events.read_text().split().count("database") // 2
+    cwd = str(folders["killed"])
+    killed, resumed = _kill_at([{"cwd": cwd, "args": args, "log": None, "kill": ["database", middle]},
+                                {"cwd": cwd, "args": [*args, "--resume"], "log": None, "kill": None}])
+    assert killed["returncode"] == -9 and resumed["returncode"] == 0, resumed["stderr"]
+
+    def stored(folder: Path) -> tuple[list, list]:
+        con = duckdb.connect(str(folder / "r.duckdb"), read_only=True)
+        games = con.execute("SELECT measurement, policy, seed, score, steps FROM episodes ORDER BY ALL").fetchall()
+        looks = con.execute("SELECT measurement, candidate, stage, games, mean_diff, ci_low, ci_high, margin, decision "
+                            "FROM episode_looks ORDER BY ALL").fetchall()
+        return games, looks
+
+    assert stored(folders["killed"]) == stored(folders["whole"])
