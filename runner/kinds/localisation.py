@@ -236,7 +236,8 @@ def report(con, run_id: str, m: LocalisationMeasurement) -> list[Section]:
     error = "rel_l2" if m.metric == "rel_l2" else "max_abs"
     drawn = layers.assign(error=layers[error].clip(lower=1e-12), sqnr=layers["sqnr_db"].clip(upper=200))
     tooltip = ["candidate", "depth", "layer", "op_type", "max_abs", "rel_l2", "cosine", "sqnr_db"]
-    base = alt.Chart(drawn).encode(x=alt.X("depth:Q", title="depth (node index in the baseline graph)"),
+    base = alt.Chart(drawn).encode(x=alt.X("depth:Q", title="depth (node index in the baseline graph)",
+                                                                 axis=alt.Axis(tickMinStep=1)),
                                    color=alt.Color("candidate:N", title="candidate"), tooltip=tooltip)
     err = base.mark_line(point=True).encode(y=alt.Y(
         "error:Q", scale=alt.Scale(type="log"), title=f"{what} against {m.baseline_runtime} (log; 0 drawn at 1e-12)"))
