@@ -57,16 +57,18 @@ name: tiny_localisation
 artifacts:
   fp32: {path: fp32.onnx}
   perturbed: {path: perturbed.onnx}
+  renamed: {path: renamed.onnx}
   states: {path: states.npz}
 runtimes:
   ort_fp32: {runtime: onnxruntime, provider: cpu, intra_op_threads: 1, artifact: fp32}
   ort_perturbed: {runtime: onnxruntime, provider: cpu, intra_op_threads: 1, artifact: perturbed}
   ort_same: {runtime: onnxruntime, provider: cpu, artifact: fp32}
+  ort_renamed: {runtime: onnxruntime, provider: cpu, artifact: renamed}
 measurements:
   - kind: localisation
     name: where
     fixed_states: states
-    runtimes: [ort_fp32, ort_perturbed, ort_same]
+    runtimes: [ort_fp32, ort_perturbed, ort_same, ort_renamed]
     tolerance: 0.01
 """
 
@@ -78,6 +80,13 @@ def test_localisation_names_the_perturbed_layer_and_its_rows_equal_a_direct_comp
     rng = np.random.default_rng(7)
     weights["wc"] = weights["wc"] + (0.5 * rng.standard_normal(weights["wc"].shape)).astype(np.float32)  # fc_a
     tiny_model(tmp_path / "perturbed.onnx", weights)
+    renamed = onnx.load(tmp_path / "fp32.onnx")  # no tensor name in common with the baseline
+    produced = {o for n in renamed.graph.node for o in n.output}
+    for node in renamed.graph.node:
+        node.output[:] = [f"other_{o}" for o in node.output]
+        node.input[:] = [f"other_{i}" if i in produced else i for i in node.input]
+    renamed.graph.output[0].name = "other_q"
+    onnx.save_model(renamed, tmp_path / "renamed.onnx")
     _tiny_states_file(tmp_path / "states.npz", 40)
     (tmp_path / "spec.yaml").write_text(LOCALISATION_SPEC, encoding="utf-8")
 
@@ -95,6 +104,7 @@ def test_localisation_names_the_perturbed_layer_and_its_rows_equal_a_direct_comp
         same = con.execute("SELECT first_layer, flips, max(l.max_abs) FROM localisation_candidates c JOIN "
                            "localisation_layers l USING (run_id, measurement, candidate) WHERE candidate = 'ort_same' "
                            "GROUP BY ALL").fetchone()
+        unavailable = con.execute("SELECT runtime, reason FROM runtime_status WHERE NOT available").fetchall()
         flipped = con.execute("SELECT state, baseline_action, candidate_action, first_layer FROM localisation_flips "
                               "ORDER BY state").fetchall()
     assert [r[0] for r in rows] == ["x", "x01", "ca", "ra", "cb", "rb", "flat", "fa", "rf", "q"]
@@ -116,6 +126,7 @@ def test_localisation_names_the_perturbed_layer_and_its_rows_equal_a_direct_comp
     assert {r[3] for r in flipped} == {"fa"}
     assert all(r[1] == base["q"][r[0]].argmax() and r[2] == cand["q"][r[0]].argmax() for r in flipped)
     assert same == (None, 0, 0.0)
+    assert unavailable == [("ort_renamed", "no tensor of fp32.onnx has a counterpart in renamed.onnx")]
     page = next((tmp_path / "reports").glob("tiny_localisation-*.html")).read_text(encoding="utf-8")
     assert "<b>ort_perturbed</b> (fp32): first over the tolerance is <code>fa</code> (depth 7)" in page
     assert "<b>ort_same</b> (fp32): no layer's relative L2 error over all states passes 0.01; 0 of 40" in page

@@ -98,8 +98,7 @@ MIGRATIONS = [
         CREATE TABLE localisation_candidates (
             run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, candidate VARCHAR NOT NULL,
             baseline VARCHAR NOT NULL, precision VARCHAR NOT NULL, artifact_sha256 VARCHAR NOT NULL,
-            metric VARCHAR NOT NULL,
-            tolerance DOUBLE NOT NULL, n_states INTEGER NOT NULL, flips INTEGER NOT NULL,
+            metric VARCHAR NOT NULL, tolerance DOUBLE NOT NULL, n_states INTEGER NOT NULL, flips INTEGER NOT NULL,
             first_layer VARCHAR, first_depth INTEGER, unmatched JSON NOT NULL, exposure_max_abs_diff DOUBLE NOT NULL,
             wall_s DOUBLE NOT NULL
         );
@@ -114,7 +113,7 @@ METRIC_NAMES = ("flips", "layers_over_tolerance", "first_over_tolerance_depth", 
 def execute(m: LocalisationMeasurement, ctx: RunContext) -> None:
     import time
 
-    from breakout_core.localise import localise
+    from breakout_core.localise import LocaliseError, localise
     from breakout_core.repair import q_values
 
     states, _, _ = load_states(ctx, m.fixed_states)
@@ -136,7 +135,8 @@ def execute(m: LocalisationMeasurement, ctx: RunContext) -> None:
                "artifact": artifact.path, "artifact_sha256": None, "precision": runtime_precision(ctx.spec, name),
                "requested": json.dumps(config.options()), "load_s": None}
         if config.runtime in MARKING_BACKENDS:
-            ok, reason = config.make_runtime().available(**config.make_runtime().requested)
+            runtime = config.make_runtime()
+            ok, reason = runtime.available(**runtime.requested)
             record(ctx, row, False, reason if not ok else TENSORRT_REASON)
             ctx.progress.advance(task)
             continue
@@ -145,9 +145,13 @@ def execute(m: LocalisationMeasurement, ctx: RunContext) -> None:
             baseline_actions = greedy(q_values(baseline_path, obs).astype(np.float64))
         actions = greedy(q_values(artifact.path, obs).astype(np.float64))
         flipped = np.flatnonzero(actions != baseline_actions).tolist()
-        found = localise(baseline_path, artifact.path, obs, flipped=flipped, metric=m.metric, tolerance=m.tolerance)
-        wall = time.perf_counter() - started
-        _store(ctx, m, name, found, baseline_actions, actions, row, wall)
+        try:
+            found = localise(baseline_path, artifact.path, obs, flipped=flipped, metric=m.metric,
+                             tolerance=m.tolerance)
+        except LocaliseError as exc:  # e.g. a graph whose tensors match none of the baseline's
+            record(ctx, row, False, str(exc))
+        else:
+            _store(ctx, m, name, found, baseline_actions, actions, row, time.perf_counter() - started)
         ctx.progress.advance(task)
 
 
@@ -236,7 +240,8 @@ def report(con, run_id: str, m: LocalisationMeasurement) -> list[Section]:
     error = "rel_l2" if m.metric == "rel_l2" else "max_abs"
     drawn = layers.assign(error=layers[error].clip(lower=1e-12), sqnr=layers["sqnr_db"].clip(upper=200))
     tooltip = ["candidate", "depth", "layer", "op_type", "max_abs", "rel_l2", "cosine", "sqnr_db"]
-    base = alt.Chart(drawn).encode(x=alt.X("depth:Q", title="depth (node index in the baseline graph)"),
+    base = alt.Chart(drawn).encode(x=alt.X("depth:Q", title="depth (node index in the baseline graph)",
+                                                                 axis=alt.Axis(tickMinStep=1)),
                                    color=alt.Color("candidate:N", title="candidate"), tooltip=tooltip)
     err = base.mark_line(point=True).encode(y=alt.Y(
         "error:Q", scale=alt.Scale(type="log"), title=f"{what} against {m.baseline_runtime} (log; 0 drawn at 1e-12)"))

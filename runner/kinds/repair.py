@@ -76,7 +76,10 @@ def spec_problems(m: RepairMeasurement, spec, context: dict) -> list[tuple[tuple
     if source is not None and m.keep_float and context.get("check_files", True) and Path(source.path).is_file():
         import onnx
 
-        nodes = [n.name for n in onnx.load_model(source.path, load_external_data=False).graph.node]
+        try:
+            nodes = [n.name for n in onnx.load_model(source.path, load_external_data=False).graph.node]
+        except Exception:  # noqa: BLE001 -- not a model: the file checks report it
+            return problems
         for j, node in enumerate(m.keep_float):
             if node not in nodes:
                 shown = ", ".join(nodes[:8]) + (f", ... ({len(nodes)} in all)" if len(nodes) > 8 else "")

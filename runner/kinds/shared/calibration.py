@@ -64,10 +64,13 @@ def played_seeds(spec, context: dict) -> dict[int, str]:
     if context.get("check_files", True):
         for name, artifact in spec.artifacts.items():
             if artifact.type == "fixed_states" and Path(artifact.path).is_file():
-                with np.load(artifact.path, allow_pickle=False) as data:
-                    if "episode_seeds" in data.files:
-                        for seed in np.unique(data["episode_seeds"]).tolist():
-                            found.setdefault(int(seed), f"the fixed states artifacts.{name}")
+                try:
+                    with np.load(artifact.path, allow_pickle=False) as data:
+                        seeds = np.unique(data["episode_seeds"]).tolist() if "episode_seeds" in data.files else []
+                except Exception:  # noqa: BLE001 -- not a fixed-states file: the file checks report it
+                    continue
+                for seed in seeds:
+                    found.setdefault(int(seed), f"the fixed states artifacts.{name}")
     return found
 
 
