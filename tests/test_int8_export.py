@@ -62,6 +62,12 @@ measurements:
     runtimes: [ort_fp32, ort_static]
     seed: 7
     steps: 20
+verdicts:
+  - name: decisive_kept
+    measurement: parity
+    candidate: ort_static
+    baseline: ort_fp32
+    deployment_worthy_when: {{decisive_action_agreement: ">= 1.0"}}
 """
 
 
@@ -216,5 +222,7 @@ def test_an_int8_export_stores_each_files_provenance_and_its_runtime_rows(tmp_pa
     assert rows["ort_static"][2] >= 4 and rows["ort_dynamic"][2] == 5
     assert rows["ort_fp32"][:3] == ("fp32", None, None)
     assert all(r[3] == cpu_isa()["int8_dot_product"] and json.loads(r[4]) == cpu_isa() for r in rows.values())
+    outcome, reason = _query(db, "SELECT outcome, reason FROM verdicts WHERE verdict = 'decisive_kept'")[0]
+    assert outcome in ("deployment-worthy", "rejected") and "decisive_action_agreement" in reason
     sizes = dict(_query(db, "SELECT artifact, size_vs_fp32 FROM export_sizes"))
     assert all(0.2 < sizes[a] < 0.3 for a in ("int8_static", "int8_dynamic"))

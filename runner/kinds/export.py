@@ -61,7 +61,7 @@ class ExportMeasurement(StrictModel):
                 refs.append(((field,), f"artifact_out:{what}", getattr(self, field)))
         for j, variant in enumerate(self.int8):
             refs.append((("int8", j, "onnx"), "artifact_out:onnx", variant.onnx))
-            if variant.source is not None:
+            if variant.source not in (None, self.onnx):  # its own FP32 file is written before it
                 refs.append((("int8", j, "source"), "artifact:onnx", variant.source))
         return refs
 

@@ -96,10 +96,11 @@ MIGRATIONS = [
 
 REPORT_CAVEAT = (
     "Neither plain nor decisive agreement predicts game scores. On the shipped agent, an INT8 file (static "
-    "min/max) that chose the FP32 action on 77% of 400 states the agent visits in its own games, and on every "
-    "one of the 34 decisive ones, scored a mean of 35.3 against FP32's 71.1 over 30 games: most states are "
-    "near-ties, and small errors on many near-equal choices change how the agent plays. Whether a converted "
-    "model may be deployed rests on the closed loop and the games (closed_loop, episodes), not on this table.")
+    "min/max, made with ONNX Runtime's quantizer outside this runner) that chose the FP32 action on 77% of 400 "
+    "states the agent visits in its own games, and on every one of the 34 decisive ones, scored a mean of 35.3 "
+    "against FP32's 71.1 over 30 games: most states are near-ties, and small errors on many near-equal choices "
+    "change how the agent plays. Whether a converted model may be deployed rests on the closed loop and the games "
+    "(closed_loop, episodes), not on this table.")
 
 _Q = ("q_noop", "q_fire", "q_right", "q_left")
 _D = ", ".join(f"CASE WHEN isfinite(c.{q}) THEN abs(c.{q} - b.{q}) ELSE 'inf'::DOUBLE END AS d{i}"

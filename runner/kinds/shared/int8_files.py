@@ -24,13 +24,16 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
 from runner.spec.fields import Name, Seeds, StrictModel, seed_list
 from runner.spec.yaml_source import PlacedError, raise_placed
 from runner.store import schema
+
+if TYPE_CHECKING:
+    from breakout_core.quantize import Int8Artifact
 
 STATIC_ONLY = ("calibrate_method", "calibration_states", "calibration")
 
@@ -171,7 +174,7 @@ def calibration_states(ctx, checkpoint: str, variant: Int8Export, deliberate: bo
         candidates_per_episode=c.candidates_per_episode)
 
 
-def quantize(where: str, variant: Int8Export, source_path: str, out_path: str, states) -> tuple[object, dict]:
+def quantize(where: str, variant: Int8Export, source_path: str, out_path: str, states) -> tuple[Int8Artifact, dict]:
     """Quantize one variant; returns the engine's Int8Artifact and its `int8_files` columns.
 
     The engine's one-line QuantizeError is raised as a ValueError naming the variant (`where`)."""
