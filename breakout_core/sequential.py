@@ -7,7 +7,9 @@ interval at confidence 1 - alpha / K over every difference so far. By Bonferroni
 inequality the K intervals all cover the true mean with probability at least 1 - alpha, so
 the interval reported when the test stops, at whichever look, covers it with at least that
 probability too; that is what makes looking after every stage safe. Decisions, with the
-margin > 0 in score points:
+margin in score points (fixed in the plan, or given at each look: a fraction of the
+baseline's mean over the games so far, whose own noise is a tenth or so of that mean's
+standard error and is left out of the interval):
 
 - non-inferior: the interval's low end is above -margin;
 - inferior: its high end is below -margin;
@@ -38,13 +40,13 @@ INCONCLUSIVE = "inconclusive"
 
 @dataclass(frozen=True)
 class SequentialPlan:
-    margin: float  # the largest mean score loss still called non-inferior, > 0
+    margin: float | None  # the largest mean score loss still called non-inferior, > 0; None: given at each look
     stage_games: int = 50  # paired differences per stage
     max_games: int = 400  # the cap
     alpha: float = 0.05  # the chance that any look's interval misses the true mean, at most
 
     def __post_init__(self) -> None:
-        if not self.margin > 0:
+        if self.margin is not None and not self.margin > 0:
             raise ValueError(f"margin must be > 0 score points, got {self.margin}")
         if self.stage_games < 2:
             raise ValueError(f"stage_games must be >= 2 (a t interval needs two differences), got {self.stage_games}")
@@ -75,6 +77,7 @@ class Look:
     low: float
     high: float
     confidence: float  # of this look's interval, 1 - alpha / K
+    margin: float  # the margin this look decided with
     decision: str  # NON_INFERIOR, INFERIOR, CONTINUE or INCONCLUSIVE
 
 
@@ -95,8 +98,16 @@ class SequentialTest:
     def n(self) -> int:
         return sum(d.size for d in self._differences)
 
-    def add(self, differences: np.ndarray) -> Look:
-        """Take one stage's differences (candidate minus baseline per seed) and look."""
+    def add(self, differences: np.ndarray, margin: float | None = None) -> Look:
+        """Take one stage's differences (candidate minus baseline per seed) and look, with the
+        plan's margin or, where the plan has none, `margin` (>= 0: a zero margin asks for the
+        interval to lie above zero)."""
+        if margin is None:
+            margin = self.plan.margin
+        if margin is None:
+            raise ValueError("this plan's margin is given at each look")
+        if not (math.isfinite(margin) and margin >= 0):
+            raise ValueError(f"a look's margin must be finite and >= 0 score points, got {margin}")
         if self.decision != CONTINUE:
             raise ValueError(f"the test has already decided: {self.decision} after {self.n} games")
         block = np.asarray(differences, dtype=np.float64).reshape(-1)
@@ -108,7 +119,7 @@ class SequentialTest:
         if not np.all(np.isfinite(block)):
             raise ValueError("score differences must be finite")
         self._differences.append(block)
-        look = _look(np.concatenate(self._differences), len(self.looks) + 1, self.plan)
+        look = _look(np.concatenate(self._differences), len(self.looks) + 1, self.plan, margin)
         self.looks.append(look)
         return look
 
@@ -123,18 +134,18 @@ def run_sequential(stages: Iterable[np.ndarray], plan: SequentialPlan) -> Sequen
     return test
 
 
-def _look(d: np.ndarray, stage: int, plan: SequentialPlan) -> Look:
+def _look(d: np.ndarray, stage: int, plan: SequentialPlan, margin: float) -> Look:
     from scipy import stats
 
     n, mean = d.size, float(d.mean())
     sd = float(d.std(ddof=1))
     half = float(stats.t.ppf(1 - plan.alpha / plan.looks / 2, n - 1)) * sd / math.sqrt(n)
     low, high = mean - half, mean + half
-    if low > -plan.margin:
+    if low > -margin:
         decision = NON_INFERIOR
-    elif high < -plan.margin:
+    elif high < -margin:
         decision = INFERIOR
     else:
         decision = INCONCLUSIVE if n >= plan.max_games else CONTINUE
     return Look(stage=stage, n=n, mean=mean, sd=sd, low=low, high=high, confidence=plan.look_confidence,
-                decision=decision)
+                margin=margin, decision=decision)

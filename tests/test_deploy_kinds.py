@@ -149,6 +149,38 @@ def test_latency_view_percentiles_equal_numpy(store):
     assert metrics["latency_p50_ms"] == pytest.approx(expected.p50_ms)
 
 
+
+def test_the_p50_ratio_interval_comes_from_the_interleaved_rounds(store):
+    """Each round's P50 ratio, paired by round: the interval is the t interval on their logarithms,
+    and one round gives none (a verdict on it is inconclusive with that reason)."""
+    from breakout_core.stats import paired_ratio_interval
+    from runner.kinds.shared.runtime_metrics import latency_pair_metrics as pair_metrics
+    from runner.run.verdicts import decide
+    from runner.spec.fields import VerdictSpec
+
+    rng = np.random.default_rng(1)
+    base = rng.lognormal(mean=-1.0, sigma=0.3, size=(4, 64))
+    factors = np.array([0.45, 0.5, 0.48, 0.55])  # the candidate's speed-up differs a little per round
+    rows = []
+    for runtime, ms in (("base", base), ("cand", base * factors[:, None])):
+        rows += [{"run_id": "r", "measurement": "l", "runtime": runtime, "batch_size": 1, "round": r, "sample": i,
+                  "ms": float(v)} for r in range(4) for i, v in enumerate(ms[r])]
+    rows += [{"run_id": "r", "measurement": "one", "runtime": runtime, "batch_size": 1, "round": 0, "sample": i,
+              "ms": float(v)} for runtime in ("base", "cand") for i, v in enumerate(base[0])]
+    store.append_rows("latency_samples", rows)
+    with store.reader() as con:
+        found = pair_metrics(con, "r", "l", "cand", "base", 1)
+        one_round = pair_metrics(con, "r", "one", "cand", "base", 1)
+    low, high = paired_ratio_interval(np.median(base, axis=1) * factors, np.median(base, axis=1))
+    assert (found["latency_p50_ratio_ci_low"], found["latency_p50_ratio_ci_high"]) == pytest.approx((low, high))
+    assert low < 0.5 < high < 0.6 and found["latency_rounds"] == 4
+    faster = VerdictSpec(name="faster", measurement="l", candidate="cand", baseline="base",
+                         deployment_worthy_when={"latency_p50_ratio_ci_high": "< 0.6"})
+    assert decide(faster, found)[0] == "deployment-worthy"
+    assert "latency_p50_ratio_ci_high" not in one_round
+    outcome, reason, _ = decide(faster, one_round)
+    assert outcome == "inconclusive" and "needs rounds >= 2" in reason
+
 # -- spec validation: runtimes, artifacts, references -----------------------------------------
 
 VALID = """\

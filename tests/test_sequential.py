@@ -110,3 +110,20 @@ def test_stages_that_break_the_plan_are_refused():
     test.add(undecided)
     with pytest.raises(ValueError, match="would pass the cap of 120"):
         test.add(np.zeros(50))
+
+
+def test_a_margin_given_at_each_look_decides_that_look():
+    """A plan without a margin takes one per look (a fraction of the baseline's mean so far):
+    the same differences decide against a wide margin and go on against a narrow one."""
+    block = -3.0 + SD * np.tile([1.0, -1.0], 25)
+    plan = SequentialPlan(margin=None, stage_games=50, max_games=100)
+    wide, narrow = SequentialTest(plan), SequentialTest(plan)
+    assert wide.add(block, margin=30.0).decision == NON_INFERIOR and wide.looks[0].margin == 30.0
+    look = narrow.add(block, margin=4.0)
+    assert look.decision == CONTINUE and look.margin == 4.0 and look.low < -4.0 < look.high
+    zero = SequentialTest(plan).add(np.full(50, 2.0) + np.tile([0.1, -0.1], 25), margin=0.0)
+    assert zero.decision == NON_INFERIOR and zero.low > 0
+    with pytest.raises(ValueError, match="margin is given at each look"):
+        SequentialTest(plan).add(block)
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        SequentialTest(plan).add(block, margin=-1.0)

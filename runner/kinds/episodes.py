@@ -10,6 +10,10 @@ one runtime.infer() of a (B, 4, 84, 84) batch. Rows land in the shared `episodes
 A verdict here may also use parity and latency metrics (action_agreement,
 latency_p95_ratio, ...) of the parity / latency measurements this one names: Day 26's
 decision takes the three together. Trajectory divergence is no rule: the scores decide.
+
+With `stages`, the seeds are a cap played in stages until a sequential non-inferiority
+test decides (runner.kinds.shared.staged_games): its verdicts read the last look
+(`diff_plus_margin_ci_low`, ...), not the bootstrap interval, which knows nothing of the looks.
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ import time
 from contextlib import closing
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from runner.compare.rows import Row, RunSide, episode_rows, runtime_problem, unavailable_rows
 from runner.kinds.kind import Kind
-from runner.kinds.shared import episode_scores
+from runner.kinds.shared import episode_scores, staged_games
 from runner.kinds.shared.episode_scores import BootstrapSpec, episode_row, score_metrics, score_report
 from runner.kinds.shared.runtime_lifecycle import RuntimePolicy, open_runtime
 from runner.kinds.shared.runtime_metrics import (
@@ -32,6 +36,7 @@ from runner.kinds.shared.runtime_metrics import (
     parity_pair_metrics,
 )
 from runner.kinds.shared.runtime_status import found_unavailable, runtime_sections, with_unavailable
+from runner.kinds.shared.staged_games import StagesSpec, looks_report, play_in_stages, staged_metrics, stages_problem
 from runner.report.section import Section
 from runner.run.context import RunContext
 from runner.spec.fields import Name, Seeds, seed_list
@@ -47,6 +52,16 @@ class EpisodesMeasurement(RuntimeMeasurement):
     bootstrap: BootstrapSpec = BootstrapSpec()
     parity: Name | None = Field(default=None, description="a parity measurement of this spec, for parity metrics")
     latency: Name | None = Field(default=None, description="a latency measurement of this spec, for latency metrics")
+    stages: StagesSpec | None = Field(default=None, description="play the seeds in stages until a sequential "
+                                      "non-inferiority test against the baseline decides, or the seeds run out")
+
+    @field_validator("stages")
+    @classmethod
+    def _stages_fit(cls, stages: StagesSpec | None, info: ValidationInfo) -> StagesSpec | None:
+        seeds = info.data.get("seeds")  # validated before stages; absent when they were refused
+        if stages is not None and seeds is not None and (problem := stages_problem(stages, len(seed_list(seeds)))):
+            raise ValueError(problem)
+        return stages
 
     def references(self):
         refs = super().references()
@@ -61,6 +76,11 @@ class EpisodesMeasurement(RuntimeMeasurement):
             return f"{metric} is a parity metric: name the parity measurement with `parity:` in {self.name!r}"
         if metric in LATENCY_METRIC_NAMES and self.latency is None:
             return f"{metric} is a latency metric: name the latency measurement with `latency:` in {self.name!r}"
+        if metric in staged_games.METRIC_NAMES and self.stages is None:
+            return f"{metric} comes from games in stages: give `stages:` in {self.name!r}"
+        if metric in BOOTSTRAP_INTERVAL and self.stages is not None:
+            return (f"{metric} is a bootstrap interval that knows nothing of the looks of {self.name!r}'s stages: "
+                    "use staged_diff_ci_low / staged_diff_ci_high or diff_plus_margin_ci_low")
         return None
 
 
@@ -78,13 +98,19 @@ MIGRATIONS = [
     )
 ]
 
-METRIC_NAMES = episode_scores.METRIC_NAMES + PARITY_METRIC_NAMES + LATENCY_METRIC_NAMES
+METRIC_NAMES = episode_scores.METRIC_NAMES + PARITY_METRIC_NAMES + LATENCY_METRIC_NAMES + staged_games.METRIC_NAMES
+BOOTSTRAP_INTERVAL = ("paired_score_diff_ci_low", "paired_score_diff_ci_high")
 
 
 def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
     from breakout_core.driver import evaluation_driver
 
     seeds = seed_list(m.seeds)
+    if m.stages is not None:
+        with closing(evaluation_driver(ctx.contract, m.batch_size, m.stages.games, len(m.runtimes))) as driver:
+            play_in_stages(m, ctx, seeds, lambda name, runtime, block, task: _play_games(
+                m, ctx, name, runtime, block, driver, task))
+        return
     pending = [name for name in m.ordered_runtimes()
                if not (ctx.already_stored("episodes", m.name, policy=name) or found_unavailable(ctx, m.name, name))]
     if pending:
@@ -94,33 +120,41 @@ def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
 
 
 def _play_runtime(m: EpisodesMeasurement, ctx: RunContext, name: str, seeds: list[int], driver) -> None:
-    from breakout_core.evaluator import evaluate as play
-
     with open_runtime(ctx, m.name, name) as runtime:
         if runtime is None:
             return
-        policy = RuntimePolicy(runtime, name)
         task = ctx.progress.add_task(f"{m.name} · {name}", total=len(seeds), unit="episodes")
-        made = [0]
+        _play_games(m, ctx, name, runtime, seeds, driver, task)
 
-        def on_step(n: int) -> None:
-            made[0] += n
-            if made[0] % 256 < n:
-                ctx.progress.update(task, transitions=made[0])
 
-        started = time.perf_counter()
-        result = play(policy, seeds, ctx.contract, on_step=on_step, on_episode=lambda _e: ctx.progress.advance(task),
-                      driver=driver)
-        wall = time.perf_counter() - started
-        ctx.store.append_rows("episodes", [episode_row(ctx, m.name, name, e) for e in result.episodes])
-        ctx.store.append_rows("episode_inference", [{
-            "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "episodes": len(seeds),
-            "batch_size": driver.num_slots, "inference_calls": policy.calls, "states_inferred": policy.states,
-            "transitions": result.transitions, "wall_s": wall, "episodes_per_minute": 60 * len(seeds) / wall}])
+def _play_games(m: EpisodesMeasurement, ctx: RunContext, name: str, runtime, seeds: list[int], driver, task) -> None:
+    """One loaded runtime plays `seeds`, advancing the progress `task` a game at a time and
+    adding to its transitions; its games and its inference counts are stored."""
+    from breakout_core.evaluator import evaluate as play
+
+    policy = RuntimePolicy(runtime, name)
+    made = [next(t for t in ctx.progress.tasks if t.id == task).fields["transitions"]]
+
+    def on_step(n: int) -> None:
+        made[0] += n
+        if made[0] % 256 < n:
+            ctx.progress.update(task, transitions=made[0])
+
+    started = time.perf_counter()
+    result = play(policy, seeds, ctx.contract, on_step=on_step, on_episode=lambda _e: ctx.progress.advance(task),
+                  driver=driver)
+    wall = time.perf_counter() - started
+    ctx.store.append_rows("episodes", [episode_row(ctx, m.name, name, e) for e in result.episodes])
+    ctx.store.append_rows("episode_inference", [{
+        "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "episodes": len(seeds),
+        "batch_size": driver.num_slots, "inference_calls": policy.calls, "states_inferred": policy.states,
+        "transitions": result.transitions, "wall_s": wall, "episodes_per_minute": 60 * len(seeds) / wall}])
 
 
 def metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: str) -> dict:
     found = score_metrics(con, run_id, m.name, m.bootstrap, candidate, baseline)
+    if m.stages is not None:
+        found.update(staged_metrics(con, run_id, m.name, candidate, baseline))
     if m.parity is not None:
         found.update(parity_pair_metrics(con, run_id, m.parity, candidate, baseline))
     if m.latency is not None:
@@ -132,7 +166,10 @@ def report(con, run_id: str, m: EpisodesMeasurement) -> list[Section]:
     from runner.report.html import table_html
 
     sections = runtime_sections(con, run_id, m.name)
-    sections += score_report(con, run_id, m.name, m.bootstrap, baseline=m.baseline_runtime)
+    if m.stages is not None:
+        sections += looks_report(con, run_id, m.name, m.stages)
+    sections += score_report(con, run_id, m.name, m.bootstrap, baseline=m.baseline_runtime,
+                             bootstrap_intervals=m.stages is None)
     inference = con.execute("SELECT runtime, episodes, batch_size, inference_calls, states_inferred, transitions, "
                             "wall_s, episodes_per_minute FROM episode_inference WHERE run_id = ? AND measurement = ? "
                             "ORDER BY runtime", [run_id, m.name]).df()
@@ -153,7 +190,7 @@ def compare_episodes(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[
 KIND = Kind(
     name="episodes",
     model=EpisodesMeasurement,
-    migrations=MIGRATIONS,
+    migrations=MIGRATIONS + staged_games.MIGRATIONS,
     views=[],  # episode_summary and episode_pairs come with the shared episodes table
     execute=execute,
     participants=lambda m: list(m.runtimes),

@@ -23,18 +23,10 @@ from runner.compare.rows import Row, RunSide, samples_row
 from runner.kinds.kind import Kind
 from runner.kinds.shared import int8_files
 from runner.kinds.shared.int8_files import Int8Export
+from runner.kinds.shared.state_capture import CaptureSpec, capture_states
 from runner.report.section import Section
 from runner.run.context import RunContext
-from runner.spec.fields import Name, Seeds, StrictModel, seed_list
-
-
-class CaptureSpec(StrictModel):
-    episode_seeds: Seeds = Field(default_factory=lambda: list(range(6)), description="one game per seed")
-    epsilon: float = Field(default=0.05, ge=0.0, le=1.0, description="a little exploration so play does not loop")
-    policy_seed: int = Field(default=0, ge=0)
-    batch_size: int = Field(default=6, ge=1, le=64, description="games played side by side")
-    max_steps_per_episode: int | None = Field(default=None, ge=1, description="agent steps; None: full games")
-    candidates_per_episode: int = Field(default=256, ge=2)
+from runner.spec.fields import Name, StrictModel, seed_list
 
 
 class ExportMeasurement(StrictModel):
@@ -82,8 +74,8 @@ class ExportMeasurement(StrictModel):
         return [(("int8", j, "calibration", "episode_seeds"), seed_list(v.calibration.episode_seeds))
                 for j, v in enumerate(self.int8) if v.calibration is not None]
 
-    def spec_problems(self, spec, check_files: bool) -> list[tuple[tuple, str]]:
-        return int8_files.problems(self.int8, self.onnx, spec, check_files)
+    def spec_problems(self, spec, context: dict) -> list[tuple[tuple, str]]:
+        return int8_files.problems(self.int8, self.onnx, spec, context.get("check_files", True))
 
 
 MIGRATIONS = [
@@ -123,7 +115,7 @@ METRIC_NAMES = ("size_bytes", "size_ratio", "size_vs_fp32", "verify_max_abs_dq",
 
 def execute(m: ExportMeasurement, ctx: RunContext) -> None:
     from breakout_core.export import export_onnx
-    from breakout_core.fixed_states import capture_from_checkpoint, save_fixed_states
+    from breakout_core.fixed_states import save_fixed_states
     from breakout_core.hashing import file_sha256
 
     if ctx.already_stored("export_files", m.name):
@@ -135,12 +127,7 @@ def execute(m: ExportMeasurement, ctx: RunContext) -> None:
     deliberate = ctx.spec.contract.other_contracts == "deliberate"  # a checkpoint trained under another contract
     if m.fixed_states is not None:
         task = ctx.progress.add_task(f"{m.name} · capture {m.n_states} states", total=1, unit="capture")
-        c = m.capture
-        states = capture_from_checkpoint(
-            checkpoint, n_states=m.n_states, episode_seeds=seed_list(c.episode_seeds), epsilon=c.epsilon,
-            contract=ctx.contract, other_contract_deliberate=deliberate,
-            policy_seed=c.policy_seed, batch_size=c.batch_size,
-            max_steps_per_episode=c.max_steps_per_episode, candidates_per_episode=c.candidates_per_episode)
+        states = capture_states(ctx, checkpoint, m.n_states, m.capture)
         path = save_fixed_states(artifacts[m.fixed_states].path, states)
         ctx.progress.advance(task)
         rows.append({**base, "artifact": m.fixed_states, "path": str(path), "format": "fixed_states",

@@ -42,7 +42,7 @@ def no_seeds(measurement: Any) -> SeedLists:
     return []
 
 
-def no_spec_problems(measurement: Any, spec: Any, check_files: bool) -> Problems:
+def no_spec_problems(measurement: Any, spec: Any, context: dict) -> Problems:
     return []
 
 
@@ -83,8 +83,10 @@ class Kind:
     metric_problem: Callable[[Any, str], str | None] = no_metric_problem  # why a verdict may not use a metric here
     episode_seeds: Callable[[Any], SeedLists] = no_seeds  # the episode seeds it plays or captures states from
     held_out_seeds: Callable[[Any], SeedLists] = no_seeds  # seeds no measurement of the spec may play (calibration)
-    # what is wrong with it given the rest of the spec and (check_files) the files on disk
-    spec_problems: Callable[[Any, Any, bool], Problems] = no_spec_problems
+    # problems only the whole spec shows (the backends of the runtimes it names, seeds other
+    # measurements play, node names in a file): (location in the measurement, message) each;
+    # `context` is the validation's (check_files: False means files are not read)
+    spec_problems: Callable[[Any, Any, dict], Problems] = no_spec_problems
     # why `runner run --resume` may not go on with what the run stored for it (asked of every
     # measurement before any of them resumes)
     resume_problem: Callable[[Any, "Store", str], str | None] = no_resume_problem

@@ -12,7 +12,18 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-from runner.kinds import closed_loop, episodes, evaluate, export, latency, parity, throughput, training_history
+from runner.kinds import (
+    closed_loop,
+    episodes,
+    evaluate,
+    export,
+    latency,
+    localisation,
+    parity,
+    repair,
+    throughput,
+    training_history,
+)
 from runner.kinds.kind import Kind
 from runner.kinds.train.kind import KIND as TRAIN
 
@@ -26,6 +37,8 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (
     closed_loop.KIND,
     episodes.KIND,
     training_history.KIND,
+    localisation.KIND,
+    repair.KIND,
 )}
 version = 0
 

@@ -6,7 +6,11 @@ the threshold: the data cannot decide, and the verdict is inconclusive rather th
 rejected. Any failed rule whose whole interval is on the wrong side rejects. A kind whose
 data cannot give a metric an interval at all (one training seed per arm, one timing per
 setting) says why in `inconclusive_reason`: a rule on such a metric is inconclusive with
-that reason, never decided on a raw difference.
+that reason, never decided on a raw difference. A kind whose interval comes from a test
+that stopped undecided (games in stages at their cap) names that interval's metrics in
+`undecided_metrics` and says why in `undecided_reason`: a failed rule on one of them is then
+inconclusive with the reason beside the figures, never rejected (at a zero margin an interval
+of [0, 0] fails both bounds of a `> 0` rule).
 """
 
 from __future__ import annotations
@@ -49,13 +53,17 @@ def decide(verdict: VerdictSpec, found: dict, unavailable_reason: str | None = N
             continue
         other = _other_bound(metric)
         text = f"{metric} = {value:.4g} (needs {op} {threshold:g})"
-        if other is not None and other in found and OPERATORS[op](found[other], threshold):
+        if metric in found.get("undecided_metrics", ()):
+            undecided.append(text)  # the test behind the interval stopped undecided: its bounds decide nothing
+        elif other is not None and other in found and OPERATORS[op](found[other], threshold):
             undecided.append(f"{text}, but {other} = {found[other]:.4g}: the interval straddles the threshold")
         else:
             failed.append(text)
     if failed:
         return "rejected", "; ".join(failed), evidence
     if undecided:
+        if any(r["metric"] in found.get("undecided_metrics", ()) for r in evidence["rules"] if r["passed"] is False):
+            undecided.append(found["undecided_reason"])
         return "inconclusive", "; ".join(undecided), evidence
     passed_text = ", ".join(f"{r['metric']} = {r['value']:.4g} {r['rule']}" for r in evidence["rules"])
     return "deployment-worthy", passed_text, evidence

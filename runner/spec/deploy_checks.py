@@ -12,7 +12,8 @@ artifacts and measurements a measurement names), `outputs` (the artifacts it wri
 `metric_problem` (why a verdict may not use a metric there), `episode_seeds` and
 `held_out_seeds` (the games it plays, and those no measurement may play: a held-out seed
 that the spec plays anywhere, or that the fixed states it reads were captured from, is a
-problem) and `spec_problems` (its own checks against the spec and its files).
+problem) and `spec_problems` (what only the whole spec shows: the backends of the runtimes it
+names, seeds other measurements play, its own checks against the spec and its files).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def deploy_problems(spec, context: dict | None = None) -> list[tuple[tuple, str]
     outputs = [kind.outputs(m) for kind, m in zip(kinds, spec.measurements)]
     check_files = context.get("check_files", True)
     own = [(("measurements", i, *loc), message) for i, (kind, m) in enumerate(zip(kinds, spec.measurements))
-           for loc, message in kind.spec_problems(m, spec, check_files)]
+           for loc, message in kind.spec_problems(m, spec, context)]
     return (_artifact_problems(spec, context, {n for written in outputs for n in written})
             + _runtime_problems(spec) + _reference_problems(spec, kinds, outputs) + _metric_problems(spec)
             + _held_out_problems(spec, kinds, check_files) + own)

@@ -147,8 +147,10 @@ def score_metrics(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, 
     }
 
 
-def score_report(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, baseline: str) -> "list[Section]":
-    """The score distribution per player, the paired differences against `baseline`, and any GIF."""
+def score_report(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, baseline: str, *,
+                 bootstrap_intervals: bool = True) -> "list[Section]":
+    """The score distribution per player, the paired differences against `baseline` (with their
+    bootstrap intervals unless `bootstrap_intervals` is False: games in stages have their own), and any GIF."""
     from runner.report.html import MAX_CHART_POINTS, altair, table_html
     from runner.report.section import Section
 
@@ -184,7 +186,7 @@ def score_report(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, b
     ).df()
     if not pairs.empty:
         rows = []
-        for candidate, group in pairs.groupby("candidate"):
+        for candidate, group in (pairs.groupby("candidate") if bootstrap_intervals else ()):
             found = score_metrics(con, run_id, measurement, bootstrap, candidate, baseline)
             if found:
                 rows.append({"pair": f"{candidate} − {baseline}", "mean": found["mean_score_diff"],
@@ -204,9 +206,10 @@ def score_report(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, b
                      + alt.Chart(intervals).mark_tick(color="red", thickness=3, size=18).encode(
                          x="mean:Q", y="pair:N"))
         zero = alt.Chart().mark_rule(strokeDash=[4, 4], color="gray").encode(x=alt.datum(0))
+        shown = (f"mean in red, {bootstrap.confidence:.0%} bootstrap CI in black" if bootstrap_intervals
+                 else "the staged looks above hold their intervals")
         sections.append(Section(
-            f"{measurement}: paired differences against {baseline} "
-            f"(mean in red, {bootstrap.confidence:.0%} bootstrap CI in black)",
+            f"{measurement}: paired differences against {baseline} ({shown})",
             charts=[alt.layer(chart, zero).properties(width=640).to_dict()],
         ))
     return sections + gif_sections(con, run_id, measurement, f"{measurement}: one episode as the agent sees it (84×84)")

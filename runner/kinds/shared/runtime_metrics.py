@@ -9,7 +9,9 @@ PARITY_METRIC_NAMES = ("action_agreement", "action_disagreements", "max_abs_dq",
                        "decisive_states")
 
 LATENCY_METRIC_NAMES = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency_p50_ratio", "latency_p95_ratio",
-                        "latency_p99_ratio", "latency_mean_ratio")
+                        "latency_p99_ratio", "latency_mean_ratio", "latency_p50_ratio_ci_low",
+                        "latency_p50_ratio_ci_high")
+RATIO_CONFIDENCE = 0.95  # of the P50 ratio's interval over interleaved rounds
 
 
 def parity_pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str) -> dict:
@@ -55,6 +57,27 @@ def latency_pair_metrics(con, run_id: str, measurement: str, candidate: str, bas
         if row:
             found.update(latency_p50_ratio=row[0], latency_p95_ratio=row[1], latency_p99_ratio=row[2],
                          latency_mean_ratio=row[3])
+            found.update(_p50_ratio_interval(con, run_id, measurement, candidate, baseline, batch_size))
     if found:
         found["latency_batch_size"] = float(batch_size)
     return found
+
+
+def _p50_ratio_interval(con, run_id: str, measurement: str, candidate: str, baseline: str, batch_size: int) -> dict:
+    """The interval of the P50 ratio from the interleaved rounds: each round's P50 of the
+    candidate over the baseline's in the same round, a t interval on their logarithms
+    (breakout_core.stats.paired_ratio_interval). The spread between rounds, where a shared
+    machine's load shows, is what it measures; one round gives none."""
+    from breakout_core.stats import paired_ratio_interval
+
+    rows = con.execute(
+        "SELECT round, quantile_cont(ms, 0.5) FILTER (WHERE runtime = ?) AS c, "
+        "quantile_cont(ms, 0.5) FILTER (WHERE runtime = ?) AS b FROM latency_samples "
+        "WHERE run_id = ? AND measurement = ? AND batch_size = ? AND runtime IN (?, ?) GROUP BY round ORDER BY round",
+        [candidate, baseline, run_id, measurement, batch_size, candidate, baseline]).fetchall()
+    pairs = [(c, b) for _, c, b in rows if c is not None and b is not None]
+    if len(pairs) < 2:
+        return {"inconclusive_reason": f"{len(pairs)} interleaved latency round(s): the P50 ratio's interval "
+                                       "needs rounds >= 2"}
+    low, high = paired_ratio_interval(*map(list, zip(*pairs)), confidence=RATIO_CONFIDENCE)
+    return {"latency_p50_ratio_ci_low": low, "latency_p50_ratio_ci_high": high, "latency_rounds": float(len(pairs))}

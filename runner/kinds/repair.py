@@ -1,0 +1,289 @@
+"""`repair`: the fewest nodes to keep in float (and the calibration method) that bring an INT8
+model close enough to FP32 on a cheap proxy, and that file written as an artifact.
+
+The calibration states come from the checkpoint's own games under the spec's contract, on
+seeds the spec declares, disjoint from the fixed states' seeds and every episode seed the
+spec plays (runner.kinds.shared.calibration). For each calibration method,
+breakout_core.repair.repair_search ranks the nodes the full INT8 model quantizes by the
+effect of quantizing each alone (mean |dQ| on the check states), then re-quantizes with the
+k worst kept in float (onnxruntime's `nodes_to_exclude`), k = 0, 1, ..., until a step meets
+the target: greedy-action agreement and/or max |dQ| against FP32 on the check states, which
+no calibration state equals. Every step is stored with its agreement, |dQ| and batch-1 P50
+timed in turns with FP32's (ONNX Runtime CPU, one thread). The chosen step (fewest nodes in
+float, then the fastest) is copied to the output artifact; where none meets the target,
+the closest step is written and the report says so. Whether its games keep their scores is
+for a games measurement to judge: the proxy does not predict scores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from runner.kinds.kind import Kind
+from runner.kinds.shared.calibration import CalibrationSpec, calibration_seed_problems
+from runner.report.section import Section
+from runner.run.context import RunContext
+from runner.spec.fields import Name, StrictModel
+
+
+class TargetSpec(StrictModel):
+    min_agreement: float | None = Field(default=1.0, ge=0.0, le=1.0,
+                                        description="fraction of check states whose greedy action is FP32's")
+    max_abs_dq: float | None = Field(default=None, ge=0.0, description="largest |Q - Q_fp32| on the check states")
+
+    @model_validator(mode="after")
+    def _some(self) -> "TargetSpec":
+        if self.min_agreement is None and self.max_abs_dq is None:
+            raise ValueError("a repair target needs min_agreement, max_abs_dq or both")
+        return self
+
+
+class RepairMeasurement(StrictModel):
+    kind: Literal["repair"]
+    name: Name
+    source: Name = Field(description="artifact: the FP32 ONNX file to quantize")
+    checkpoint: Name = Field(description="artifact: the checkpoint whose games give the calibration states")
+    check_states: Name = Field(description="artifact: fixed states the proxy is measured on")
+    output: Name = Field(description="artifact written: the chosen INT8 file (made_by: this spec, precision: int8)")
+    calibration: CalibrationSpec
+    keep_float: list[str] = Field(default_factory=list, description="nodes of the source graph always kept in float")
+    target: TargetSpec = TargetSpec()
+    per_channel: bool = True
+    latency_runs: int = Field(default=300, ge=64, le=100_000, description="timed calls per model and step")
+
+    def outputs(self) -> list[str]:
+        return [self.output]
+
+    def references(self) -> list[tuple[tuple, str, str]]:
+        return [(("source",), "artifact:onnx", self.source), (("checkpoint",), "artifact:checkpoint", self.checkpoint),
+                (("check_states",), "artifact:fixed_states", self.check_states),
+                (("output",), "artifact_out:onnx", self.output)]
+
+
+def spec_problems(m: RepairMeasurement, spec, context: dict) -> list[tuple[tuple, str]]:
+    """Calibration seeds the spec also plays; keep-list nodes not in the source graph; an output
+    not declared INT8 or a source that is not FP32."""
+    problems = calibration_seed_problems(m.calibration, spec, context, ("calibration",))
+    source, output = spec.artifacts.get(m.source), spec.artifacts.get(m.output)
+    if source is not None and source.precision != "fp32":
+        problems.append((("source",), f"artifacts.{m.source} is {source.precision}; the repair quantizes an FP32 file"))
+    if output is not None and output.precision != "int8":
+        problems.append((("output",), f"artifacts.{m.output} is written as INT8: declare it with precision: int8"))
+    if source is not None and m.keep_float and context.get("check_files", True) and Path(source.path).is_file():
+        import onnx
+
+        try:
+            nodes = [n.name for n in onnx.load_model(source.path, load_external_data=False).graph.node]
+        except Exception:  # noqa: BLE001 -- not a model: the file checks report it
+            return problems
+        for j, node in enumerate(m.keep_float):
+            if node not in nodes:
+                shown = ", ".join(nodes[:8]) + (f", ... ({len(nodes)} in all)" if len(nodes) > 8 else "")
+                problems.append((("keep_float", j), f"{node!r} is not a node of {Path(source.path).name}; "
+                                                    f"its nodes are: {shown}"))
+    return problems
+
+
+MIGRATIONS = [
+    (
+        "0480_repair",
+        """
+        CREATE TABLE repair_steps (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, calibrate_method VARCHAR NOT NULL,
+            step INTEGER NOT NULL, kept_float JSON NOT NULL, n_kept_float INTEGER NOT NULL,
+            nodes_quantized JSON NOT NULL, kept_float_quantized_at_load JSON NOT NULL,
+            agreement DOUBLE NOT NULL, max_abs_dq DOUBLE NOT NULL, mean_abs_dq DOUBLE NOT NULL,
+            p50_ms DOUBLE NOT NULL, fp32_p50_ms DOUBLE NOT NULL, latency_ratio DOUBLE NOT NULL,
+            passes BOOLEAN NOT NULL, chosen BOOLEAN NOT NULL, path VARCHAR NOT NULL, sha256 VARCHAR NOT NULL
+        );
+        CREATE TABLE repair_order (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, calibrate_method VARCHAR NOT NULL,
+            rank INTEGER NOT NULL, node VARCHAR NOT NULL, alone_mean_abs_dq DOUBLE NOT NULL
+        );
+        CREATE TABLE repair_results (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, output VARCHAR NOT NULL, path VARCHAR NOT NULL,
+            sha256 VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, calibrate_method VARCHAR NOT NULL,
+            step INTEGER NOT NULL, met_target BOOLEAN NOT NULL, target VARCHAR NOT NULL,
+            calibration_states INTEGER NOT NULL, calibration_seeds JSON NOT NULL, calibration_sha256 VARCHAR NOT NULL,
+            check_states INTEGER NOT NULL, check_states_dropped INTEGER NOT NULL, cpu JSON NOT NULL,
+            onnxruntime VARCHAR NOT NULL, wall_s DOUBLE NOT NULL
+        );
+        """,
+    )
+]
+
+METRIC_NAMES = ("agreement", "max_abs_dq", "latency_p50_ratio", "kept_float", "met_target", "steps")
+
+
+def execute(m: RepairMeasurement, ctx: RunContext) -> None:
+    import time
+
+    import onnxruntime as ort
+
+    from breakout_core.fixed_states import save_fixed_states
+    from breakout_core.hashing import file_sha256
+    from breakout_core.repair import RepairTarget, repair_search
+    from runner.kinds.shared.lineage import check_lineage
+    from runner.kinds.shared.runtime_lifecycle import load_states
+    from runner.kinds.shared.state_capture import capture_states
+
+    if ctx.already_stored("repair_results", m.name):
+        return
+    started = time.perf_counter()
+    artifacts = ctx.spec.artifacts
+    source = artifacts[m.source].path
+    check_lineage(ctx, [m.source])
+    check = load_states(ctx, m.check_states)[0].obs
+    task = ctx.progress.add_task(f"{m.name} · capture {m.calibration.n_states} calibration states", total=1,
+                                 unit="capture")
+    calibration = capture_states(ctx, artifacts[m.checkpoint].path, m.calibration.n_states, m.calibration.capture)
+    folder = ctx.artifacts_dir / m.name
+    calibration_path = save_fixed_states(folder / "calibration_states.npz", calibration)
+    ctx.progress.advance(task)
+    target = RepairTarget(min_agreement=m.target.min_agreement, max_abs_dq=m.target.max_abs_dq)
+    results = {}
+    for method in m.calibration.methods:
+        task = ctx.progress.add_task(f"{m.name} · {method}: rank nodes, then keep the worst in float", total=1,
+                                     unit="searches")
+        results[method] = repair_search(source, calibration.obs, check, folder / method, target=target,
+                                        quantize=_quantizer(method, m.per_channel, m.keep_float),
+                                        latency_runs=m.latency_runs)
+        ctx.progress.advance(task)
+    method, step, met = _choose(results)
+    output = Path(artifacts[m.output].path).resolve()
+    _copy(step.path, output)
+    base = {"run_id": ctx.run_id, "measurement": m.name}
+    ctx.store.append_rows("repair_steps", [
+        {**base, "calibrate_method": name, "step": k, "kept_float": json.dumps([*m.keep_float, *s.excluded]),
+         "n_kept_float": len(m.keep_float) + len(s.excluded), "nodes_quantized": json.dumps(list(s.nodes_quantized)),
+         "kept_float_quantized_at_load": json.dumps(list(s.excluded_quantized_at_load)), "agreement": s.agreement,
+         "max_abs_dq": s.max_abs_dq, "mean_abs_dq": s.mean_abs_dq, "p50_ms": s.p50_ms, "fp32_p50_ms": s.fp32_p50_ms,
+         "latency_ratio": s.latency_ratio, "passes": s.passes, "chosen": s is step, "path": str(s.path.resolve()),
+         "sha256": s.sha256}
+        for name, result in results.items() for k, s in enumerate(result.steps)])
+    ctx.store.append_rows("repair_order", [
+        {**base, "calibrate_method": name, "rank": r, "node": node, "alone_mean_abs_dq": score}
+        for name, result in results.items() for r, (node, score) in enumerate(result.order)])
+    chosen = results[method]
+    ctx.store.append_rows("repair_results", [{
+        **base, "output": m.output, "path": str(output), "sha256": file_sha256(output),
+        "source_sha256": file_sha256(source), "calibrate_method": method, "step": chosen.steps.index(step),
+        "met_target": met, "target": target.describe(), "calibration_states": len(calibration),
+        "calibration_seeds": json.dumps(sorted({int(s) for s in calibration.episode_seeds})),
+        "calibration_sha256": file_sha256(calibration_path), "check_states": chosen.check_states,
+        "check_states_dropped": chosen.check_states_dropped, "cpu": json.dumps(chosen.cpu),
+        "onnxruntime": ort.__version__, "wall_s": time.perf_counter() - started}])
+    ctx.store.append_rows("artifacts", [{**base, "label": f"{m.output} (onnx, int8)", "path": str(output),
+                                         "bytes": output.stat().st_size}])
+
+
+def _quantizer(method: str, per_channel: bool, keep_float: list[str]):
+    """quantize_int8 with this calibration method, the keep-list always kept in float."""
+    from breakout_core.quantize import quantize_int8
+
+    def quantize(fp32_path, out_path, *, calibration, nodes_to_exclude):
+        return quantize_int8(fp32_path, out_path, calibration=calibration, calibrate_method=method,
+                             per_channel=per_channel, nodes_to_exclude=[*keep_float, *nodes_to_exclude])
+
+    return quantize
+
+
+def _choose(results: dict) -> tuple:
+    """(method, step, met the target): the passing step with the fewest nodes kept in float, then
+    the lowest latency ratio; where none passes, the closest (highest agreement, then lowest max |dQ|)."""
+    steps = [(method, step) for method, result in results.items() for step in result.steps]
+    passing = [(method, step) for method, step in steps if step.passes]
+    if passing:
+        method, step = min(passing, key=lambda item: (len(item[1].excluded), item[1].latency_ratio))
+        return method, step, True
+    method, step = min(steps, key=lambda item: (-item[1].agreement, item[1].max_abs_dq))
+    return method, step, False
+
+
+def _copy(source: Path, destination: Path) -> None:
+    import shutil
+
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, destination)
+
+
+def metrics(con, run_id: str, m: RepairMeasurement, candidate: str, baseline: str | None) -> dict[str, float]:
+    row = con.execute(
+        "SELECT s.agreement, s.max_abs_dq, s.latency_ratio, s.n_kept_float, r.met_target, "
+        "(SELECT count(*) FROM repair_steps a WHERE a.run_id = r.run_id AND a.measurement = r.measurement) "
+        "FROM repair_results r JOIN repair_steps s ON s.run_id = r.run_id AND s.measurement = r.measurement "
+        "AND s.chosen WHERE r.run_id = ? AND r.measurement = ? AND r.output = ?",
+        [run_id, m.name, candidate]).fetchone()
+    if row is None:
+        return {}
+    return dict(zip(METRIC_NAMES, (row[0], row[1], row[2], float(row[3]), float(row[4]), float(row[5]))))
+
+
+def report(con, run_id: str, m: RepairMeasurement) -> list[Section]:
+    from runner.report.html import altair, table_html
+
+    alt = altair()
+    result = con.execute(
+        "SELECT output, path, calibrate_method, step, met_target, target, calibration_states, calibration_seeds, "
+        "check_states, check_states_dropped, cpu, onnxruntime, wall_s FROM repair_results "
+        "WHERE run_id = ? AND measurement = ?", [run_id, m.name]).fetchone()
+    if result is None:
+        return [Section(f"{m.name}: repair search", html="<p>No result stored.</p>")]
+    output, path, method, step, met, target, n_calib, seeds, n_check, dropped, cpu, ort_version, wall = result
+    steps = con.execute(
+        "SELECT calibrate_method, step, n_kept_float, kept_float, agreement, max_abs_dq, mean_abs_dq, p50_ms, "
+        "fp32_p50_ms, latency_ratio, passes, chosen, kept_float_quantized_at_load FROM repair_steps "
+        "WHERE run_id = ? AND measurement = ? ORDER BY calibrate_method, step", [run_id, m.name]).df()
+    chosen = steps[steps["chosen"]].iloc[0]
+    isa = json.loads(cpu)
+    flags = ", ".join(k for k in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx") if isa.get(k)) or "none read"
+    verdict = (f"meets the target ({target})" if met else
+               f"<b>no step met the target</b> ({target}); the closest step was written")
+    summary = (
+        f"<p><code>{output}</code> ({path}): {method} calibration, step {step}, keeping "
+        f"{chosen['n_kept_float']} node(s) in float ({', '.join(json.loads(chosen['kept_float'])) or 'none'}): "
+        f"agreement {chosen['agreement']:.4g}, max |dQ| {chosen['max_abs_dq']:.3g}, batch-1 P50 "
+        f"{chosen['latency_ratio']:.3g}x FP32's, on {n_check} check states ({dropped} equal to a calibration state "
+        f"left out); {verdict}.</p><p>Calibration: {n_calib} states from the games on seeds {json.loads(seeds)}. "
+        f"CPU {isa.get('cpu')}; INT8 instruction sets: {flags}; onnxruntime {ort_version}; {wall:.0f} s in all. "
+        "Agreement and |dQ| on states are a proxy: a games measurement on this file judges whether the scores "
+        "hold.</p>")
+    sections = [Section(f"{m.name}: the chosen file", html=summary)]
+    sections.append(Section(f"{m.name}: every step (k nodes kept in float, worst first; latency timed in turns with "
+                            "FP32, batch 1, one thread)", html=table_html(steps, float_format="{:.4g}")))
+    chart = alt.Chart(steps).mark_line(point=True).encode(
+        x=alt.X("latency_ratio:Q", title="batch-1 P50 / FP32's (interleaved)"),
+        y=alt.Y("agreement:Q", title="greedy-action agreement with FP32 (check states)"),
+        color=alt.Color("calibrate_method:N", title="calibration"), order="step:Q",
+        tooltip=["calibrate_method", "step", "n_kept_float", "kept_float", "agreement", "max_abs_dq",
+                 "latency_ratio"])
+    labels = chart.mark_text(dy=-10).encode(text="n_kept_float:Q")
+    sections.append(Section(f"{m.name}: agreement against latency, one point per step (label: nodes kept in float)",
+                            charts=[(chart + labels).properties(width=560, height=320).to_dict()]))
+    order = con.execute("SELECT calibrate_method, rank, node, alone_mean_abs_dq FROM repair_order WHERE run_id = ? "
+                        "AND measurement = ? ORDER BY calibrate_method, rank", [run_id, m.name]).df()
+    sections.append(Section(f"{m.name}: nodes by the mean |dQ| that quantizing each alone causes (the search order)",
+                            html=table_html(order, float_format="{:.4g}")))
+    return sections
+
+
+KIND = Kind(
+    name="repair",
+    model=RepairMeasurement,
+    migrations=MIGRATIONS,
+    views=[],
+    execute=execute,
+    participants=RepairMeasurement.outputs,
+    metric_names=METRIC_NAMES,
+    metrics=metrics,
+    report=report,
+    needs_baseline=False,
+    references=RepairMeasurement.references,
+    outputs=RepairMeasurement.outputs,
+    spec_problems=spec_problems,
+    not_settings=frozenset({"latency_runs"}),
+)

@@ -1,0 +1,221 @@
+"""Full games in stages through the `episodes` kind: a clear case stops at the first look, a
+case that cannot decide plays to the cap and is inconclusive with its figures, and every look
+is stored; bad stages are one-line errors naming their line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+from test_cli_inputs import assert_one_line_usage_error
+from test_end_to_end import runner
+
+from runner.run.verdicts import decide
+from runner.spec.document import SpecError, load_spec
+from runner.spec.fields import VerdictSpec
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Two runtimes of one untrained checkpoint play the same games, 60 steps each (it scores 0):
+# `clear` (margin 1 point) is non-inferior at the first look; `undecidable` takes the default
+# margin, 10% of the baseline's mean, which is 0 here, so its interval [0, 0] can never lie
+# above minus the margin and the test plays to the cap.
+SPEC = """\
+name: staged
+contract: {max_episode_frames: 240, other_contracts: deliberate}
+artifacts:
+  checkpoint: {path: model.pt}
+runtimes:
+  torch_a: {runtime: torch, threads: 1, artifact: checkpoint}
+  torch_b: {runtime: torch, threads: 1, artifact: checkpoint}
+measurements:
+  - kind: episodes
+    name: clear
+    runtimes: [torch_a, torch_b]
+    seeds: {start: 10, count: 4}
+    batch_size: 2
+    stages: {games: 2, margin: 1.0}
+  - kind: episodes
+    name: undecidable
+    runtimes: [torch_a, torch_b]
+    seeds: {start: 10, count: 4}
+    batch_size: 2
+    stages: {games: 2}
+verdicts:
+  - name: clear_keeps
+    measurement: clear
+    candidate: torch_b
+    baseline: torch_a
+    deployment_worthy_when: {diff_plus_margin_ci_low: "> 0"}
+  - name: undecidable_keeps
+    measurement: undecidable
+    candidate: torch_b
+    baseline: torch_a
+    deployment_worthy_when: {diff_plus_margin_ci_low: "> 0"}
+"""
+
+
+@pytest.mark.slow
+def test_a_clear_case_stops_at_the_first_look_and_one_that_cannot_decide_reaches_the_cap(tmp_path, checkpoint,
+                                                                                          write_spec):
+    spec = write_spec(SPEC)
+    db = tmp_path / "r.duckdb"
+    done = runner("run", str(spec), "--db", str(db), "--no-report", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "games in stages of 2" in done.stdout + done.stderr  # the progress bar counts games
+    con = duckdb.connect(str(db), read_only=True)
+    looks = con.execute("SELECT measurement, stage, games, max_games, planned_looks, baseline_mean, mean_diff, ci_low, "
+                        "ci_high, margin, decision FROM episode_looks ORDER BY measurement, stage").fetchall()
+    assert looks == [("clear", 1, 2, 4, 2, 0.0, 0.0, 0.0, 0.0, 1.0, "non-inferior"),
+                     ("undecidable", 1, 2, 4, 2, 0.0, 0.0, 0.0, 0.0, 0.0, "continue"),
+                     ("undecidable", 2, 4, 4, 2, 0.0, 0.0, 0.0, 0.0, 0.0, "inconclusive")]
+    games = dict(con.execute("SELECT measurement || ' ' || policy, list(seed ORDER BY seed) FROM episodes "
+                             "GROUP BY ALL").fetchall())
+    assert games == {"clear torch_a": [10, 11], "clear torch_b": [10, 11],  # stopped after one stage
+                     "undecidable torch_a": [10, 11, 12, 13], "undecidable torch_b": [10, 11, 12, 13]}
+    verdicts = dict(con.execute("SELECT verdict, outcome || ': ' || reason FROM verdicts").fetchall())
+    assert verdicts["clear_keeps"].startswith("deployment-worthy: diff_plus_margin_ci_low = 1 > 0")
+    outcome, reason = verdicts["undecidable_keeps"].split(": ", 1)
+    assert outcome == "inconclusive" and "the cap of 4 games was reached without a decision" in reason
+    assert "interval [0.00, 0.00] against a margin of -0.00 after 4 games a runtime in 2 look(s)" in reason
+    evidence = json.loads(con.execute("SELECT evidence FROM verdicts WHERE verdict = 'undecidable_keeps'")
+                          .fetchone()[0])
+    assert evidence["metrics"]["staged_decision"] == "inconclusive" and evidence["metrics"]["staged_games"] == 4
+
+
+def _verdict(**rules: str) -> VerdictSpec:
+    return VerdictSpec(name="v", measurement="m", candidate="c", baseline="b", deployment_worthy_when=rules)
+
+
+def test_an_undecided_staged_interval_is_inconclusive_and_other_rules_still_decide():
+    undecided = {"diff_plus_margin_ci_low": -2.0, "diff_plus_margin_ci_high": 5.0, "latency_p50_ratio_ci_high": 0.9,
+                 "latency_p50_ratio_ci_low": 0.8, "undecided_metrics": ("diff_plus_margin_ci_low",),
+                 "undecided_reason": "the cap of 400 games was reached without a decision: figures"}
+    outcome, reason, _ = decide(_verdict(diff_plus_margin_ci_low="> 0"), undecided)
+    assert outcome == "inconclusive" and reason.endswith("the cap of 400 games was reached without a decision: figures")
+    outcome, reason, _ = decide(_verdict(diff_plus_margin_ci_low="> 0", latency_p50_ratio_ci_high="< 0.6"), undecided)
+    assert outcome == "rejected" and reason.startswith("latency_p50_ratio_ci_high = 0.9")
+    decided = {"diff_plus_margin_ci_low": -9.0, "diff_plus_margin_ci_high": -1.0}  # inferior: the whole interval below
+    assert decide(_verdict(diff_plus_margin_ci_low="> 0"), decided)[0] == "rejected"
+
+
+BAD = [
+    ("count: 4}\n    batch_size: 2\n    stages: {games: 2, margin: 1.0}",
+     "count: 4}\n    batch_size: 2\n    stages: {games: 5, margin: 1.0}", 14,
+     "stages: 4 seeds are fewer than one stage of 5 games"),
+    ("stages: {games: 2}", "stages: {games: 1}", 20, "greater than or equal to 2"),
+    ("stages: {games: 2}", "stages: {games: 2, margin: -3}", 20, "margin: Input should be greater than 0"),
+    ("stages: {games: 2}", "stages: {games: 2, margin_fraction: 0}", 20,
+     "margin_fraction: Input should be greater than 0"),
+    ("stages: {games: 2}", "stages: {games: 2, margin: 2, margin_fraction: 0.1}", 20,
+     "give margin (score points) or margin_fraction (of the baseline's mean), not both"),
+    ("stages: {games: 2}", "stages: {games: 2, alpha: 0.5}", 20, "alpha: Input should be less than 0.5"),
+    ("stages: {games: 2}", "stages: {games: 2, looks: 3}", 20, "unknown key"),
+]
+
+
+@pytest.mark.parametrize("old,new,line,message", BAD)
+def test_bad_stages_name_their_line(checkpoint, write_spec, old, new, line, message):
+    assert SPEC.count(old) == 1
+    path = write_spec(SPEC.replace(old, new))
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert any(p.startswith(f"{path}:{line}: ") and message in p for p in caught.value.problems), caught.value.problems
+
+
+def test_a_verdict_on_the_bootstrap_interval_of_staged_games_is_refused(checkpoint, write_spec):
+    path = write_spec(SPEC.replace("deployment_worthy_when: {diff_plus_margin_ci_low: \"> 0\"}\n"
+                                   "  - name: undecidable_keeps",
+                                   "deployment_worthy_when: {paired_score_diff_ci_low: \"> -1\"}\n"
+                                   "  - name: undecidable_keeps"))
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert any("paired_score_diff_ci_low is a bootstrap interval that knows nothing of the looks" in p
+               for p in caught.value.problems), caught.value.problems
+    plain = write_spec(SPEC.replace("    stages: {games: 2, margin: 1.0}\n", ""), name="plain.yaml")
+    with pytest.raises(SpecError) as caught:
+        load_spec(plain)
+    assert any("diff_plus_margin_ci_low comes from games in stages: give `stages:`" in p for p in caught.value.problems)
+
+
+def test_bad_stages_through_the_cli_are_one_line_and_exit_2(tmp_path, checkpoint, write_spec):
+    spec = write_spec(SPEC.replace("stages: {games: 2}", "stages: {games: 2, margin: -3}"))
+    done = runner("run", str(spec), "--db", str(tmp_path / "r.duckdb"), "--no-report", cwd=tmp_path)
+    assert_one_line_usage_error(done, f"{spec}:20:", "margin: Input should be greater than 0")
+    assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_staged_seeds_that_a_calibration_also_plays_are_refused(write_spec):
+    """Calibration games must be none of the games the spec judges by, staged or not."""
+    reference = REPO / "models" / "reference"
+    text = f"""\
+name: overlap
+artifacts:
+  checkpoint: {{path: {reference / "dqn_breakout.pt"}}}
+  onnx_fp32: {{path: {reference / "dqn_breakout.onnx"}}}
+  fixed_states: {{path: {reference / "fixed_states_60.npz"}}}
+  onnx_int8: {{path: out/int8.onnx, made_by: overlap, precision: int8}}
+runtimes:
+  ort_fp32: {{runtime: onnxruntime, intra_op_threads: 1, artifact: onnx_fp32}}
+  ort_int8: {{runtime: onnxruntime, intra_op_threads: 1, artifact: onnx_int8}}
+measurements:
+  - kind: repair
+    name: int8
+    source: onnx_fp32
+    checkpoint: checkpoint
+    check_states: fixed_states
+    output: onnx_int8
+    calibration:
+      n_states: 16
+      capture: {{episode_seeds: {{start: 3950, count: 4}}, batch_size: 4}}
+  - kind: episodes
+    name: games
+    runtimes: [ort_fp32, ort_int8]
+    seeds: {{start: 3900, count: 100}}
+    stages: {{games: 50}}
+"""
+    path = write_spec(text)
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert any(p.startswith(f"{path}:19: ") and "calibration seed 3950 is also played by measurement games (seeds)" in p
+               for p in caught.value.problems), caught.value.problems
+
+
+def _kill_at(requests: list[dict]) -> list[dict]:
+    """Each request run by tests/kill_at.py (a `runner` CLI in a process of its own, killed with
+    SIGKILL just before the n-th event of a class where asked); their replies in order."""
+    server = subprocess.run([sys.executable, str(Path(__file__).parent / "kill_at.py")], text=True,
+                            input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, timeout=900)
+    return [json.loads(line) for line in server.stdout.splitlines()]
+
+
+@pytest.mark.slow
+def test_a_staged_run_killed_midway_resumes_without_a_game_or_a_look_twice(tmp_path, checkpoint):
+    """Killed (SIGKILL) at the middle database event of an uninterrupted run, then resumed: the
+    same games and looks as that run, none stored twice."""
+    folders = {name: tmp_path / name for name in ("whole", "killed")}
+    for folder in folders.values():
+        folder.mkdir()
+        (folder / "spec.yaml").write_text(SPEC.replace("{path: model.pt}", "{path: ../model.pt}"))
+    args = ["run", "spec.yaml", "--db", "r.duckdb", "--no-report"]
+    events = tmp_path / "events.txt"
+    whole, = _kill_at([{"cwd": str(folders["whole"]), "args": args, "log": str(events), "kill": None}])
+    assert whole["returncode"] == 0, whole["stderr"]
+    middle = events.read_text().split().count("database") // 2
+    cwd = str(folders["killed"])
+    killed, resumed = _kill_at([{"cwd": cwd, "args": args, "log": None, "kill": ["database", middle]},
+                                {"cwd": cwd, "args": [*args, "--resume"], "log": None, "kill": None}])
+    assert killed["returncode"] == -9 and resumed["returncode"] == 0, resumed["stderr"]
+
+    def stored(folder: Path) -> tuple[list, list]:
+        con = duckdb.connect(str(folder / "r.duckdb"), read_only=True)
+        games = con.execute("SELECT measurement, policy, seed, score, steps FROM episodes ORDER BY ALL").fetchall()
+        looks = con.execute("SELECT measurement, candidate, stage, games, mean_diff, ci_low, ci_high, margin, decision "
+                            "FROM episode_looks ORDER BY ALL").fetchall()
+        return games, looks
+
+    assert stored(folders["killed"]) == stored(folders["whole"])
