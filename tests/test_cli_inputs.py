@@ -5,6 +5,7 @@ test runs a real process, to see that its exit status and its stderr are the sam
 from __future__ import annotations
 
 import contextlib
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,15 @@ def cli(*args: str, cwd: Path) -> Result:
         return CliRunner().invoke(main, list(args))
 
 
-def assert_one_line_usage_error(result: Result, *mentions: str) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    # the command ended by exiting, not by an exception it let through (a traceback in a real process)
-    assert isinstance(result.exception, SystemExit), result.exception
+def assert_one_line_usage_error(result: Result | subprocess.CompletedProcess, *mentions: str) -> None:
+    """Exit 2 and one `error: ...` line naming each of `mentions`, from `runner` run in this process
+    (CliRunner) or as a real process."""
+    if isinstance(result, subprocess.CompletedProcess):
+        assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    else:
+        assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+        # the command ended by exiting, not by an exception it let through (a traceback in a real process)
+        assert isinstance(result.exception, SystemExit), result.exception
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     for mention in mentions:

@@ -100,8 +100,6 @@ def test_a_damaged_database_is_one_line_from_every_command(tmp_path, damaged, ki
     for command in commands:
         line = _one_line_error(runner(*command, "--db", str(db), cwd=tmp_path), "damaged or unreadable", str(db))
         assert line, command
-    with Store(damaged["cut"]).reader() as con:  # the rows a read does not need still read
-        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
     assert not (tmp_path / "ex").exists()
 
 
