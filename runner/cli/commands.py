@@ -482,11 +482,9 @@ def import_command(in_dir: Path, db: Path | None) -> None:
         if made_here:  # a failed import leaves no database where there was none
             store.remove_files()
         if isinstance(exc, StoreError):
-            raise  # the group says it in one line, with its exit code
-        fail(str(exc) if isinstance(exc, TransferRefused) else f"{in_dir}: cannot import ({first_line(exc)})",
-             ExitCode.BAD_INPUT)
+            raise  # the group says it in one line, with its exit code (a refused transfer: bad input)
+        fail(f"{in_dir}: cannot import ({first_line(exc)})", ExitCode.BAD_INPUT)
     click.echo(f"imported run {run_id}: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
-
 
 
 main.add_command(check)

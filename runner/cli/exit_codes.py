@@ -37,8 +37,11 @@ def fail(message: str, code: ExitCode) -> NoReturn:
 
 
 def store_error_code(exc: Exception) -> ExitCode:
-    """A store error that names something the database does not hold is the request's fault;
-    any other (missing file, busy, damaged, newer schema) is the environment's."""
+    """A store error that names something the database does not hold, or a transfer the user's
+    folder or run does not fit, is the request's fault; any other (missing file, busy, damaged,
+    newer schema) is the environment's."""
     from runner.store.errors import NoSuchRun, RunNotRunning
+    from runner.store.transfer import TransferRefused
 
-    return ExitCode.BAD_INPUT if isinstance(exc, (NoSuchRun, RunNotRunning)) else ExitCode.ENVIRONMENT
+    return ExitCode.BAD_INPUT if isinstance(exc, (NoSuchRun, RunNotRunning, TransferRefused)) \
+        else ExitCode.ENVIRONMENT

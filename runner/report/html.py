@@ -77,10 +77,17 @@ def _is_number(value) -> bool:
     return isinstance(value, numbers.Number) and not isinstance(value, bool)
 
 
+def _is_blank(value) -> bool:
+    """An empty cell: "", None, NaN, NaT or pandas' NA (whose `== ""` cannot be asked)."""
+    import pandas as pd
+
+    return value == "" if isinstance(value, str) else pd.api.types.is_scalar(value) and bool(pd.isna(value))
+
+
 def table_html(frame, *, float_format: str = "{:.3f}") -> str:
     """A pandas DataFrame as an HTML table (values escaped): text left-aligned, numbers right-aligned
     in class `num` cells, so that their digits line up; a column of numbers has a `num` header too."""
-    numeric = [any(_is_number(v) for v in values) and all(_is_number(v) or v == "" for v in values)
+    numeric = [any(_is_number(v) for v in values) and all(_is_number(v) or _is_blank(v) for v in values)
                for values in (frame[c].tolist() for c in frame.columns)]
     head = "".join(f"<th class='num'>{html.escape(str(c))}</th>" if n else f"<th>{html.escape(str(c))}</th>"
                    for c, n in zip(frame.columns, numeric))
