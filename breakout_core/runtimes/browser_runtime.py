@@ -32,6 +32,7 @@ PAGE_TIMEOUT_MS = 120_000  # model load and a WebGPU pipeline compile on SwiftSh
 class BrowserRuntime(Runtime):
     name = "browser"
     artifact_types = ("onnx",)
+    CALL_TIMER = "performance.now() around session.run in the page"
     OPTIONS = {
         "provider": Option("wasm", ("wasm", "webgpu"), description="onnxruntime-web execution provider"),
         "num_threads": Option(None, value_type=int, minimum=1, description="WASM threads (ort.env.wasm.numThreads); "
@@ -68,8 +69,9 @@ class BrowserRuntime(Runtime):
             self._page.set_default_timeout(PAGE_TIMEOUT_MS)
             self._page.goto(self._server.url(PAGE))
             self._page.wait_for_function("window.breakoutRuntimeReady === true")
-            result = self._page.evaluate("([url, provider, threads]) => window.breakoutRuntime.load(url, provider, threads)",
-                                         [MODEL_ROUTE, self.requested["provider"], self.requested["num_threads"]])
+            result = self._page.evaluate(
+                "([url, provider, threads]) => window.breakoutRuntime.load(url, provider, threads)",
+                [MODEL_ROUTE, self.requested["provider"], self.requested["num_threads"]])
             if "info" not in result:
                 if result.get("unavailable"):
                     raise RuntimeUnavailable(self.name, f"{self.requested['provider']} in Chromium "
@@ -86,6 +88,14 @@ class BrowserRuntime(Runtime):
                                 [base64.b64encode(obs.tobytes()).decode("ascii"), obs.shape[0]])
         return np.asarray(q, dtype=np.float32).reshape(obs.shape[0], NUM_ACTIONS)
 
+    def timed_infer(self, obs: np.ndarray) -> tuple[np.ndarray, float]:
+        """Q-values, and session.run's time by the page's performance.now() (the transfer from
+        Python and the decoding excluded), as the page's own game loop would see it."""
+        obs = self.checked_obs(obs)
+        found = self._page.evaluate("([data, batch]) => window.breakoutRuntime.timedQValues(data, batch)",
+                                    [base64.b64encode(obs.tobytes()).decode("ascii"), obs.shape[0]])
+        return np.asarray(found["q"], dtype=np.float32).reshape(obs.shape[0], NUM_ACTIONS), found["ms"] / 1000.0
+
     def timed_runs(self, obs: np.ndarray, warmup: int, iterations: int):
         """In-page latency: session.run timed with performance.now(), its resolution recorded."""
         from breakout_core.latency import latency_result
@@ -95,7 +105,8 @@ class BrowserRuntime(Runtime):
         samples = self._page.evaluate(
             "([data, batch, warmup, iterations]) => window.breakoutRuntime.timedRuns(data, batch, warmup, iterations)",
             [base64.b64encode(np.ascontiguousarray(obs).tobytes()).decode("ascii"), obs.shape[0], warmup, iterations])
-        return latency_result(np.asarray(samples, dtype=np.float64), warmup=warmup, timer="performance.now() in the page",
+        return latency_result(np.asarray(samples, dtype=np.float64), warmup=warmup,
+                              timer="performance.now() in the page",
                               timer_resolution_s=float(self._page_info["timer_resolution_ms"]) / 1000.0)
 
     def _actual(self) -> dict[str, Any]:

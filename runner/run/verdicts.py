@@ -17,7 +17,8 @@ import operator
 
 from runner.spec.fields import VerdictSpec, parse_rule
 
-OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq, "!=": operator.ne}
+OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq,
+             "!=": operator.ne}
 
 
 def _other_bound(metric: str) -> str | None:
@@ -29,7 +30,13 @@ def _other_bound(metric: str) -> str | None:
 
 
 def decide(verdict: VerdictSpec, found: dict, unavailable_reason: str | None = None) -> tuple[str, str, dict]:
-    """(outcome, one-line reason, evidence) for one verdict given its metrics."""
+    """(outcome, one-line reason, evidence) for one verdict given its metrics; a kind's `note`
+    on how to read them (a software adapter's times) ends the reason, whatever the outcome."""
+    outcome, reason, evidence = _decide(verdict, found, unavailable_reason)
+    return outcome, f"{reason}; {found['note']}" if found.get("note") else reason, evidence
+
+
+def _decide(verdict: VerdictSpec, found: dict, unavailable_reason: str | None) -> tuple[str, str, dict]:
     evidence: dict = {"metrics": found, "rules": []}
     if unavailable_reason:
         return "unavailable", unavailable_reason, evidence
@@ -71,7 +78,8 @@ def evaluate_verdicts(store, run_id: str, spec) -> list[dict]:
         for verdict in spec.verdicts:
             m = by_name[verdict.measurement]
             found = KINDS[m.kind].metrics(con, run_id, m, verdict.candidate, verdict.baseline)
-            outcome, reason, evidence = decide(verdict, found, found.get("unavailable_reason"))  # set by a kind whose runtime could not run
+            # unavailable_reason: set by a kind whose runtime could not run
+            outcome, reason, evidence = decide(verdict, found, found.get("unavailable_reason"))
             evidence["label"] = verdict.labels.get(outcome)
             rows.append({
                 "run_id": run_id, "verdict": verdict.name, "measurement": m.name,
