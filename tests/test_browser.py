@@ -19,10 +19,10 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
+from runtime_artifacts import artifacts, one_torch_thread  # noqa: F401
 
 from breakout_core.parity import compare_q
 from breakout_core.runtimes import BrowserRuntime, RuntimeUnavailable, make_runtime, runtime_available
-from runtime_artifacts import artifacts, one_torch_thread  # noqa: F401
 
 REPO = Path(__file__).parents[1]
 
@@ -164,10 +164,12 @@ def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):  # noqa: F811
     status = {r[0]: json.loads(r[1]) for r in con.execute(
         "SELECT runtime, runtime_describe FROM runtime_status WHERE measurement = 'parity'").fetchall()}
     assert status["browser_webgpu"]["actual"]["adapter"]["software"] is True
-    series = con.execute("SELECT timer, timer_resolution_s FROM latency_series WHERE runtime = 'browser_wasm'").fetchone()
+    series = con.execute("SELECT timer, timer_resolution_s FROM latency_series "
+                         "WHERE runtime = 'browser_wasm'").fetchone()
     assert series[0] == "performance.now() in the page" and series[1] > 0
     assert con.execute("SELECT count(*) FROM latency_samples WHERE runtime = 'browser_wasm'").fetchone()[0] == 64
-    scores = con.execute("SELECT policy, count(*) FROM episodes WHERE measurement = 'scores' GROUP BY policy").fetchall()
+    scores = con.execute("SELECT policy, count(*) FROM episodes WHERE measurement = 'scores' "
+                         "GROUP BY policy").fetchall()
     assert dict(scores) == {"torch_fp32": 2, "browser_wasm": 2}
 
 
@@ -211,7 +213,8 @@ def test_both_providers_play_the_same_games_each_call_timed_in_the_page(artifact
     games = dict(con.execute("SELECT policy, count(*) FROM episodes GROUP BY policy").fetchall())
     assert games == {"ort_cpu": 2, "browser_wasm": 2, "browser_webgpu": 2}
     inference = {r[0]: r[1:] for r in con.execute(
-        "SELECT runtime, inference_calls, states_inferred, call_timer, software_adapter FROM episode_inference").fetchall()}
+        "SELECT runtime, inference_calls, states_inferred, call_timer, software_adapter "
+        "FROM episode_inference").fetchall()}
     calls = {r[0]: r[1:] for r in con.execute(
         "SELECT runtime, count(*), sum(states), min(ms) FROM episode_inference_calls GROUP BY runtime").fetchall()}
     for runtime, (n, states, timer, software) in inference.items():

@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 from breakout_core.stats import paired_bootstrap_ci, summarize
-from runner.spec.fields import VerdictSpec, parse_rule
 from runner.run.verdicts import decide
+from runner.spec.fields import VerdictSpec, parse_rule
 
 
 def verdict(**rules: str) -> VerdictSpec:
