@@ -172,6 +172,63 @@ def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):
     assert dict(scores) == {"torch_fp32": 2, "browser_wasm": 2}
 
 
+# a few short games (50 agent steps each) for both providers beside ONNX Runtime on the CPU
+PROVIDER_SPEC = """
+name: browser_provider_games
+contract: {name: breakout-v2, max_episode_frames: 200, other_contracts: deliberate}
+artifacts:
+  onnx_fp32: {path: ONNX}
+runtimes:
+  ort_cpu: {runtime: onnxruntime, provider: cpu, intra_op_threads: 1, artifact: onnx_fp32}
+  browser_wasm: {runtime: browser, provider: wasm, artifact: onnx_fp32}
+  browser_webgpu: {runtime: browser, provider: webgpu, artifact: onnx_fp32}
+measurements:
+  - kind: episodes
+    name: games
+    baseline: ort_cpu
+    runtimes: [ort_cpu, browser_wasm, browser_webgpu]
+    seeds: [0, 1]
+    batch_size: 2
+verdicts:
+  - {name: page_should_use_webgpu, measurement: games, candidate: browser_webgpu, baseline: browser_wasm,
+     deployment_worthy_when: {paired_score_diff_ci_low: ">= -1.0", candidate_game_call_p95_ms: "< 16.7",
+                              game_call_p95_ratio: "< 1.0"}}
+  - {name: wasm_in_a_frame, measurement: games, candidate: browser_wasm, baseline: ort_cpu,
+     deployment_worthy_when: {paired_score_diff_ci_low: ">= -1.0", candidate_game_call_p95_ms: "< 1000"}}
+"""
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_both_providers_play_the_same_games_each_call_timed_in_the_page(artifacts, tmp_path):  # noqa: F811
+    db = tmp_path / "games.duckdb"
+    spec = tmp_path / "games.yaml"
+    spec.write_text(PROVIDER_SPEC.replace("ONNX", str(artifacts.export.onnx_path)))
+    out = subprocess.run([sys.executable, "-m", "runner", "run", str(spec), "--db", str(db), "--no-report",
+                          "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    con = duckdb.connect(str(db), read_only=True)
+    games = dict(con.execute("SELECT policy, count(*) FROM episodes GROUP BY policy").fetchall())
+    assert games == {"ort_cpu": 2, "browser_wasm": 2, "browser_webgpu": 2}
+    inference = {r[0]: r[1:] for r in con.execute(
+        "SELECT runtime, inference_calls, states_inferred, call_timer, software_adapter "
+        "FROM episode_inference").fetchall()}
+    calls = {r[0]: r[1:] for r in con.execute(
+        "SELECT runtime, count(*), sum(states), min(ms) FROM episode_inference_calls GROUP BY runtime").fetchall()}
+    for runtime, (n, states, timer, software) in inference.items():
+        assert calls[runtime][:2] == (n, states) and calls[runtime][2] >= 0  # every call of the game loop, timed
+        assert timer == ("time.perf_counter() around infer() in Python" if runtime == "ort_cpu"
+                         else "performance.now() around session.run in the page")
+        assert software is (runtime == "browser_webgpu")  # Chromium's WebGPU here is SwiftShader
+    verdicts = {v: (o, r) for v, o, r in con.execute("SELECT verdict, outcome, reason FROM verdicts").fetchall()}
+    outcome, reason = verdicts["page_should_use_webgpu"]
+    assert outcome in ("deployment-worthy", "rejected") and "candidate_game_call_p95_ms" in reason
+    assert "browser_webgpu ran on webgpu software adapter (SwiftShader" in reason
+    outcome, reason = verdicts["wasm_in_a_frame"]
+    assert outcome == "deployment-worthy" and "SwiftShader" not in reason, reason
+
+
 # -- the play page ------------------------------------------------------------------------------
 
 @pytest.mark.browser

@@ -197,3 +197,11 @@ def test_full_rate_against_its_learner_bound_is_judged_over_repeats(tmp_path, fu
         assert reason.startswith("one timing per setting")
     elif outcome == "inconclusive":
         assert "straddles" in reason
+
+
+def test_a_note_on_how_to_read_the_numbers_ends_the_reason_whatever_the_outcome():
+    note = "browser_webgpu ran on webgpu software adapter (SwiftShader, runs on the CPU): its times are not a GPU's"
+    for value, outcome in ((20.0, "rejected"), (5.0, "deployment-worthy")):
+        found, reason, _ = decide(verdict(candidate_game_call_p95_ms="< 16.7"),
+                                  {"candidate_game_call_p95_ms": value, "note": note})
+        assert found == outcome and reason.startswith("candidate_game_call_p95_ms") and reason.endswith("; " + note)

@@ -128,6 +128,16 @@ export class PageModel {
     return Array.from(await this.run(decodeObs(base64, batch)));
   }
 
+  // Q-values and how long session.run took by the page's clock (performance.now(); the
+  // decoding of the states is outside it, as in timedRuns): one decision inside a game loop.
+  async timedQValues(base64, batch) {
+    const tensor = decodeObs(base64, batch);
+    const start = performance.now();
+    const q = await this.run(tensor);
+    const ms = performance.now() - start;
+    return { q: Array.from(q), ms };
+  }
+
   // Untimed warm-up calls, then `iterations` calls each timed with performance.now(); the
   // input tensor is made once, outside the timed region, so only session.run is timed.
   async timedRuns(base64, batch, warmup, iterations) {

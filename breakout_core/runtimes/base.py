@@ -12,6 +12,7 @@ available() and RuntimeUnavailable; it never falls back to another device or pre
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,7 @@ class Runtime(ABC):
     # files it loads: "checkpoint" (qnetwork.save_checkpoint), "onnx", "engine"
     artifact_types: ClassVar[tuple[str, ...]]
     OPTIONS: ClassVar[dict[str, Option]] = {}
+    CALL_TIMER: ClassVar[str] = "time.perf_counter() around infer() in Python"  # the clock of timed_infer()
 
     def __init__(self, **options: Any):
         self.requested = self.resolve_options(**options)
@@ -147,6 +149,11 @@ class Runtime(ABC):
 
     def infer(self, obs: np.ndarray) -> np.ndarray:
         """obs uint8 (B, 4, 84, 84) -> float32 (B, 4), always a new array the caller owns."""
+        return self._infer(self.checked_obs(obs))
+
+    def checked_obs(self, obs: np.ndarray) -> np.ndarray:
+        """`obs` as a contiguous batch of states, refused when the runtime is not loaded or the
+        array is not uint8 (B, 4, 84, 84) with B >= 1."""
         if not self._loaded:
             raise RuntimeError(f"runtime {self.name!r} is not loaded")
         if not isinstance(obs, np.ndarray) or obs.dtype != np.uint8 or obs.ndim != 4 or obs.shape[1:] != OBS_SHAPE:
@@ -154,7 +161,14 @@ class Runtime(ABC):
             raise ValueError(f"obs must be a uint8 array (B, 4, 84, 84), got {got}")
         if obs.shape[0] == 0:
             raise ValueError("obs must hold at least one state")
-        return self._infer(np.ascontiguousarray(obs))
+        return np.ascontiguousarray(obs)
+
+    def timed_infer(self, obs: np.ndarray) -> tuple[np.ndarray, float]:
+        """infer(obs) and how many seconds it took by `CALL_TIMER`'s clock: one decision
+        timed inside a game loop, where the runtime runs (a page times itself in the page)."""
+        started = time.perf_counter()
+        q = self.infer(obs)
+        return q, time.perf_counter() - started
 
     def timed_runs(self, obs: np.ndarray, warmup: int, iterations: int):
         """Latency of infer(obs): `warmup` untimed calls, then `iterations` timed ones

@@ -32,6 +32,7 @@ PAGE_TIMEOUT_MS = 120_000  # model load and a WebGPU pipeline compile on SwiftSh
 class BrowserRuntime(Runtime):
     name = "browser"
     artifact_types = ("onnx",)
+    CALL_TIMER = "performance.now() around session.run in the page"
     OPTIONS = {
         "provider": Option("wasm", ("wasm", "webgpu"), description="onnxruntime-web execution provider"),
         "num_threads": Option(None, value_type=int, minimum=1, description="WASM threads (ort.env.wasm.numThreads); "
@@ -93,6 +94,14 @@ class BrowserRuntime(Runtime):
         q = self._page.evaluate("([data, batch]) => window.breakoutRuntime.qValues(data, batch)",
                                 [base64.b64encode(obs.tobytes()).decode("ascii"), obs.shape[0]])
         return np.asarray(q, dtype=np.float32).reshape(obs.shape[0], NUM_ACTIONS)
+
+    def timed_infer(self, obs: np.ndarray) -> tuple[np.ndarray, float]:
+        """Q-values, and session.run's time by the page's performance.now() (the transfer from
+        Python and the decoding excluded), as the page's own game loop would see it."""
+        obs = self.checked_obs(obs)
+        found = self._page.evaluate("([data, batch]) => window.breakoutRuntime.timedQValues(data, batch)",
+                                    [base64.b64encode(obs.tobytes()).decode("ascii"), obs.shape[0]])
+        return np.asarray(found["q"], dtype=np.float32).reshape(obs.shape[0], NUM_ACTIONS), found["ms"] / 1000.0
 
     def timed_runs(self, obs: np.ndarray, warmup: int, iterations: int):
         """In-page latency: session.run timed with performance.now(), its resolution recorded."""

@@ -5,7 +5,11 @@ step for every deciding slot; here the policy is the runtime itself, so each vec
 one runtime.infer() of a (B, 4, 84, 84) batch. Rows land in the shared `episodes` table
 (runner.kinds.shared.episode_scores) with policy = the runtime's name, so its views (`episode_summary`,
 `episode_pairs`), its paired bootstrap metrics and its report serve unchanged.
-`episode_inference` records how many inference calls and states each runtime needed.
+`episode_inference` records how many inference calls and states each runtime needed, the
+clock that timed them and the device that ran them (a software WebGPU adapter flagged);
+`episode_inference_calls` holds each call's time inside the game loop, by the runtime's own
+clock (`Runtime.CALL_TIMER`: the page's performance.now() for the browser), whose P50 and P95
+a verdict may weigh (`candidate_game_call_p95_ms`: one decision within a 60 Hz frame?).
 
 A verdict here may also use parity and latency metrics (action_agreement,
 latency_p95_ratio, ...) of the parity / latency measurements this one names: Day 26's
@@ -95,10 +99,25 @@ MIGRATIONS = [
             episodes_per_minute DOUBLE NOT NULL
         );
         """,
-    )
+    ),
+    (
+        "0451_episode_inference_calls",
+        """
+        ALTER TABLE episode_inference ADD COLUMN call_timer VARCHAR;
+        ALTER TABLE episode_inference ADD COLUMN device VARCHAR;
+        ALTER TABLE episode_inference ADD COLUMN software_adapter BOOLEAN;
+        CREATE TABLE episode_inference_calls (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL, runtime VARCHAR NOT NULL,
+            call INTEGER NOT NULL, states INTEGER NOT NULL, ms DOUBLE NOT NULL
+        );
+        """,
+    ),
 ]
 
-METRIC_NAMES = episode_scores.METRIC_NAMES + PARITY_METRIC_NAMES + LATENCY_METRIC_NAMES + staged_games.METRIC_NAMES
+GAME_CALL_METRIC_NAMES = ("candidate_game_call_p50_ms", "candidate_game_call_p95_ms", "baseline_game_call_p95_ms",
+                          "game_call_p95_ratio")
+METRIC_NAMES = (episode_scores.METRIC_NAMES + GAME_CALL_METRIC_NAMES + PARITY_METRIC_NAMES + LATENCY_METRIC_NAMES
+                + staged_games.METRIC_NAMES)
 BOOTSTRAP_INTERVAL = ("paired_score_diff_ci_low", "paired_score_diff_ci_high")
 
 
@@ -129,9 +148,8 @@ def _play_runtime(m: EpisodesMeasurement, ctx: RunContext, name: str, seeds: lis
 
 def _play_games(m: EpisodesMeasurement, ctx: RunContext, name: str, runtime, seeds: list[int], driver, task) -> None:
     """One loaded runtime plays `seeds`, advancing the progress `task` a game at a time and
-    adding to its transitions; its games and its inference counts are stored."""
+    adding to its transitions; its games, its inference counts and each call's time are stored."""
     from breakout_core.evaluator import evaluate as play
-
     policy = RuntimePolicy(runtime, name)
     made = [next(t for t in ctx.progress.tasks if t.id == task).fields["transitions"]]
 
@@ -144,17 +162,55 @@ def _play_games(m: EpisodesMeasurement, ctx: RunContext, name: str, runtime, see
     result = play(policy, seeds, ctx.contract, on_step=on_step, on_episode=lambda _e: ctx.progress.advance(task),
                   driver=driver)
     wall = time.perf_counter() - started
+    with ctx.store.reader() as con:  # games in stages call this once a stage: calls are numbered on
+        first_call = con.execute("SELECT count(*) FROM episode_inference_calls WHERE run_id = ? AND measurement = ? "
+                                 "AND runtime = ?", [ctx.run_id, m.name, name]).fetchone()[0]
     ctx.store.append_rows("episodes", [episode_row(ctx, m.name, name, e) for e in result.episodes])
     ctx.store.append_rows("episode_inference", [{
         "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "episodes": len(seeds),
         "batch_size": driver.num_slots, "inference_calls": policy.calls, "states_inferred": policy.states,
-        "transitions": result.transitions, "wall_s": wall, "episodes_per_minute": 60 * len(seeds) / wall}])
+        "transitions": result.transitions, "wall_s": wall, "episodes_per_minute": 60 * len(seeds) / wall,
+        "call_timer": runtime.CALL_TIMER, **_device(runtime)}])
+    ctx.store.append_rows("episode_inference_calls", [
+        {"run_id": ctx.run_id, "measurement": m.name, "runtime": name, "call": first_call + i, "states": states,
+         "ms": 1000 * s}
+        for i, (states, s) in enumerate(zip(policy.call_states, policy.call_seconds))])
+
+
+def _device(runtime) -> dict:
+    """The device that ran, and whether it is a software adapter (WebGPU on SwiftShader)."""
+    actual = runtime.describe()["actual"] or {}
+    adapter = actual.get("adapter") or {}
+    return {"device": actual.get("device"), "software_adapter": bool(adapter.get("software"))}
+
+
+def _game_call_metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: str) -> dict:
+    """P50/P95 of each inference call inside the game loop, and a note when either side ran
+    on a software adapter, so its time is never read as a GPU's."""
+    rows = {runtime: (p50, p95) for runtime, p50, p95 in con.execute(
+        "SELECT runtime, quantile_cont(ms, 0.5), quantile_cont(ms, 0.95) FROM episode_inference_calls "
+        "WHERE run_id = ? AND measurement = ? AND runtime IN (?, ?) GROUP BY runtime",
+        [run_id, m.name, candidate, baseline]).fetchall()}
+    found: dict = {}
+    if candidate in rows:
+        found["candidate_game_call_p50_ms"], found["candidate_game_call_p95_ms"] = rows[candidate]
+    if baseline in rows:
+        found["baseline_game_call_p95_ms"] = rows[baseline][1]
+    if candidate in rows and baseline in rows and rows[baseline][1] > 0:
+        found["game_call_p95_ratio"] = rows[candidate][1] / rows[baseline][1]
+    software = list(con.execute(
+        "SELECT runtime, device FROM episode_inference WHERE run_id = ? AND measurement = ? AND software_adapter "
+        "AND runtime IN (?, ?) ORDER BY runtime", [run_id, m.name, candidate, baseline]).fetchall())
+    if software:
+        found["note"] = "; ".join(f"{r} ran on {d}: its times are not a GPU's" for r, d in software)
+    return found
 
 
 def metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: str) -> dict:
     found = score_metrics(con, run_id, m.name, m.bootstrap, candidate, baseline)
     if m.stages is not None:
         found.update(staged_metrics(con, run_id, m.name, candidate, baseline))
+    found.update(_game_call_metrics(con, run_id, m, candidate, baseline))
     if m.parity is not None:
         found.update(parity_pair_metrics(con, run_id, m.parity, candidate, baseline))
     if m.latency is not None:
@@ -163,19 +219,24 @@ def metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: 
 
 
 def report(con, run_id: str, m: EpisodesMeasurement) -> list[Section]:
-    from runner.report.html import table_html
+    from runner.report.html import blank_nulls, table_html
 
     sections = runtime_sections(con, run_id, m.name)
     if m.stages is not None:
         sections += looks_report(con, run_id, m.name, m.stages)
     sections += score_report(con, run_id, m.name, m.bootstrap, baseline=m.baseline_runtime,
                              bootstrap_intervals=m.stages is None)
-    inference = con.execute("SELECT runtime, episodes, batch_size, inference_calls, states_inferred, transitions, "
-                            "wall_s, episodes_per_minute FROM episode_inference WHERE run_id = ? AND measurement = ? "
-                            "ORDER BY runtime", [run_id, m.name]).df()
+    inference = con.execute(
+        "SELECT i.runtime, episodes, batch_size, inference_calls, states_inferred, transitions, wall_s, "
+        "episodes_per_minute, c.p50_ms AS call_p50_ms, c.p95_ms AS call_p95_ms, call_timer, device, software_adapter "
+        "FROM episode_inference i LEFT JOIN (SELECT runtime, quantile_cont(ms, 0.5) AS p50_ms, "
+        "quantile_cont(ms, 0.95) AS p95_ms FROM episode_inference_calls WHERE run_id = ? AND measurement = ? "
+        "GROUP BY runtime) c ON c.runtime = i.runtime WHERE run_id = ? AND measurement = ? ORDER BY i.runtime",
+        [run_id, m.name, run_id, m.name]).df()
     if not inference.empty:
-        sections.append(Section(f"{m.name}: inference per runtime (one call per vector step of {m.batch_size} games)",
-                                html=table_html(inference)))
+        sections.append(Section(f"{m.name}: inference per runtime (one call per vector step of {m.batch_size} games; "
+                                "each call timed inside the game loop by the runtime's clock)",
+                                html=table_html(blank_nulls(inference))))
     return sections
 
 

@@ -1,5 +1,10 @@
 """`evaluate`: policies play full games on fixed episode seeds; raw scores per episode, in
-the shared `episodes` table (runner.kinds.shared.episode_scores: its views, metrics and report)."""
+the shared `episodes` table (runner.kinds.shared.episode_scores: its views, metrics and report).
+
+Each checkpoint policy's file is recorded in `policy_files` with whether this measurement's
+seeds are held out from the seeds its training chose it on (runner.kinds.shared.selection_seeds):
+the report and every verdict's reason say so, and a verdict may require it
+(`candidate_held_out: "== 1"`; an unknown lineage is not held out)."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from runner.kinds.shared.episode_scores import (
     score_metrics,
     score_report,
 )
+from runner.kinds.shared.selection_seeds import HELD_OUT, describe, seed_ranges, selection_of
 from runner.report.section import Section
 from runner.run.context import RunContext
 from runner.spec.fields import MAX_SEED, Name, Seeds, StrictModel, seed_list
@@ -36,7 +42,19 @@ MIGRATIONS = [
         )
         """,
     ),
+    (
+        "0111_evaluate_selection_seeds",  # held out from the training's selection seeds or not; NULL before
+        """
+        ALTER TABLE policy_files ADD COLUMN selection VARCHAR;
+        ALTER TABLE policy_files ADD COLUMN selection_overlap INTEGER;
+        ALTER TABLE policy_files ADD COLUMN selection_seeds INTEGER;
+        ALTER TABLE policy_files ADD COLUMN selection_trainings JSON;
+        ALTER TABLE policy_files ADD COLUMN lineage VARCHAR;
+        """,
+    ),
 ]
+
+SELECTION_METRIC_NAMES = ("candidate_held_out", "candidate_selection_seed_overlap")
 
 
 class GifSpec(StrictModel):
@@ -94,10 +112,13 @@ def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, 
     from breakout_core.evaluator import evaluate, write_gif
 
     policy_spec = ctx.spec.policies[policy_name]
-    played_file = None if policy_spec.type == "random" else {
-        "run_id": ctx.run_id, "measurement": m.name, "policy": policy_name,
-        "path": str(Path(policy_spec.path).resolve()),
-        "sha256": file_sha256(policy_spec.path)}  # hashed before it is loaded: the bytes that play
+    played_file = None
+    if policy_spec.type != "random":
+        sha256 = file_sha256(policy_spec.path)  # hashed before it is loaded: the bytes that play
+        with ctx.store.reader() as con:
+            chosen = selection_of(con, policy_spec.path, sha256, seeds)
+        played_file = {"run_id": ctx.run_id, "measurement": m.name, "policy": policy_name,
+                       "path": str(Path(policy_spec.path).resolve()), "sha256": sha256, **chosen}
     policy = build_policy(policy_spec, policy_name)
     task = ctx.progress.add_task(f"{m.name} · {policy_name}", total=len(seeds), unit="episodes")
     made = [0]
@@ -128,12 +149,41 @@ def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, 
         ctx.store.append_rows("artifacts", [gif_row(ctx, m.name, path, policy_name, episode, len(result.frames))])
 
 
-def metrics(con, run_id: str, m: EvaluateMeasurement, candidate: str, baseline: str) -> dict[str, float]:
-    return score_metrics(con, run_id, m.name, m.bootstrap, candidate, baseline)
+def _selection_rows(con, run_id: str, measurement: str) -> list[tuple]:
+    """(policy, selection, overlap, seeds played) of each checkpoint policy; none before the columns."""
+    return con.execute(
+        "SELECT f.policy, f.selection, f.selection_overlap, count(DISTINCT e.seed) FROM policy_files f "
+        "JOIN episodes e ON e.run_id = f.run_id AND e.measurement = f.measurement AND e.policy = f.policy "
+        "WHERE f.run_id = ? AND f.measurement = ? AND f.selection IS NOT NULL GROUP BY ALL ORDER BY f.policy",
+        [run_id, measurement]).fetchall()
+
+
+def metrics(con, run_id: str, m: EvaluateMeasurement, candidate: str, baseline: str) -> dict:
+    found = score_metrics(con, run_id, m.name, m.bootstrap, candidate, baseline)
+    rows = {row[0]: row for row in _selection_rows(con, run_id, m.name)}
+    if candidate in rows:
+        found["candidate_held_out"] = 1.0 if rows[candidate][1] == HELD_OUT else 0.0  # unknown is not held out
+        if rows[candidate][2] is not None:
+            found["candidate_selection_seed_overlap"] = float(rows[candidate][2])
+    notes = [describe(*rows[p]) for p in (candidate, baseline) if p in rows]
+    if notes:
+        found["note"] = "; ".join(notes)
+    return found
 
 
 def report(con, run_id: str, m: EvaluateMeasurement) -> list[Section]:
-    return score_report(con, run_id, m.name, m.bootstrap, baseline=m.policies[0])
+    from runner.report.html import blank_nulls, table_html
+
+    sections = score_report(con, run_id, m.name, m.bootstrap, baseline=m.policies[0])
+    files = con.execute(
+        "SELECT policy, selection, selection_overlap, selection_seeds, selection_trainings, lineage, sha256 "
+        "FROM policy_files WHERE run_id = ? AND measurement = ? AND selection IS NOT NULL ORDER BY policy",
+        [run_id, m.name]).df()
+    if not files.empty:
+        sections.insert(1, Section(
+            f"{m.name}: held out, or played on the seeds it was chosen on (seeds {seed_ranges(seed_list(m.seeds))})",
+            html=table_html(blank_nulls(files))))
+    return sections
 
 
 # -- runner compare ---------------------------------------------------------------------------
@@ -176,7 +226,7 @@ KIND = Kind(
     views=[],
     execute=execute,
     participants=lambda m: list(m.policies),
-    metric_names=METRIC_NAMES,
+    metric_names=METRIC_NAMES + SELECTION_METRIC_NAMES,
     metrics=metrics,
     report=report,
     compare=compare_evaluate,

@@ -6,6 +6,11 @@ metadata; the wall time of the attempts that led to this checkpoint from their s
 (`train_attempts.started_at`) and the modification times of the checkpoint files they wrote; the
 evaluation table from `episode_summary` of the evaluation run, with its verdicts; the
 greedy-score curve from the checkpoints the training run scored as it wrote them.
+
+The headline is the held-out figure: the first evaluation whose seeds are held out from the
+seeds the training chose this checkpoint on (`policy_files.selection`), with the training's own
+score of it on those selection seeds beside it and the difference. A best checkpoint's score
+on the seeds that picked it is biased upward; the card never leads with it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 
 from breakout_core.files import write_whole
 from breakout_core.hashing import file_sha256
+from runner.kinds.shared.selection_seeds import describe, seed_ranges
 from runner.store.database import Store
 from runner.store.errors import NoSuchRun
 
@@ -135,6 +141,46 @@ def _greedy_curve(con, run_id: str, measurement: str, training: CardTraining, st
     ]
 
 
+def _mean_on(con, run_id: str, measurement: str, policy: str) -> tuple[float, int, str] | None:
+    """(mean score, episodes, seed ranges) of one policy's episodes in a run's measurement."""
+    row = con.execute("SELECT avg(score), count(*), list(seed) FROM episodes WHERE run_id = ? AND measurement = ? "
+                      "AND policy = ?", [run_id, measurement, policy]).fetchone()
+    return None if not row[1] else (row[0], row[1], seed_ranges(row[2]))
+
+
+def _headline(con, sha256: str, eval_runs: list[str], train_run: str, measurement: str, training: CardTraining,
+              transitions: int) -> list[str]:
+    """The held-out mean first (the first evaluation under the training's contract whose seeds are held
+    out), the selection-seed mean beside it, and their difference."""
+    labels = (training.trial, f"{training.trial},seed={training.training_seed}")
+    selection = next(filter(None, (_mean_on(con, train_run, measurement, f"{label}@{transitions}")
+                                   for label in labels)), None)
+    chosen = (f"the training's own score of this checkpoint on the seeds it was chosen on: **{selection[0]:.2f}** "
+              f"({selection[1]} games, seeds {selection[2]}, run `{train_run}`)") if selection else \
+        "the training's own score of this checkpoint on its selection seeds is not stored"
+    held = None
+    trained_under = _run(con, train_run, "contract_hash")[0]
+    for run in (r for r in eval_runs if _run(con, r, "contract_hash")[0] == trained_under):  # same game, same rules
+        row = con.execute("SELECT measurement, policy FROM policy_files WHERE run_id = ? AND sha256 = ? "
+                          "AND selection = 'held_out' ORDER BY measurement, policy LIMIT 1", [run, sha256]).fetchone()
+        if row:
+            held = (run, *row, _mean_on(con, run, *row), _run(con, run, "spec_name")[0])
+            break
+    lines = ["## Headline"]
+    if held is None:
+        lines.append(f"No held-out figure: no evaluation below under the training's contract is held out from the "
+                     f"seeds the training chose this checkpoint on. Beside it, {chosen}.")
+    else:
+        run, m, policy, (mean, games, seeds), spec = held
+        lines.append(f"**Held-out mean score: {mean:.2f}** ({games} games, seeds {seeds}: `{spec}` run `{run}`, "
+                     f"none of them a seed the training chose this checkpoint on). Beside it, {chosen}.")
+        if selection:
+            lines.append(f"Difference, held-out minus selection seeds: **{mean - selection[0]:+.2f}**. The best of "
+                         "several checkpoints scored on the same seeds is biased upward there; the held-out "
+                         "figure is the one to expect.")
+    return lines + [""]
+
+
 def _evaluation_section(con, eval_run: str) -> list[str]:
     spec_name, spec_path, commit, started, contract_hash, contract = _run(
         con, eval_run, "spec_name, spec_path, git_commit, started_at, contract_hash, contract")
@@ -144,6 +190,10 @@ def _evaluation_section(con, eval_run: str) -> list[str]:
         raise ValueError(f"run {eval_run} has no evaluation episodes")
     verdicts = con.execute("SELECT verdict, outcome, reason FROM verdicts WHERE run_id = ? ORDER BY verdict",
                            [eval_run]).fetchall()
+    seeds = con.execute(
+        "SELECT f.policy, f.selection, f.selection_overlap, count(DISTINCT e.seed) FROM policy_files f "
+        "JOIN episodes e USING (run_id, measurement, policy) WHERE f.run_id = ? AND f.selection IS NOT NULL "
+        "GROUP BY ALL ORDER BY ALL", [eval_run]).fetchall()
     played = json.loads(contract or "{}")
     serving = " plus a forced serve after each lost life" if played.get("serve_after_life_loss") else ""
     table = ["| measurement | policy | " + " | ".join(SUMMARY_COLUMNS) + " |",
@@ -156,6 +206,8 @@ def _evaluation_section(con, eval_run: str) -> list[str]:
         "",
         *table,
         "",
+        *[f"Seeds: {describe(*row)}." for row in seeds],
+        *([""] if seeds else []),
         "Verdicts:",
         *[f"- `{v}`: **{o}** — {r}" for v, o, r in verdicts],
         "",
@@ -175,6 +227,7 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         walls = _training_wall_s(con, train_run, measurement, training, transitions)
         wall_s = walls.get(transitions)
         evaluations = [line for run in eval_runs for line in _evaluation_section(con, run)]
+        headline = _headline(con, file_sha256(checkpoint), eval_runs, train_run, measurement, training, transitions)
         episodes = con.execute(f"SELECT count(*), max(transition) FROM train_episodes_valid WHERE {training.where()} "
                                "AND transition <= ?", [*training.args(train_run, measurement), transitions]).fetchone()
         started_from = con.execute(f"SELECT from_transition, resumed_from, resumed_from_sha256 FROM train_attempts "
@@ -192,6 +245,7 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         "",
         "Written by `runner model-card` from the results database; regenerate it rather than edit it.",
         "",
+        *headline,
         "## What it is",
         f"- File: `{checkpoint.name}`, sha256 `{file_sha256(checkpoint)}`",
         f"- Architecture: {meta.get('architecture')}; contract `{meta['contract']['name']}` "

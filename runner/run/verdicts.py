@@ -34,7 +34,13 @@ def _other_bound(metric: str) -> str | None:
 
 
 def decide(verdict: VerdictSpec, found: dict, unavailable_reason: str | None = None) -> tuple[str, str, dict]:
-    """(outcome, one-line reason, evidence) for one verdict given its metrics."""
+    """(outcome, one-line reason, evidence) for one verdict given its metrics; a kind's `note`
+    on how to read them (a software adapter's times) ends the reason, whatever the outcome."""
+    outcome, reason, evidence = _decide(verdict, found, unavailable_reason)
+    return outcome, f"{reason}; {found['note']}" if found.get("note") else reason, evidence
+
+
+def _decide(verdict: VerdictSpec, found: dict, unavailable_reason: str | None) -> tuple[str, str, dict]:
     evidence: dict = {"metrics": found, "rules": []}
     if unavailable_reason:
         return "unavailable", unavailable_reason, evidence

@@ -78,17 +78,26 @@ def greedy(q: np.ndarray) -> np.ndarray:
 
 
 class RuntimePolicy:
-    """A greedy (epsilon 0) policy whose Q-values come from a runtime: one infer() per act()."""
+    """A greedy (epsilon 0) policy whose Q-values come from a runtime: one timed_infer() per
+    act(), each call's batch size and time (by the runtime's CALL_TIMER) kept in order."""
 
     def __init__(self, runtime, name: str):
         self.runtime = runtime
         self.name = name
         self.epsilon = 0.0
-        self.calls = 0
-        self.states = 0
+        self.call_states: list[int] = []
+        self.call_seconds: list[float] = []
+
+    @property
+    def calls(self) -> int:
+        return len(self.call_states)
+
+    @property
+    def states(self) -> int:
+        return sum(self.call_states)
 
     def act(self, obs: np.ndarray, rngs) -> np.ndarray:
-        q = self.runtime.infer(obs)
-        self.calls += 1
-        self.states += len(obs)
+        q, seconds = self.runtime.timed_infer(obs)
+        self.call_states.append(len(obs))
+        self.call_seconds.append(seconds)
         return greedy(q)
