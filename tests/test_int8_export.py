@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 
 import duckdb
-import onnx
 import pytest
-from onnx import TensorProto, helper
+from tiny_onnx import no_float_ops_model
 
 from breakout_core.hashing import file_sha256
 from breakout_core.quantize import cpu_isa, quantize_int8
@@ -83,19 +82,6 @@ def _line(text: str, fragment: str) -> int:
     return lines[0]
 
 
-def _no_float_ops(path: Path) -> Path:
-    nodes = [helper.make_node("Cast", ["obs"], ["f"], to=TensorProto.FLOAT, name="cast"),
-             helper.make_node("Div", ["f", "k"], ["x"], name="div"),
-             helper.make_node("ReduceMean", ["x"], ["m"], keepdims=0, name="mean")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("obs", TensorProto.UINT8, ["b", 4, 84, 84])],
-                              [helper.make_tensor_value_info("m", TensorProto.FLOAT, [])],
-                              [helper.make_tensor("k", TensorProto.FLOAT, [], [255.0])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 9
-    onnx.save_model(model, path)
-    return path
-
-
 # (line of GOOD replaced, its replacement, the fragment that marks the line named, the message)
 BAD = [
     ("        calibration: {episode_seeds: [100, 101], max_steps_per_episode: 60}",
@@ -133,7 +119,7 @@ BAD = [
 @pytest.mark.parametrize("old,new,marker,message", BAD, ids=[case[3][:40] for case in BAD])
 def test_each_bad_int8_declaration_is_one_line_at_its_field(tmp_path, old, new, marker, message):
     assert GOOD.count(old) == 1
-    nothing = _no_float_ops(tmp_path / "no_float_ops.onnx")
+    nothing = no_float_ops_model(tmp_path / "no_float_ops.onnx")
     text = GOOD.replace(old, new).replace("runtimes:\n", f"  nothing: {{path: {nothing}}}\nruntimes:\n")
     path = _spec(tmp_path, text)
     with pytest.raises(SpecError) as caught:

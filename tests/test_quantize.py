@@ -10,8 +10,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-from tiny_onnx import tiny_model, tiny_states
+from onnx import TensorProto, numpy_helper
+from tiny_onnx import no_float_ops_model, tiny_model, tiny_states
 
 from breakout_core.fixed_states import load_fixed_states
 from breakout_core.hashing import file_sha256
@@ -177,15 +177,7 @@ def test_an_unknown_excluded_node_is_named_with_valid_ones(tmp_path, fixed_state
 
 
 def test_a_model_with_no_float_op_to_quantize_is_refused(tmp_path):
-    nodes = [helper.make_node("Cast", ["obs"], ["f"], to=TensorProto.FLOAT, name="cast"),
-             helper.make_node("Div", ["f", "k"], ["x"], name="div"),
-             helper.make_node("ReduceMean", ["x"], ["m"], keepdims=0, name="mean")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("obs", TensorProto.UINT8, ["b", 4, 84, 84])],
-                              [helper.make_tensor_value_info("m", TensorProto.FLOAT, [])],
-                              [helper.make_tensor("k", TensorProto.FLOAT, [], [255.0])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 9
-    onnx.save_model(model, tmp_path / "no_float_ops.onnx")
+    no_float_ops_model(tmp_path / "no_float_ops.onnx")
     states = np.zeros((16, 4, 84, 84), np.uint8)
     for method, calibration in (("static", states), ("dynamic", None)):
         with pytest.raises(NothingToQuantize, match="no float op that onnxruntime quantizes was quantized "

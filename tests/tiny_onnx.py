@@ -80,3 +80,18 @@ def tiny_states(n: int, seed: int = 1) -> np.ndarray:
             r, c = rng.integers(0, 9, size=2)
             s[:, r:r + 3, c:c + 3] = rng.integers(120, 256)
     return states
+
+
+def no_float_ops_model(path: Path) -> Path:
+    """A model whose only ops are the input's Cast, its scaling and a ReduceMean: nothing a quantizer
+    of onnxruntime quantizes."""
+    nodes = [helper.make_node("Cast", ["obs"], ["f"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Div", ["f", "k"], ["x"], name="div"),
+             helper.make_node("ReduceMean", ["x"], ["m"], keepdims=0, name="mean")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("obs", TensorProto.UINT8, ["b", 4, 84, 84])],
+                              [helper.make_tensor_value_info("m", TensorProto.FLOAT, [])],
+                              [helper.make_tensor("k", TensorProto.FLOAT, [], [255.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.save_model(model, path)
+    return path
