@@ -159,7 +159,7 @@ def execute(m: ExportMeasurement, ctx: RunContext) -> None:
                          "checks": json.dumps(fp16_checks), "verify_max_abs_dq": result.fp16_verify_max_abs_diff})
     provenance = []
     if m.int8:
-        int8_rows, provenance = _export_int8(m, ctx, checkpoint, deliberate)
+        int8_rows, provenance = _export_int8(m, ctx, checkpoint)
         rows += int8_rows
     columns = sorted({key for row in rows for key in row})  # Arrow takes its columns from the first row
     ctx.store.append_rows("export_files", [{key: row.get(key) for key in columns} for row in rows])
@@ -169,7 +169,7 @@ def execute(m: ExportMeasurement, ctx: RunContext) -> None:
                                          "bytes": r["bytes"]} for r in rows])
 
 
-def _export_int8(m: ExportMeasurement, ctx: RunContext, checkpoint: str, deliberate: bool) -> tuple[list, list]:
+def _export_int8(m: ExportMeasurement, ctx: RunContext, checkpoint: str) -> tuple[list, list]:
     """Each INT8 variant quantized from its FP32 source: its export_files rows and int8_files rows.
     Variants with the same calibration settings share one capture."""
     import onnx
@@ -185,7 +185,7 @@ def _export_int8(m: ExportMeasurement, ctx: RunContext, checkpoint: str, deliber
         if variant.method == "static":
             key = int8_files.capture_key(variant)
             if key not in captured:
-                captured[key] = int8_files.calibration_states(ctx, checkpoint, variant, deliberate)
+                captured[key] = capture_states(ctx, checkpoint, variant.states, variant.calibration)
             states = captured[key]
         source = variant.source or m.onnx
         made, columns = int8_files.quantize(f"measurements[{m.name}].int8[{j}]", variant, artifacts[source].path,

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
-from runner.spec.fields import Name, Seeds, StrictModel, seed_list
+from runner.kinds.shared.calibration import CalibrationCapture
+from runner.spec.fields import Name, StrictModel, seed_list
 from runner.spec.yaml_source import PlacedError, raise_placed
 from runner.store import schema
 
@@ -36,18 +37,6 @@ if TYPE_CHECKING:
     from breakout_core.quantize import Int8Artifact
 
 STATIC_ONLY = ("calibrate_method", "calibration_states", "calibration")
-
-
-class CalibrationCapture(StrictModel):
-    """Where calibration states come from: the checkpoint's own games, captured as fixed states are."""
-
-    episode_seeds: Seeds = Field(description="one game per seed; disjoint from the fixed states' and every "
-                                             "evaluation seed of the spec")
-    epsilon: float = Field(default=0.05, ge=0.0, le=1.0, description="a little exploration so play does not loop")
-    policy_seed: int = Field(default=0, ge=0)
-    batch_size: int = Field(default=6, ge=1, le=64, description="games played side by side")
-    max_steps_per_episode: int | None = Field(default=None, ge=1, description="agent steps; None: full games")
-    candidates_per_episode: int = Field(default=256, ge=2)
 
 
 class Int8Export(StrictModel):
@@ -160,18 +149,6 @@ def _graph_problems(variant: Int8Export, path: Path) -> list[tuple[tuple, str]]:
 def capture_key(variant: Int8Export) -> str:
     """Variants with the same capture settings and number of states share their calibration states."""
     return json.dumps([variant.states, variant.calibration.model_dump(mode="json")], sort_keys=True)
-
-
-def calibration_states(ctx, checkpoint: str, variant: Int8Export, deliberate: bool):
-    """The variant's calibration states, from the checkpoint's own games under the spec's contract."""
-    from breakout_core.fixed_states import capture_from_checkpoint
-
-    c = variant.calibration
-    return capture_from_checkpoint(
-        checkpoint, n_states=variant.states, episode_seeds=seed_list(c.episode_seeds), epsilon=c.epsilon,
-        contract=ctx.contract, other_contract_deliberate=deliberate, policy_seed=c.policy_seed,
-        batch_size=c.batch_size, max_steps_per_episode=c.max_steps_per_episode,
-        candidates_per_episode=c.candidates_per_episode)
 
 
 def quantize(where: str, variant: Int8Export, source_path: str, out_path: str, states) -> tuple[Int8Artifact, dict]:
