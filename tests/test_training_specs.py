@@ -203,7 +203,13 @@ def test_killed_training_resumes_to_the_same_total(tmp_path, write_spec):
     finally:
         if proc.poll() is None:
             proc.kill()
-    # a checkpoint is scored as it lands, before the trainer goes on: the killed run scored its first
+    # a checkpoint is scored as it lands, before the trainer goes on: the killed run scored its first.
+    # Its rows are stored, or spooled beside the database when this test's polling held it; the next
+    # command that writes appends the spool, as a user's next command does.
+    from runner.store.database import Store
+
+    with Store(db).writer():
+        pass
     with duckdb.connect(str(db), read_only=True) as con:
         assert "base@500" in {row[0] for row in con.execute("SELECT policy FROM episodes").fetchall()}
         assert con.execute("SELECT count(*) FROM train_results").fetchone()[0] == 0
@@ -223,8 +229,6 @@ def test_killed_training_resumes_to_the_same_total(tmp_path, write_spec):
     con.close()
 
     # killed while evaluating checkpoints: --resume evaluates only what is missing
-    from runner.store.database import Store
-
     with Store(db).writer() as writer:
         writer.execute("DELETE FROM episodes WHERE policy = 'base@1000'")
         writer.execute("UPDATE runs SET status = 'interrupted' WHERE run_id = ?", [run_id])
