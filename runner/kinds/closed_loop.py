@@ -196,6 +196,9 @@ KIND = Kind(
     report=report,
     references=ClosedLoopMeasurement.references,
     compare=compare_closed_loop,
-    episode_seeds=lambda m: [(("seed",), [m.seed])],  # the first game; later ones follow it
+    # the one seeded game: a game that ends before K steps is followed by an unseeded continuation
+    # (`driver.start(slot, None)`: the slot's emulator and no-op generator go on), which is no
+    # episode seed's game, so `seed` is every seed the loop plays
+    episode_seeds=lambda m: [(("seed",), [m.seed])],
     not_settings=frozenset({"runtimes", "baseline"}),
 )

@@ -81,10 +81,15 @@ class Kind:
     references: Callable[[Any], References] = no_references  # runtimes, artifacts, measurements it names
     outputs: Callable[[Any], list[str]] = no_outputs  # artifacts it writes
     metric_problem: Callable[[Any, str], str | None] = no_metric_problem  # why a verdict may not use a metric here
-    episode_seeds: Callable[[Any], SeedLists] = no_seeds  # the episode seeds it plays or captures states from
-    held_out_seeds: Callable[[Any], SeedLists] = no_seeds  # seeds no measurement of the spec may play (calibration)
-    # problems only the whole spec shows (the backends of the runtimes it names, seeds other
-    # measurements play, node names in a file): (location in the measurement, message) each;
+    # the one way a kind takes part in the held-out check: `episode_seeds`, every seeded game it
+    # plays or captures states from (each field that names seeds, wherever it lies in the
+    # model); `held_out_seeds`, seeds no game of the spec may be (calibration games). An
+    # overlap, or a held-out seed some fixed-states file was captured from, is refused at the
+    # held-out field (its list entry)
+    episode_seeds: Callable[[Any], SeedLists] = no_seeds
+    held_out_seeds: Callable[[Any], SeedLists] = no_seeds
+    # problems only the whole spec shows (the backends of the runtimes it names, node names
+    # in a file): (location in the measurement, message) each;
     # `context` is the validation's (check_files: False means files are not read)
     spec_problems: Callable[[Any, Any, dict], Problems] = no_spec_problems
     # why `runner run --resume` may not go on with what the run stored for it (asked of every

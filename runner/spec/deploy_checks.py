@@ -12,8 +12,10 @@ artifacts and measurements a measurement names), `outputs` (the artifacts it wri
 `metric_problem` (why a verdict may not use a metric there), `episode_seeds` and
 `held_out_seeds` (the games it plays, and those no measurement may play: a held-out seed
 that the spec plays anywhere, or that the fixed states it reads were captured from, is a
-problem) and `spec_problems` (what only the whole spec shows: the backends of the runtimes it
-names, seeds other measurements play, its own checks against the spec and its files).
+problem; these hooks are the one way a kind takes part in that check, so every kind that
+plays a seeded game declares it in `episode_seeds`) and `spec_problems` (what only the whole
+spec shows: the backends of the runtimes it names, its own checks against the spec and its
+files).
 """
 
 from __future__ import annotations
@@ -112,7 +114,9 @@ def _reference_problems(spec, kinds, outputs) -> list[tuple[tuple, str]]:
 
 
 def _held_out_problems(spec, kinds, check_files: bool) -> list[tuple[tuple, str]]:
-    """Held-out seeds (calibration games) that the spec plays, or that fixed states it reads came from."""
+    """Held-out seeds (calibration games) that the spec plays, or that fixed states it reads came
+    from: one line per held-out field and game that overlap, at the list entry of the first
+    seed in common (at the field where the seeds are a range)."""
     played = [(f"measurement {m.name!r} ({'.'.join(map(str, loc))}) plays", set(seeds))
               for kind, m in zip(kinds, spec.measurements) for loc, seeds in kind.episode_seeds(m)]
     if check_files:
@@ -123,13 +127,22 @@ def _held_out_problems(spec, kinds, check_files: bool) -> list[tuple[tuple, str]
     problems: list[tuple[tuple, str]] = []
     for i, (kind, m) in enumerate(zip(kinds, spec.measurements)):
         for loc, seeds in kind.held_out_seeds(m):
+            declared = _value_at(m, loc)
             for who, other in played:
                 if common := sorted(set(seeds) & other):
                     more = f", ... ({len(common)} in all)" if len(common) > 5 else ""
                     shown = ", ".join(map(str, common[:5])) + more
-                    problems.append((("measurements", i, *loc), f"held-out seeds must be disjoint from every game the "
-                                                                f"spec plays: {who} {shown}"))
+                    entry = (declared.index(common[0]),) if isinstance(declared, list) else ()
+                    problems.append((("measurements", i, *loc, *entry), "held-out seeds must be disjoint from every "
+                                                                        f"game the spec plays: {who} {shown}"))
     return problems
+
+
+def _value_at(model, loc: tuple):
+    """The value a measurement declares at `loc` (field names and list indices)."""
+    for key in loc:
+        model = model[key] if isinstance(key, int) else getattr(model, key)
+    return model
 
 
 def _captured_seeds(path: Path) -> set[int]:

@@ -46,6 +46,7 @@ KIND = Kind(
     needs_baseline=False,
     comparison_metrics=COMPARISON_METRICS + RAW_COMPARISONS,
     metric_problem=TrainMeasurement.metric_problem,
+    episode_seeds=TrainMeasurement.episode_seeds,
     resume_problem=trainings_not_made,
     compare=compare_train,
     not_settings=frozenset({"sweep", "seeds", "score_seeds", "score_batch", "evaluate_checkpoints", "gif",

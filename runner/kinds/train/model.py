@@ -10,7 +10,7 @@ from breakout_core.train_config import MAX_TRAINING_SEED
 from runner.kinds.shared.training_settings import TrainSettings, training_sweep_trials, trial_lengths, where_swept
 from runner.kinds.train.metric_names import COMPARED, EPISODE_DIFFERENCES, SCORE_METRICS
 from runner.kinds.train.trainings import Training
-from runner.spec.fields import MAX_SEED, Name, Seeds, StrictModel, checks_files, spec_relative
+from runner.spec.fields import MAX_SEED, Name, Seeds, StrictModel, checks_files, seed_list, spec_relative
 from runner.spec.sweeps import expand_sweep
 from runner.spec.yaml_source import PlacedError, raise_placed
 
@@ -118,6 +118,17 @@ class TrainMeasurement(TrainSettings):
 
     def training_config(self, training: Training):
         return self.settings_for({**training.overrides, "seed": training.training_seed}).to_config()
+
+    def episode_seeds(self) -> list[tuple[tuple, list[int]]]:
+        """The seeded games its checkpoints play: the final ones' scores, every checkpoint's
+        evaluation, the GIFs. (Training's own games start from seeds drawn from the training
+        seed, breakout_core.trainer.slot_seed, and no verdict judges them.)"""
+        played = [(("score_seeds",), seed_list(self.score_seeds))] if self.score_seeds is not None else []
+        if self.evaluate_checkpoints is not None:
+            played.append((("evaluate_checkpoints", "seeds"), seed_list(self.evaluate_checkpoints.seeds)))
+        if self.gif is not None:
+            played.append((("gif", "seed"), [self.gif.seed]))
+        return played
 
     def metric_problem(self, metric: str) -> str | None:
         if metric in COMPARED:
