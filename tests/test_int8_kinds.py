@@ -235,6 +235,23 @@ REPAIR_BODY = """    source: onnx_fp32
 """
 
 
+DISJOINT = ": held-out seeds must be disjoint from every game the spec plays: "
+# a repair's calibration seeds, another measurement of the spec (none but `games`), and the problem: each
+# game the spec plays, or took its fixed states from, that a calibration seed also is
+OVERLAPS = [
+    ("[9000, 501]", "", f"[1]{DISJOINT}measurement 'games' (seeds) plays 501"),
+    ("{start: 3, count: 2}", "", f"{DISJOINT}the fixed states artifacts.fixed_states "
+                                 f"({SHIPPED / 'fixed_states_60.npz'}) were captured from 3, 4"),
+    ("[9000, 9001]", "  - {kind: train, name: tr, total_transitions: 1000, score_seeds: [9001, 9002]}\n",
+     f"[1]{DISJOINT}measurement 'tr' (score_seeds) plays 9001"),
+    ("[9000, 9001]", "  - {kind: train, name: tr, total_transitions: 1000,\n"
+                     "     evaluate_checkpoints: {seeds: {start: 8990, count: 20}}}\n",
+     f"[0]{DISJOINT}measurement 'tr' (evaluate_checkpoints.seeds) plays 9000, 9001"),
+    ("[9000, 9001]", "  - {kind: closed_loop, name: loop, runtimes: [ort_fp32], seed: 9001}\n",
+     f"[1]{DISJOINT}measurement 'loop' (seed) plays 9001"),
+]
+
+
 @pytest.mark.parametrize("kind,body,at,message", [
     ("localisation", "    fixed_states: fixed_states\n    runtimes: [ort_fp32, torch_fp32]\n", "torch_fp32]",
      "measurements[1].runtimes[1]: runtime 'torch_fp32' (torch) cannot expose its intermediate tensors"),
@@ -244,13 +261,8 @@ REPAIR_BODY = """    source: onnx_fp32
      "measurements[1].calibration.n_states: an empty calibration set: minmax calibration needs at least 16 states"),
     ("repair", REPAIR_BODY.format(n_states=8, seeds="[9000]", keep="[]"), "n_states",
      "measurements[1].calibration.n_states: 8 states: minmax calibration needs at least 16 states"),
-    ("repair", REPAIR_BODY.format(n_states=64, seeds="[9000, 501]", keep="[]"), "episode_seeds",
-     "measurements[1].calibration.capture.episode_seeds[1]: calibration seed 501 is also played by measurement "
-     "games (seeds)"),
-    ("repair", REPAIR_BODY.format(n_states=64, seeds="{start: 3, count: 2}", keep="[]"), "episode_seeds",
-     "measurements[1].calibration.capture.episode_seeds: calibration seed 3 is also played by the fixed states "
-     "artifacts.fixed_states"),
-])
+] + [("repair", REPAIR_BODY.format(n_states=64, seeds=seeds, keep="[]") + other, "episode_seeds",
+        "measurements[1].calibration.capture.episode_seeds" + message) for seeds, other, message in OVERLAPS])
 def test_bad_inputs_are_one_line_each_naming_file_and_line(tmp_path, kind, body, at, message):
     text = BAD.format(shipped=SHIPPED, kind=kind, body=body, out=OUT if kind == "repair" else "")
     path = tmp_path / "spec.yaml"
@@ -263,14 +275,16 @@ def test_bad_inputs_are_one_line_each_naming_file_and_line(tmp_path, kind, body,
 
 
 @pytest.mark.slow
-def test_a_bad_input_exits_2_with_one_line_and_stores_nothing(tmp_path):
-    body = REPAIR_BODY.format(n_states=64, seeds="[9000, 501]", keep="[]")
-    (tmp_path / "spec.yaml").write_text(BAD.format(shipped=SHIPPED, kind="repair", body=body, out=OUT),
-                                        encoding="utf-8")
+@pytest.mark.parametrize("seeds,other,message", OVERLAPS, ids=["episodes", "fixed_states", "score_seeds",
+                                                               "evaluate_checkpoints", "closed_loop"])
+def test_a_calibration_seed_the_spec_plays_exits_2_with_one_line_and_stores_nothing(tmp_path, seeds, other,
+                                                                                    message):
+    body = REPAIR_BODY.format(n_states=64, seeds=seeds, keep="[]") + other
+    text = BAD.format(shipped=SHIPPED, kind="repair", body=body, out=OUT)
+    (tmp_path / "spec.yaml").write_text(text, encoding="utf-8")
     done = _runner("run", "spec.yaml", "--db", "x.duckdb", cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    line = next(n for n, content in enumerate(text.splitlines(), 1) if "episode_seeds" in content)
     assert done.stderr.strip().splitlines() == [
-        "error: spec.yaml:25: measurements[1].calibration.capture.episode_seeds[1]: calibration seed 501 is also "
-        "played by measurement games (seeds); calibration games must be disjoint from the fixed states' seeds and "
-        "every evaluation seed"]
+        f"error: spec.yaml:{line}: measurements[1].calibration.capture.episode_seeds{message}"]
     assert not (tmp_path / "x.duckdb").exists()

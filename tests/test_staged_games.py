@@ -181,8 +181,8 @@ measurements:
     path = write_spec(text)
     with pytest.raises(SpecError) as caught:
         load_spec(path)
-    assert any(p.startswith(f"{path}:19: ") and "calibration seed 3950 is also played by measurement games (seeds)" in p
-               for p in caught.value.problems), caught.value.problems
+    assert any(p.startswith(f"{path}:19: ") and "the spec plays: measurement 'games' (seeds) plays 3950, 3951, 3952, "
+               "3953" in p for p in caught.value.problems), caught.value.problems
 
 
 def _kill_at(requests: list[dict]) -> list[dict]:
