@@ -81,12 +81,13 @@ class RepairMeasurement(StrictModel):
 
     @model_serializer(mode="wrap")
     def _settings(self, handler) -> dict:
-        """Leave out `precision` where it is the default, int8: the settings a run stores then read
-        as those of runs stored before the field existed, so `runner compare` and `--resume` take
-        an INT8 repair run by this runner and one by an earlier runner as the same settings."""
+        """The settings a run stores. INT8 leaves out `precision`, the default: they then read as
+        those of runs stored before the field existed, so `runner compare` and `--resume` take an
+        INT8 repair run by this runner and one by an earlier runner as the same settings. FP16
+        leaves out the INT8 settings it has no use for, so what it stores validates again."""
         data = handler(self)
-        if self.precision == "int8":
-            data.pop("precision")
+        for key in ("precision",) if self.precision == "int8" else INT8_ONLY:
+            data.pop(key)
         return data
 
     def outputs(self) -> list[str]:
