@@ -246,6 +246,19 @@ def test_an_fp16_repair_keeps_the_fragile_layer_in_float32_and_stores_its_precis
     assert "FP16, step 1, keeping 1 node(s) in float (fc_b)" in page and "no calibration" in page
 
 
+def test_repair_settings_leave_out_what_the_precision_does_not_use():
+    from runner.kinds.repair import RepairMeasurement
+
+    common = {"kind": "repair", "name": "r", "source": "a", "check_states": "s", "output": "o"}
+    int8 = RepairMeasurement.model_validate({**common, "checkpoint": "c",
+                                             "calibration": {"capture": {"episode_seeds": [9000]}}})
+    assert "precision" not in int8.model_dump(mode="json")  # the settings INT8 runs stored before the field
+    fp16 = RepairMeasurement.model_validate({**common, "precision": "fp16"})
+    stored = fp16.model_dump(mode="json")
+    assert stored["precision"] == "fp16" and not set(stored) & {"checkpoint", "calibration", "per_channel"}
+    assert RepairMeasurement.model_validate(stored) == fp16
+
+
 BAD = """
 name: bad
 contract: {{name: breakout-v3}}
