@@ -9,9 +9,8 @@ batch axis, and returns `q_values` float32 (B, 4): the uint8 -> float cast and t
 scaling are inside the graph, so every runtime is fed the same bytes.
 
 The FP16 variant comes from onnxconverter-common's float16 converter with
-keep_io_types=True, so its I/O stays uint8 in and float32 out. The converter does not
-rewrite an existing Cast's target type, so the input Cast (uint8 -> float32) is kept in
-its block list: it stays float32 and the converter inserts float32 -> float16 after it.
+keep_io_types=True, so its I/O stays uint8 in and float32 out (`breakout_core/fp16.py`,
+which also keeps chosen nodes in float32 for the repair search).
 
 Each check is run, and named in ExportResult.checks; one that fails raises ExportError.
 """
@@ -213,22 +212,19 @@ def convert_to_fp16(onnx_path: str | Path, fp16_path: str | Path) -> tuple[OnnxA
     """FP16 copy of an FP32 model (onnxconverter-common, keep_io_types=True); returns its checks."""
     import onnx
 
+    from breakout_core.fp16 import converter_description, to_float16
+
     try:
-        from onnxconverter_common import __version__ as occ_version
-        from onnxconverter_common import float16
+        # nothing kept in float32: nothing for the post-pass of to_float16 to correct
+        model16, _ = to_float16(onnx.load(onnx_path))
+        converter = converter_description()
     except ImportError as exc:
         raise ExportError(f"FP16 conversion needs onnxconverter-common ({exc}); "
                           "pip install onnxconverter-common") from None
-    model = onnx.load(onnx_path)
-    input_casts = [n.name for n in model.graph.node if n.op_type == "Cast" and INPUT_NAME in n.input]
-    with warnings.catch_warnings():
-        # "float32 number ... will be truncated": expected for tiny weights
-        warnings.simplefilter("ignore", UserWarning)
-        model16 = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=input_casts)
     checks = _check_model(model16, "fp16")
     checks += save_checked(model16, fp16_path, {
         "precision": "fp16",
-        "fp16_converter": f"onnxconverter-common {occ_version} float16.convert_float_to_float16(keep_io_types=True)",
+        "fp16_converter": converter,
     })
     fp16_path = Path(fp16_path)
     checks = ["fp16: " + c for c in checks]

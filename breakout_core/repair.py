@@ -1,13 +1,18 @@
-"""Repair search: the fewest nodes to keep in float so an INT8 model is close enough to FP32.
+"""Repair search: the fewest nodes to keep in float so an INT8 or FP16 model is close enough to FP32.
 
-The nodes the full INT8 model quantizes are ranked by the effect of quantizing each one
-alone (every other node kept in float): the mean |dQ| that this alone causes on the check
-states, worst first (0 for a node that is not quantized at all on its own, such as a Reshape
-that runs quantized only between quantized neighbours). Then the search quantizes with the
-k worst kept in float, k = 0, 1, 2, ..., measures each candidate on the check states (states
-disjoint from the calibration states, so a candidate is not judged on the data that set its
-ranges) and stops at the first that meets the target, or when the nodes left would no longer
-be quantized. Ranking once, by each node's own effect, costs one quantization per node;
+One search for both precisions; a converter makes each candidate file: `Int8Converter`
+(onnxruntime's static quantizer, `nodes_to_exclude`, breakout_core.quantize) or
+`Fp16Converter` (onnxconverter-common's float16 converter, `node_block_list`, with the
+post-pass that keeps a blocked node's weights and graph output float32, breakout_core.fp16).
+The nodes the full conversion converts (INT8: quantizes; FP16: makes write float16) are
+ranked by the effect of converting each one alone (every other node kept in float): the
+mean |dQ| that this alone causes on the check states, worst first (0 for a node that is not
+quantized at all on its own, such as a Reshape that runs quantized only between quantized
+neighbours). Then the search converts with the k worst kept in float, k = 0, 1, 2, ...,
+measures each candidate on the check states (for INT8, states disjoint from the calibration
+states, so a candidate is not judged on the data that set its ranges; FP16 has no
+calibration) and stops at the first that meets the target, or when the nodes left would no
+longer be converted. Ranking once, by each node's own effect, costs one conversion per node;
 re-ranking after each step would cost that at every step.
 
 Each step records its greedy-action agreement and max |dQ| with FP32 on the check states
@@ -17,8 +22,8 @@ drift on a shared machine falls on both alike. Every figure is of what ONNX Runt
 with its default (all) graph optimisations, as the onnxruntime runtime loads a model: a Conv
 or Gemm kept in float between quantized neighbours gets int8 weights from ONNX Runtime
 itself when the session is made, and the step records which (`excluded_quantized_at_load`);
-the search then goes on to the next node. The CPU's INT8 instruction sets are recorded
-with the figures (`quantize.cpu_isa`).
+the search then goes on to the next node (an FP16 node kept in float32 has nothing of the
+kind). The CPU's INT8 instruction sets are recorded with the figures (`quantize.cpu_isa`).
 """
 
 from __future__ import annotations
@@ -28,20 +33,65 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
+from breakout_core.fp16 import convert_fp16
 from breakout_core.latency import MIN_TIMED_CALLS, latency_result
 from breakout_core.parity import ParityResult, compare_q
-from breakout_core.quantize import Int8Artifact, NothingToQuantize, cpu_isa, quantize_int8
+from breakout_core.quantize import NothingToQuantize, cpu_isa, quantize_int8
 
 
-class Quantizer(Protocol):
-    """Writes an INT8 model of `fp32_path` at `out_path` with the named nodes kept in float."""
+@dataclass(frozen=True)
+class Candidate:
+    """A converted file the search measures."""
 
-    def __call__(self, fp32_path: Path, out_path: Path, *, calibration: np.ndarray,
-                 nodes_to_exclude: Sequence[str]) -> Int8Artifact: ...
+    path: Path
+    sha256: str
+    nodes_converted: tuple[str, ...]  # FP32 node names that run converted: INT8 quantized, FP16 writing float16
+    excluded_quantized_at_load: tuple[str, ...]  # INT8: kept-in-float nodes onnxruntime quantizes anyway; FP16: ()
+
+
+class Converter(Protocol):
+    """Writes a converted model of `fp32_path` at `out_path` with the named nodes kept in float."""
+
+    precision: str  # "int8" or "fp16"
+    calibration: np.ndarray | None  # the states the conversion is fitted on (INT8); None where none (FP16)
+
+    def __call__(self, fp32_path: Path, out_path: Path, nodes_to_exclude: Sequence[str]) -> Candidate: ...
+
+
+@dataclass(frozen=True, eq=False)
+class Int8Converter:
+    """Static QDQ INT8 (quantize.quantize_int8) calibrated on `calibration`; `keep_float` always in float."""
+
+    calibration: np.ndarray
+    calibrate_method: str = "minmax"
+    per_channel: bool = True
+    keep_float: tuple[str, ...] = ()
+    precision: ClassVar[str] = "int8"
+
+    def __call__(self, fp32_path: Path, out_path: Path, nodes_to_exclude: Sequence[str]) -> Candidate:
+        artifact = quantize_int8(fp32_path, out_path, calibration=self.calibration,
+                                 calibrate_method=self.calibrate_method, per_channel=self.per_channel,
+                                 nodes_to_exclude=[*self.keep_float, *nodes_to_exclude])
+        return Candidate(artifact.path, artifact.sha256, artifact.nodes_quantized,
+                         artifact.excluded_quantized_at_load)
+
+
+@dataclass(frozen=True)
+class Fp16Converter:
+    """FP16 (fp16.convert_fp16), the nodes kept in float32 with the FP32 file's weights;
+    `keep_float` always in float32."""
+
+    keep_float: tuple[str, ...] = ()
+    precision: ClassVar[str] = "fp16"
+    calibration: ClassVar[None] = None
+
+    def __call__(self, fp32_path: Path, out_path: Path, nodes_to_exclude: Sequence[str]) -> Candidate:
+        artifact = convert_fp16(fp32_path, out_path, keep_float=[*self.keep_float, *nodes_to_exclude])
+        return Candidate(artifact.path, artifact.sha256, artifact.nodes_converted, ())
 
 
 @dataclass(frozen=True)
@@ -49,7 +99,7 @@ class RepairTarget:
     """When a candidate is close enough: every bound that is set must hold on the check states."""
 
     min_agreement: float | None = 1.0  # fraction of check states whose greedy action is FP32's
-    max_abs_dq: float | None = None  # largest |Q_int8 - Q_fp32| over every state and action
+    max_abs_dq: float | None = None  # largest |Q_converted - Q_fp32| over every state and action
 
     def __post_init__(self) -> None:
         if self.min_agreement is None and self.max_abs_dq is None:
@@ -75,11 +125,11 @@ class RepairTarget:
 
 @dataclass(frozen=True)
 class RepairStep:
-    excluded: tuple[str, ...]  # nodes kept in float
+    excluded: tuple[str, ...]  # nodes kept in float by the search (a converter's own keep-list not counted)
     path: Path
     sha256: str
-    nodes_quantized: tuple[str, ...]
-    excluded_quantized_at_load: tuple[str, ...]  # kept-in-float nodes onnxruntime quantizes anyway (see quantize)
+    nodes_converted: tuple[str, ...]  # see Candidate
+    excluded_quantized_at_load: tuple[str, ...]  # INT8: kept-in-float nodes onnxruntime quantizes anyway (quantize)
     agreement: float  # greedy-action agreement with FP32 on the check states
     max_abs_dq: float
     mean_abs_dq: float
@@ -95,32 +145,32 @@ class RepairStep:
 
 @dataclass(frozen=True)
 class RepairResult:
+    precision: str  # the converter's: "int8" or "fp16"
     steps: tuple[RepairStep, ...]  # k = 0, 1, ... nodes kept in float
     order: tuple[tuple[str, float], ...]  # (node, mean |dQ| when quantized alone), worst first
     target: RepairTarget
     chosen: RepairStep | None  # the first step that meets the target; None when none did
     cpu: dict[str, bool | str | None]
-    check_states: int  # those used: a check state equal to a calibration state is left out
+    check_states: int  # those used: a check state equal to a calibration state (INT8) is left out
     check_states_dropped: int
 
 
 def repair_search(
     fp32_path: str | Path,
-    calibration: np.ndarray,
     check_states: np.ndarray,
     out_dir: str | Path,
     *,
-    quantize: Quantizer = quantize_int8,
+    convert: Converter,
     target: RepairTarget = RepairTarget(),
     latency_runs: int = 300,
 ) -> RepairResult:
-    """Find the fewest nodes to keep in float so the INT8 model meets `target` on `check_states`.
+    """Find the fewest nodes to keep in float so the converted model meets `target` on `check_states`.
 
-    `quantize` makes each candidate (default: static QDQ, minmax; e.g. pass
-    `functools.partial(quantize_int8, calibrate_method="entropy")`). A check state equal to a
-    calibration state (the same picture occurs in different games, e.g. before a serve) is
-    left out and counted. Step files are written
-    to `out_dir` as step_<k>.onnx; `latency_runs` timed calls per model and step (>= 64).
+    `convert` makes each candidate (e.g. `Int8Converter(calibration, calibrate_method="entropy")`
+    or `Fp16Converter()`). A check state equal to one of the converter's calibration states (the
+    same picture occurs in different games, e.g. before a serve) is left out and counted. Step
+    files are written to `out_dir` as step_<k>.onnx; `latency_runs` timed calls per model and
+    step (>= 64).
     """
     fp32_path, out_dir = Path(fp32_path), Path(out_dir)
     check_states = np.ascontiguousarray(check_states)
@@ -128,7 +178,8 @@ def repair_search(
         raise ValueError("repair needs check states; none were given")
     if latency_runs < MIN_TIMED_CALLS:
         raise ValueError(f"latency_runs must be >= {MIN_TIMED_CALLS}, got {latency_runs}")
-    calibrated = {s.tobytes() for s in np.ascontiguousarray(calibration)}
+    fitted = () if convert.calibration is None else np.ascontiguousarray(convert.calibration)
+    calibrated = {s.tobytes() for s in fitted}
     fresh = np.array([s.tobytes() not in calibrated for s in check_states], dtype=bool)
     check_states = check_states[fresh]
     if len(check_states) == 0:
@@ -136,15 +187,14 @@ def repair_search(
     out_dir.mkdir(parents=True, exist_ok=True)
     baseline = q_values(fp32_path, check_states)
 
-    full = quantize(fp32_path, out_dir / "step_0.onnx", calibration=calibration, nodes_to_exclude=[])
-    candidates = full.nodes_quantized
+    full = convert(fp32_path, out_dir / "step_0.onnx", [])
+    candidates = full.nodes_converted
     scores = []
     with tempfile.TemporaryDirectory(prefix="repair-") as folder:
         for k, node in enumerate(candidates):
             others = [n for n in candidates if n != node]
             try:
-                alone = quantize(fp32_path, Path(folder) / f"alone_{k}.onnx", calibration=calibration,
-                                 nodes_to_exclude=others)
+                alone = convert(fp32_path, Path(folder) / f"alone_{k}.onnx", others)
             except NothingToQuantize:  # e.g. a Reshape: quantized only between quantized neighbours
                 scores.append((node, 0.0))
                 continue
@@ -153,11 +203,10 @@ def repair_search(
 
     steps = []
     chosen = None
-    for k in range(len(order)):  # keeping every node in float would leave nothing quantized
+    for k in range(len(order)):  # keeping every node in float would leave nothing converted
         excluded = [node for node, _ in order[:k]]
         try:
-            artifact = full if k == 0 else quantize(fp32_path, out_dir / f"step_{k}.onnx", calibration=calibration,
-                                                    nodes_to_exclude=excluded)
+            artifact = full if k == 0 else convert(fp32_path, out_dir / f"step_{k}.onnx", excluded)
         except NothingToQuantize:  # what is left (a Reshape) is quantized only beside a quantized neighbour
             break
         parity = compare_q(baseline, q_values(artifact.path, check_states))
@@ -166,7 +215,7 @@ def repair_search(
             excluded=tuple(excluded),
             path=artifact.path,
             sha256=artifact.sha256,
-            nodes_quantized=artifact.nodes_quantized,
+            nodes_converted=artifact.nodes_converted,
             excluded_quantized_at_load=artifact.excluded_quantized_at_load,
             agreement=parity.action_agreement_fraction,
             max_abs_dq=parity.max_abs_diff,
@@ -179,8 +228,8 @@ def repair_search(
         if step.passes:
             chosen = step
             break
-    return RepairResult(steps=tuple(steps), order=order, target=target, chosen=chosen, cpu=cpu_isa(),
-                        check_states=len(check_states), check_states_dropped=int((~fresh).sum()))
+    return RepairResult(precision=convert.precision, steps=tuple(steps), order=order, target=target, chosen=chosen,
+                        cpu=cpu_isa(), check_states=len(check_states), check_states_dropped=int((~fresh).sum()))
 
 
 def q_values(path: str | Path, states: np.ndarray) -> np.ndarray:

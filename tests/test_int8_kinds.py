@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
-from tiny_onnx import tiny_model, tiny_states, tiny_weights
+from tiny_onnx import fp16_fragile_weights, tiny_model, tiny_states, tiny_weights
 
 from breakout_core.contract import CONTRACTS
 from breakout_core.fixed_states import FixedStates, save_fixed_states
@@ -204,6 +204,61 @@ def test_repair_finds_the_fragile_layer_and_writes_the_chosen_file(tmp_path):
     assert metadata["breakout.int8_nodes_excluded"] == "node_linear,node_linear_1"
 
 
+FP16_REPAIR_SPEC = """
+name: fp16_repair
+artifacts:
+  fragile: {path: fragile.onnx}
+  states: {path: states.npz}
+  repaired: {path: out/repaired.onnx, made_by: fp16_repair, precision: fp16}
+measurements:
+  - kind: repair
+    name: repair
+    precision: fp16
+    source: fragile
+    check_states: states
+    output: repaired
+    latency_runs: 64
+"""
+
+
+@pytest.mark.slow
+def test_an_fp16_repair_keeps_the_fragile_layer_in_float32_and_stores_its_precision(tmp_path):
+    tiny_model(tmp_path / "fragile.onnx", fp16_fragile_weights())
+    _tiny_states_file(tmp_path / "states.npz", 40)
+    (tmp_path / "spec.yaml").write_text(FP16_REPAIR_SPEC, encoding="utf-8")
+    done = _runner("run", "spec.yaml", "--db", "x.duckdb", "--runs-dir", "runs", "--report", "--reports", "reports",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    with duckdb.connect(str(tmp_path / "x.duckdb"), read_only=True) as con:
+        order = con.execute("SELECT calibrate_method, node FROM repair_order ORDER BY rank").fetchall()
+        steps = con.execute("SELECT calibrate_method, kept_float, nodes_quantized, passes, chosen FROM repair_steps "
+                            "ORDER BY step").fetchall()
+        result = con.execute("SELECT precision, calibrate_method, calibration_states, calibration_seeds, "
+                             "calibration_sha256, step, met_target, path FROM repair_results").fetchone()
+        label = con.execute("SELECT label FROM artifacts").fetchone()[0]
+    assert order[0] == (None, "fc_b")
+    assert [s[1] for s in steps] == ["[]", '["fc_b"]'] and [s[3:] for s in steps] == [(False, False), (True, True)]
+    assert steps[0][0] is None and "fc_b" in steps[0][2] and "fc_b" not in steps[1][2]
+    assert result[:7] == ("fp16", None, None, None, None, 1, True) and label == "repaired (onnx, fp16)"
+    weights = {t.name: t.data_type for t in onnx.load(result[7]).graph.initializer}
+    assert weights["wd"] == onnx.TensorProto.FLOAT and weights["wc"] == onnx.TensorProto.FLOAT16
+    page = next((tmp_path / "reports").glob("fp16_repair-*.html")).read_text(encoding="utf-8")
+    assert "FP16, step 1, keeping 1 node(s) in float (fc_b)" in page and "no calibration" in page
+
+
+def test_repair_settings_leave_out_what_the_precision_does_not_use():
+    from runner.kinds.repair import RepairMeasurement
+
+    common = {"kind": "repair", "name": "r", "source": "a", "check_states": "s", "output": "o"}
+    int8 = RepairMeasurement.model_validate({**common, "checkpoint": "c",
+                                             "calibration": {"capture": {"episode_seeds": [9000]}}})
+    assert "precision" not in int8.model_dump(mode="json")  # the settings INT8 runs stored before the field
+    fp16 = RepairMeasurement.model_validate({**common, "precision": "fp16"})
+    stored = fp16.model_dump(mode="json")
+    assert stored["precision"] == "fp16" and not set(stored) & {"checkpoint", "calibration", "per_channel"}
+    assert RepairMeasurement.model_validate(stored) == fp16
+
+
 BAD = """
 name: bad
 contract: {{name: breakout-v3}}
@@ -250,6 +305,7 @@ OVERLAPS = [
     ("[9000, 9001]", "  - {kind: closed_loop, name: loop, runtimes: [ort_fp32], seed: 9001}\n",
      f"[1]{DISJOINT}measurement 'loop' (seed) plays 9001"),
 ]
+FP16_BODY = "    source: onnx_fp32\n    check_states: fixed_states\n    output: out\n"
 
 
 @pytest.mark.parametrize("kind,body,at,message", [
@@ -261,6 +317,14 @@ OVERLAPS = [
      "measurements[1].calibration.n_states: an empty calibration set: minmax calibration needs at least 16 states"),
     ("repair", REPAIR_BODY.format(n_states=8, seeds="[9000]", keep="[]"), "n_states",
      "measurements[1].calibration.n_states: 8 states: minmax calibration needs at least 16 states"),
+    ("repair", "    precision: fp16\n" + FP16_BODY + "    calibration:\n      capture: {episode_seeds: [9000]}\n",
+     "calibration:", "measurements[1].calibration: int8 only: an fp16 repair captures no calibration games and "
+     "quantizes nothing, so no calibration here"),
+    ("repair", "    checkpoint: checkpoint\n" + FP16_BODY, "kind: repair",
+     "measurements[1]: an int8 repair needs calibration: `calibration: {capture: {episode_seeds: ...}}`, seeds no "
+     "other part of the spec plays"),
+    ("repair", "    precision: fp16\n" + FP16_BODY, "output: out",
+     "measurements[1].output: artifacts.out is written as FP16: declare it with precision: fp16"),
 ] + [("repair", REPAIR_BODY.format(n_states=64, seeds=seeds, keep="[]") + other, "episode_seeds",
         "measurements[1].calibration.capture.episode_seeds" + message) for seeds, other, message in OVERLAPS])
 def test_bad_inputs_are_one_line_each_naming_file_and_line(tmp_path, kind, body, at, message):

@@ -3,15 +3,13 @@ recorded with its agreement, max |dQ| and interleaved latency, and the target is
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
 import pytest
 from tiny_onnx import fragile_weights, tiny_model, tiny_states
 
-from breakout_core.quantize import quantize_int8
-from breakout_core.repair import RepairTarget, interleaved_p50_ms, q_values, repair_search
+from breakout_core.repair import Int8Converter, RepairTarget, interleaved_p50_ms, q_values, repair_search
 
 
 @pytest.fixture(scope="module")
@@ -21,15 +19,16 @@ def fragile(tmp_path_factory) -> Path:
 
 def test_the_fragile_layer_is_found_first_and_kept_in_float(tmp_path, fragile):
     calibration, check = tiny_states(64, seed=1), tiny_states(100, seed=2)
-    result = repair_search(fragile, calibration, check, tmp_path / "steps", target=RepairTarget(min_agreement=0.95),
-                           latency_runs=64)
+    result = repair_search(fragile, check, tmp_path / "steps", convert=Int8Converter(calibration),
+                           target=RepairTarget(min_agreement=0.95), latency_runs=64)
     assert result.order[0][0] == "fc_b"
     assert result.order[0][1] > 10 * max(score for _, score in result.order[1:])
     first, last = result.steps[0], result.steps[-1]
     assert first.excluded == () and not first.passes and first.agreement < 0.95
     assert result.chosen is last and last.passes and last.excluded == ("fc_b",) and len(result.steps) == 2
     assert last.agreement >= 0.95 and last.max_abs_dq < first.max_abs_dq
-    assert "fc_b" not in last.nodes_quantized and last.excluded_quantized_at_load == ()
+    assert "fc_b" not in last.nodes_converted and last.excluded_quantized_at_load == ()
+    assert result.precision == "int8"
     for step in result.steps:
         assert step.path.exists() and step.path.parent == tmp_path / "steps"
         assert step.p50_ms > 0 and step.fp32_p50_ms > 0 and step.latency_ratio == step.p50_ms / step.fp32_p50_ms
@@ -39,10 +38,9 @@ def test_the_fragile_layer_is_found_first_and_kept_in_float(tmp_path, fragile):
 
 
 def test_a_max_dq_target_and_another_calibration_method(tmp_path, fragile):
-    percentile = functools.partial(quantize_int8, calibrate_method="percentile")
-    result = repair_search(fragile, tiny_states(64, seed=1), tiny_states(60, seed=2), tmp_path,
-                           quantize=percentile, target=RepairTarget(min_agreement=None, max_abs_dq=1e-9),
-                           latency_runs=64)
+    percentile = Int8Converter(tiny_states(64, seed=1), calibrate_method="percentile")
+    result = repair_search(fragile, tiny_states(60, seed=2), tmp_path, convert=percentile,
+                           target=RepairTarget(min_agreement=None, max_abs_dq=1e-9), latency_runs=64)
     # nothing INT8 is that close: the list runs out, every step is kept and none is chosen
     assert result.chosen is None and not any(step.passes for step in result.steps)
     assert result.order[-1] == ("flatten", 0.0)  # a Reshape alone is not quantized at all
@@ -55,11 +53,11 @@ def test_a_max_dq_target_and_another_calibration_method(tmp_path, fragile):
 def test_check_states_seen_in_calibration_are_left_out(tmp_path, fragile):
     calibration, check = tiny_states(64, seed=1), tiny_states(40, seed=2)
     check[:5] = calibration[:5]
-    result = repair_search(fragile, calibration, check, tmp_path, target=RepairTarget(min_agreement=0.5),
-                           latency_runs=64)
+    result = repair_search(fragile, check, tmp_path, convert=Int8Converter(calibration),
+                           target=RepairTarget(min_agreement=0.5), latency_runs=64)
     assert result.check_states == 35 and result.check_states_dropped == 5
     with pytest.raises(ValueError, match="every check state is also a calibration state"):
-        repair_search(fragile, calibration, calibration[:10], tmp_path, latency_runs=64)
+        repair_search(fragile, calibration[:10], tmp_path, convert=Int8Converter(calibration), latency_runs=64)
 
 
 def test_targets_and_latency_runs_are_checked(tmp_path, fragile):
@@ -68,7 +66,8 @@ def test_targets_and_latency_runs_are_checked(tmp_path, fragile):
     with pytest.raises(ValueError, match=r"min_agreement must be in \[0, 1\]"):
         RepairTarget(min_agreement=95)
     with pytest.raises(ValueError, match="latency_runs must be >= 64"):
-        repair_search(fragile, tiny_states(16), tiny_states(4, seed=9), tmp_path, latency_runs=10)
+        repair_search(fragile, tiny_states(4, seed=9), tmp_path, convert=Int8Converter(tiny_states(16)),
+                      latency_runs=10)
 
 
 def test_batch_one_outputs_and_interleaved_latency(fragile):

@@ -1,4 +1,4 @@
-"""A small Q-network in ONNX (built with onnx.helper) for the quantization, localisation and
+"""A small Q-network in ONNX (built with onnx.helper) for the quantization, FP16, localisation and
 repair tests: the shipped model's shape of graph, uint8 input (B, 4, 12, 12) cast to float and
 divided by 255, two convolutions and two fully connected layers, four Q-values out."""
 
@@ -14,6 +14,7 @@ INPUT_SHAPE = (4, 12, 12)
 # node name -> (its weight initializer, the tensor it writes)
 LAYERS = {"conv_a": ("wa", "ca"), "conv_b": ("wb", "cb"), "fc_a": ("wc", "fa"), "fc_b": ("wd", "q")}
 GIANT = 1000.0
+FP16_GIANT = 3000.0  # float16 values between 2048 and 4096 are 2 apart
 
 
 def tiny_weights(seed: int = 0) -> dict[str, np.ndarray]:
@@ -68,6 +69,18 @@ def fragile_weights(seed: int = 0) -> dict[str, np.ndarray]:
     w["wc"][15] = 0.0
     w["bc"][15] = -1.0
     w["wd"][:, 15] = GIANT
+    return w
+
+
+def fp16_fragile_weights(seed: int = 0) -> dict[str, np.ndarray]:
+    """fc_b made fragile for FP16: unit 15 of fc_a is constant (zero weights, bias 1, so 1 after
+    the Relu, exact in float16 too) and fc_b reads it with weights FP16_GIANT + 0, 0.3, 0.6 and
+    0.9, one per action. In float32 they add those steps to the Q-values; in float16 all four
+    round to FP16_GIANT and the steps are lost, which flips the closer decisions."""
+    w = tiny_weights(seed)
+    w["wc"][15] = 0.0
+    w["bc"][15] = 1.0
+    w["wd"][:, 15] = FP16_GIANT + np.array([0.0, 0.3, 0.6, 0.9], np.float32)
     return w
 
 

@@ -1,14 +1,18 @@
-"""`repair`: the fewest nodes to keep in float (and the calibration method) that bring an INT8
-model close enough to FP32 on a cheap proxy, and that file written as an artifact.
+"""`repair`: the fewest nodes to keep in float (and, for INT8, the calibration method) that
+bring an INT8 or FP16 model close enough to FP32 on a cheap proxy, and that file written as
+an artifact.
 
-The calibration states come from the checkpoint's own games under the spec's contract, on
-seeds the spec declares, disjoint from the fixed states' seeds and every episode seed the
-spec plays (runner.kinds.shared.calibration). For each calibration method,
-breakout_core.repair.repair_search ranks the nodes the full INT8 model quantizes by the
-effect of quantizing each alone (mean |dQ| on the check states), then re-quantizes with the
-k worst kept in float (onnxruntime's `nodes_to_exclude`), k = 0, 1, ..., until a step meets
-the target: greedy-action agreement and/or max |dQ| against FP32 on the check states, which
-no calibration state equals. Every step is stored with its agreement, |dQ| and batch-1 P50
+`precision: int8` (the default): the calibration states come from the checkpoint's own games
+under the spec's contract, on seeds the spec declares, disjoint from the fixed states' seeds
+and every episode seed the spec plays (its `held_out_seeds`, checked in runner.spec.deploy_checks).
+For each calibration method, breakout_core.repair.repair_search ranks the nodes the full INT8 model quantizes by
+the effect of quantizing each alone (mean |dQ| on the check states), then re-quantizes with
+the k worst kept in float (onnxruntime's `nodes_to_exclude`), k = 0, 1, ..., until a step
+meets the target: greedy-action agreement and/or max |dQ| against FP32 on the check states,
+which no calibration state equals. `precision: fp16`: the same search over the nodes the
+float16 converter converts, kept in float32 through onnxconverter-common's `node_block_list`
+with their FP32 weights (breakout_core.fp16); no calibration, no checkpoint. The stored rows
+of an FP16 search have no calibration method (NULL). Every step is stored with its agreement, |dQ| and batch-1 P50
 timed in turns with FP32's (ONNX Runtime CPU, one thread). The chosen step (fewest nodes in
 float, then the fastest) is copied to the output artifact; where none meets the target,
 the closest step is written and the report says so. Whether its games keep their scores is
@@ -21,13 +25,14 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
 from runner.kinds.kind import Kind
 from runner.kinds.shared.calibration import CalibrationSpec
 from runner.report.section import Section
 from runner.run.context import RunContext
 from runner.spec.fields import Name, StrictModel, seed_list
+from runner.spec.yaml_source import PlacedError, raise_placed
 
 
 class TargetSpec(StrictModel):
@@ -42,37 +47,69 @@ class TargetSpec(StrictModel):
         return self
 
 
+INT8_ONLY = ("checkpoint", "calibration", "per_channel")  # what an FP16 search has no use for
+
+
 class RepairMeasurement(StrictModel):
     kind: Literal["repair"]
     name: Name
-    source: Name = Field(description="artifact: the FP32 ONNX file to quantize")
-    checkpoint: Name = Field(description="artifact: the checkpoint whose games give the calibration states")
+    precision: Literal["int8", "fp16"] = Field(default="int8", description="what the source is converted to: "
+                                               "int8 (onnxruntime's static quantizer) or fp16 (onnxconverter-common)")
+    source: Name = Field(description="artifact: the FP32 ONNX file to convert")
+    checkpoint: Name | None = Field(default=None, description="int8 only (required there): artifact, the checkpoint "
+                                    "whose games give the calibration states")
     check_states: Name = Field(description="artifact: fixed states the proxy is measured on")
-    output: Name = Field(description="artifact written: the chosen INT8 file (made_by: this spec, precision: int8)")
-    calibration: CalibrationSpec
+    output: Name = Field(description="artifact written: the chosen file (made_by: this spec, precision: as converted)")
+    calibration: CalibrationSpec | None = Field(default=None, description="int8 only (required there)")
     keep_float: list[str] = Field(default_factory=list, description="nodes of the source graph always kept in float")
     target: TargetSpec = TargetSpec()
-    per_channel: bool = True
+    per_channel: bool = Field(default=True, description="int8 only: one weight scale per output channel")
     latency_runs: int = Field(default=300, ge=64, le=100_000, description="timed calls per model and step")
+
+    @model_validator(mode="after")
+    def _precision_fields(self) -> "RepairMeasurement":
+        if self.precision == "fp16":
+            raise_placed([PlacedError(f"int8 only: an fp16 repair captures no calibration games and quantizes "
+                                      f"nothing, so no {key} here", (key,))
+                          for key in INT8_ONLY if key in self.model_fields_set])
+            return self
+        raise_placed([PlacedError(f"an int8 repair needs {key}: {what}", (key,)) for key, what in (
+            ("checkpoint", "the checkpoint whose games give the calibration states"),
+            ("calibration", "`calibration: {capture: {episode_seeds: ...}}`, seeds no other part of the spec plays"))
+            if getattr(self, key) is None])
+        return self
+
+    @model_serializer(mode="wrap")
+    def _settings(self, handler) -> dict:
+        """The settings a run stores. INT8 leaves out `precision`, the default: they then read as
+        those of runs stored before the field existed, so `runner compare` and `--resume` take an
+        INT8 repair run by this runner and one by an earlier runner as the same settings. FP16
+        leaves out the INT8 settings it has no use for, so what it stores validates again."""
+        data = handler(self)
+        for key in ("precision",) if self.precision == "int8" else INT8_ONLY:
+            data.pop(key)
+        return data
 
     def outputs(self) -> list[str]:
         return [self.output]
 
     def references(self) -> list[tuple[tuple, str, str]]:
-        return [(("source",), "artifact:onnx", self.source), (("checkpoint",), "artifact:checkpoint", self.checkpoint),
+        checkpoint = [] if self.checkpoint is None else [(("checkpoint",), "artifact:checkpoint", self.checkpoint)]
+        return [(("source",), "artifact:onnx", self.source), *checkpoint,
                 (("check_states",), "artifact:fixed_states", self.check_states),
                 (("output",), "artifact_out:onnx", self.output)]
 
 
 def spec_problems(m: RepairMeasurement, spec, context: dict) -> list[tuple[tuple, str]]:
-    """Keep-list nodes not in the source graph; an output not declared INT8 or a source that is
-    not FP32. (Calibration seeds the spec also plays: its `held_out_seeds`.)"""
+    """Keep-list nodes not in the source graph; an output not declared with the measurement's
+    precision or a source that is not FP32. (Calibration seeds the spec also plays: its `held_out_seeds`.)"""
     problems: list[tuple[tuple, str]] = []
     source, output = spec.artifacts.get(m.source), spec.artifacts.get(m.output)
     if source is not None and source.precision != "fp32":
-        problems.append((("source",), f"artifacts.{m.source} is {source.precision}; the repair quantizes an FP32 file"))
-    if output is not None and output.precision != "int8":
-        problems.append((("output",), f"artifacts.{m.output} is written as INT8: declare it with precision: int8"))
+        problems.append((("source",), f"artifacts.{m.source} is {source.precision}; the repair converts an FP32 file"))
+    if output is not None and output.precision != m.precision:
+        problems.append((("output",), f"artifacts.{m.output} is written as {m.precision.upper()}: declare it with "
+                                      f"precision: {m.precision}"))
     if source is not None and m.keep_float and context.get("check_files", True) and Path(source.path).is_file():
         import onnx
 
@@ -113,7 +150,22 @@ MIGRATIONS = [
             onnxruntime VARCHAR NOT NULL, wall_s DOUBLE NOT NULL
         );
         """,
-    )
+    ),
+    (
+        # FP16 searches: no calibration, so no calibration method, states, seeds or file (NULL); rows
+        # stored before are INT8's. repair_steps.nodes_quantized holds the nodes converted: for FP16,
+        # those that write float16.
+        "0481_repair_precision",
+        """
+        ALTER TABLE repair_results ADD COLUMN precision VARCHAR DEFAULT 'int8';
+        ALTER TABLE repair_results ALTER COLUMN calibrate_method DROP NOT NULL;
+        ALTER TABLE repair_results ALTER COLUMN calibration_states DROP NOT NULL;
+        ALTER TABLE repair_results ALTER COLUMN calibration_seeds DROP NOT NULL;
+        ALTER TABLE repair_results ALTER COLUMN calibration_sha256 DROP NOT NULL;
+        ALTER TABLE repair_steps ALTER COLUMN calibrate_method DROP NOT NULL;
+        ALTER TABLE repair_order ALTER COLUMN calibrate_method DROP NOT NULL;
+        """,
+    ),
 ]
 
 METRIC_NAMES = ("agreement", "max_abs_dq", "latency_p50_ratio", "kept_float", "met_target", "steps")
@@ -126,7 +178,7 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
 
     from breakout_core.fixed_states import save_fixed_states
     from breakout_core.hashing import file_sha256
-    from breakout_core.repair import RepairTarget, repair_search
+    from breakout_core.repair import Fp16Converter, Int8Converter, RepairTarget, repair_search
     from runner.kinds.shared.lineage import check_lineage
     from runner.kinds.shared.runtime_lifecycle import load_states
     from runner.kinds.shared.state_capture import capture_states
@@ -138,20 +190,26 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
     source = artifacts[m.source].path
     check_lineage(ctx, [m.source])
     check = load_states(ctx, m.check_states)[0].obs
-    task = ctx.progress.add_task(f"{m.name} · capture {m.calibration.n_states} calibration states", total=1,
-                                 unit="capture")
-    calibration = capture_states(ctx, artifacts[m.checkpoint].path, m.calibration.n_states, m.calibration.capture)
     folder = ctx.artifacts_dir / m.name
-    calibration_path = save_fixed_states(folder / "calibration_states.npz", calibration)
-    ctx.progress.advance(task)
     target = RepairTarget(min_agreement=m.target.min_agreement, max_abs_dq=m.target.max_abs_dq)
+    calibration = calibration_path = None
+    if m.precision == "int8":
+        task = ctx.progress.add_task(f"{m.name} · capture {m.calibration.n_states} calibration states", total=1,
+                                     unit="capture")
+        calibration = capture_states(ctx, artifacts[m.checkpoint].path, m.calibration.n_states,
+                                     m.calibration.capture)
+        calibration_path = save_fixed_states(folder / "calibration_states.npz", calibration)
+        ctx.progress.advance(task)
+        converters = {method: Int8Converter(calibration.obs, calibrate_method=method, per_channel=m.per_channel,
+                                            keep_float=tuple(m.keep_float)) for method in m.calibration.methods}
+    else:
+        converters = {None: Fp16Converter(keep_float=tuple(m.keep_float))}
     results = {}
-    for method in m.calibration.methods:
-        task = ctx.progress.add_task(f"{m.name} · {method}: rank nodes, then keep the worst in float", total=1,
-                                     unit="searches")
-        results[method] = repair_search(source, calibration.obs, check, folder / method, target=target,
-                                        quantize=_quantizer(method, m.per_channel, m.keep_float),
-                                        latency_runs=m.latency_runs)
+    for method, convert in converters.items():
+        task = ctx.progress.add_task(f"{m.name} · {method or m.precision}: rank nodes, then keep the worst in float",
+                                     total=1, unit="searches")
+        results[method] = repair_search(source, check, folder / (method or m.precision), convert=convert,
+                                        target=target, latency_runs=m.latency_runs)
         ctx.progress.advance(task)
     method, step, met = _choose(results)
     output = Path(artifacts[m.output].path).resolve()
@@ -159,7 +217,7 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
     base = {"run_id": ctx.run_id, "measurement": m.name}
     ctx.store.append_rows("repair_steps", [
         {**base, "calibrate_method": name, "step": k, "kept_float": json.dumps([*m.keep_float, *s.excluded]),
-         "n_kept_float": len(m.keep_float) + len(s.excluded), "nodes_quantized": json.dumps(list(s.nodes_quantized)),
+         "n_kept_float": len(m.keep_float) + len(s.excluded), "nodes_quantized": json.dumps(list(s.nodes_converted)),
          "kept_float_quantized_at_load": json.dumps(list(s.excluded_quantized_at_load)), "agreement": s.agreement,
          "max_abs_dq": s.max_abs_dq, "mean_abs_dq": s.mean_abs_dq, "p50_ms": s.p50_ms, "fp32_p50_ms": s.fp32_p50_ms,
          "latency_ratio": s.latency_ratio, "passes": s.passes, "chosen": s is step, "path": str(s.path.resolve()),
@@ -170,26 +228,18 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
         for name, result in results.items() for r, (node, score) in enumerate(result.order)])
     chosen = results[method]
     ctx.store.append_rows("repair_results", [{
-        **base, "output": m.output, "path": str(output), "sha256": file_sha256(output),
+        **base, "output": m.output, "path": str(output), "sha256": file_sha256(output), "precision": m.precision,
         "source_sha256": file_sha256(source), "calibrate_method": method, "step": chosen.steps.index(step),
-        "met_target": met, "target": target.describe(), "calibration_states": len(calibration),
-        "calibration_seeds": json.dumps(sorted({int(s) for s in calibration.episode_seeds})),
-        "calibration_sha256": file_sha256(calibration_path), "check_states": chosen.check_states,
+        "met_target": met, "target": target.describe(),
+        "calibration_states": None if calibration is None else len(calibration),
+        "calibration_seeds": None if calibration is None else json.dumps(sorted({int(s)
+                                                                                 for s in calibration.episode_seeds})),
+        "calibration_sha256": None if calibration_path is None else file_sha256(calibration_path),
+        "check_states": chosen.check_states,
         "check_states_dropped": chosen.check_states_dropped, "cpu": json.dumps(chosen.cpu),
         "onnxruntime": ort.__version__, "wall_s": time.perf_counter() - started}])
-    ctx.store.append_rows("artifacts", [{**base, "label": f"{m.output} (onnx, int8)", "path": str(output),
+    ctx.store.append_rows("artifacts", [{**base, "label": f"{m.output} (onnx, {m.precision})", "path": str(output),
                                          "bytes": output.stat().st_size}])
-
-
-def _quantizer(method: str, per_channel: bool, keep_float: list[str]):
-    """quantize_int8 with this calibration method, the keep-list always kept in float."""
-    from breakout_core.quantize import quantize_int8
-
-    def quantize(fp32_path, out_path, *, calibration, nodes_to_exclude):
-        return quantize_int8(fp32_path, out_path, calibration=calibration, calibrate_method=method,
-                             per_channel=per_channel, nodes_to_exclude=[*keep_float, *nodes_to_exclude])
-
-    return quantize
 
 
 def _choose(results: dict) -> tuple:
@@ -228,27 +278,36 @@ def report(con, run_id: str, m: RepairMeasurement) -> list[Section]:
 
     alt = altair()
     result = con.execute(
-        "SELECT output, path, calibrate_method, step, met_target, target, calibration_states, calibration_seeds, "
-        "check_states, check_states_dropped, cpu, onnxruntime, wall_s FROM repair_results "
+        "SELECT output, path, precision, calibrate_method, step, met_target, target, calibration_states, "
+        "calibration_seeds, check_states, check_states_dropped, cpu, onnxruntime, wall_s FROM repair_results "
         "WHERE run_id = ? AND measurement = ?", [run_id, m.name]).fetchone()
     if result is None:
         return [Section(f"{m.name}: repair search", html="<p>No result stored.</p>")]
-    output, path, method, step, met, target, n_calib, seeds, n_check, dropped, cpu, ort_version, wall = result
+    output, path, precision, method, step, met, target, n_calib, seeds, n_check, dropped, cpu, ort_version, wall = \
+        result
     steps = con.execute(
-        "SELECT calibrate_method, step, n_kept_float, kept_float, agreement, max_abs_dq, mean_abs_dq, p50_ms, "
-        "fp32_p50_ms, latency_ratio, passes, chosen, kept_float_quantized_at_load FROM repair_steps "
-        "WHERE run_id = ? AND measurement = ? ORDER BY calibrate_method, step", [run_id, m.name]).df()
+        "SELECT coalesce(calibrate_method, 'none') AS calibrate_method, step, n_kept_float, kept_float, agreement, "
+        "max_abs_dq, mean_abs_dq, p50_ms, fp32_p50_ms, latency_ratio, passes, chosen, kept_float_quantized_at_load "
+        "FROM repair_steps WHERE run_id = ? AND measurement = ? ORDER BY calibrate_method, step",
+        [run_id, m.name]).df()
     chosen = steps[steps["chosen"]].iloc[0]
     isa = json.loads(cpu)
     flags = ", ".join(k for k in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx") if isa.get(k)) or "none read"
     verdict = (f"meets the target ({target})" if met else
                f"<b>no step met the target</b> ({target}); the closest step was written")
+    if precision == "int8":
+        made = f"INT8, {method} calibration"
+        left_out = f" ({dropped} equal to a calibration state left out)"
+        how = f"Calibration: {n_calib} states from the games on seeds {json.loads(seeds)}."
+    else:
+        made, left_out = "FP16", ""
+        how = ("FP16 by onnxconverter-common, each node kept in float32 reading the FP32 file's own weights "
+               "(breakout_core.fp16); no calibration.")
     summary = (
-        f"<p><code>{output}</code> ({path}): {method} calibration, step {step}, keeping "
+        f"<p><code>{output}</code> ({path}): {made}, step {step}, keeping "
         f"{chosen['n_kept_float']} node(s) in float ({', '.join(json.loads(chosen['kept_float'])) or 'none'}): "
         f"agreement {chosen['agreement']:.4g}, max |dQ| {chosen['max_abs_dq']:.3g}, batch-1 P50 "
-        f"{chosen['latency_ratio']:.3g}x FP32's, on {n_check} check states ({dropped} equal to a calibration state "
-        f"left out); {verdict}.</p><p>Calibration: {n_calib} states from the games on seeds {json.loads(seeds)}. "
+        f"{chosen['latency_ratio']:.3g}x FP32's, on {n_check} check states{left_out}; {verdict}.</p><p>{how} "
         f"CPU {isa.get('cpu')}; INT8 instruction sets: {flags}; onnxruntime {ort_version}; {wall:.0f} s in all. "
         "Agreement and |dQ| on states are a proxy: a games measurement on this file judges whether the scores "
         "hold.</p>")
@@ -264,9 +323,11 @@ def report(con, run_id: str, m: RepairMeasurement) -> list[Section]:
     labels = chart.mark_text(dy=-10).encode(text="n_kept_float:Q")
     sections.append(Section(f"{m.name}: agreement against latency, one point per step (label: nodes kept in float)",
                             charts=[(chart + labels).properties(width=560, height=320).to_dict()]))
-    order = con.execute("SELECT calibrate_method, rank, node, alone_mean_abs_dq FROM repair_order WHERE run_id = ? "
-                        "AND measurement = ? ORDER BY calibrate_method, rank", [run_id, m.name]).df()
-    sections.append(Section(f"{m.name}: nodes by the mean |dQ| that quantizing each alone causes (the search order)",
+    order = con.execute("SELECT coalesce(calibrate_method, 'none') AS calibrate_method, rank, node, alone_mean_abs_dq "
+                        "FROM repair_order WHERE run_id = ? AND measurement = ? ORDER BY calibrate_method, rank",
+                        [run_id, m.name]).df()
+    sections.append(Section(f"{m.name}: nodes by the mean |dQ| that converting each alone to {precision.upper()} "
+                            "causes (the search order)",
                             html=table_html(order, float_format="{:.4g}")))
     return sections
 
@@ -285,7 +346,7 @@ KIND = Kind(
     references=RepairMeasurement.references,
     outputs=RepairMeasurement.outputs,
     spec_problems=spec_problems,
-    held_out_seeds=lambda m: [(("calibration", "capture", "episode_seeds"),
-                               seed_list(m.calibration.capture.episode_seeds))],
+    held_out_seeds=lambda m: [] if m.calibration is None else [
+        (("calibration", "capture", "episode_seeds"), seed_list(m.calibration.capture.episode_seeds))],
     not_settings=frozenset({"latency_runs"}),
 )
