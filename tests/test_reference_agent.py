@@ -3,14 +3,13 @@ with the training history -> model card, all through the real CLI on a tiny trai
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pytest
+from click.testing import Result
+from test_cli_inputs import cli
 
 from breakout_core.contract import CONTRACTS
 from breakout_core.evaluator import evaluate
@@ -42,10 +41,10 @@ def test_shipped_checkpoint_has_the_contract_and_beats_random_on_three_seeds():
     assert agent_scores.mean() > random_scores.mean(), (agent_scores, random_scores)
 
 
-def _runner(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True, timeout=600,
-                         cwd=cwd, env={**os.environ, "COLUMNS": "200"})
-    assert out.returncode == 0, out.stderr[-3000:]
+def _runner(*args: str, cwd: Path) -> Result:
+    """`runner ARGS` in this process: a separate one would add only its imports here."""
+    out = cli(*args, cwd=cwd)
+    assert out.exit_code == 0, (out.output[-3000:], out.exception)
     return out
 
 
@@ -70,7 +69,7 @@ measurements:
 
 EVALUATE = """
 name: tiny_reference_agent
-contract: {name: breakout-v3, max_episode_frames: 2000, other_contracts: deliberate}  # a capped game: another contract
+contract: {name: breakout-v3, max_episode_frames: 1000, other_contracts: deliberate}  # a capped game: another contract
 policies:
   random: {type: random}
   dqn: {type: checkpoint, path: CHECKPOINT}

@@ -18,26 +18,26 @@ contract: {max_episode_frames: 500}
 measurements:
   - kind: train
     name: train
-    total_transitions: 600
+    total_transitions: 300
     batch_size: 8
-    learning_starts: 100
+    learning_starts: 50
     replay_capacity: 1000
-    diagnostics_every: 100
-    target_sync_every: 100
-    epsilon_decay_transitions: 400
+    diagnostics_every: 50
+    target_sync_every: 50
+    epsilon_decay_transitions: 200
     torch_threads: 1
-    checkpoint_every: 200
+    checkpoint_every: 100
     evaluate_checkpoints: {seeds: [7], batch_size: 1}
 """
-# Started with the run, so that its imports are done when the first checkpoint (of three) is
-# written: it takes the database within a poll of that, and the two checkpoints after it are
-# kept while it holds.
+# Ready (its imports done) before the run starts: it takes the database within a poll of the
+# first checkpoint (of three), and the two checkpoints after it are kept while it holds.
 HOLDER = """
 import sys, time
 from pathlib import Path
 from runner.store.database import Store
 folder = Path(sys.argv[1])
-while not list(folder.glob("runs/*/train/base/checkpoint_000000200.pt")):
+print("ready", flush=True)
+while not list(folder.glob("runs/*/train/base/checkpoint_000000100.pt")):
     time.sleep(0.01)
 with Store(folder / "results.duckdb").reader(files=False) as con:  # as `runner sql` does, for as long as the test says
     con.execute("SELECT count(*) FROM runs").fetchall()
@@ -79,9 +79,11 @@ def start(folder: Path) -> tuple[subprocess.Popen, Path]:
 @pytest.mark.slow
 def test_a_reader_holding_the_database_never_fails_a_training(tmp_path):
     held = tmp_path / "held"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(held)], cwd=tmp_path, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "ready\n"
     free, _ = start(tmp_path / "free")  # the same training beside it, never held: the rows expected
     proc, log = start(held)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(held)], cwd=held, stdin=subprocess.PIPE, text=True)
     try:
         wait_until(lambda: (held / "holding").exists() or proc.poll() is not None, "the reader holding the database")
         assert (held / "holding").exists(), log.read_text()[-3000:]
