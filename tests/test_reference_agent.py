@@ -54,15 +54,15 @@ measurements:
   - kind: train
     name: reference
     algorithm: double
-    total_transitions: 1200
+    total_transitions: 1000
     num_envs: 2
     replay_capacity: 1000
     learning_starts: 100
-    train_every: 4
+    train_every: 8
     target_sync_every: 100
-    epsilon_decay_transitions: 1200
+    epsilon_decay_transitions: 1000
     diagnostics_every: 50
-    checkpoint_every: 600
+    checkpoint_every: 500
     torch_threads: 1
     seed: 3
 """
@@ -94,7 +94,7 @@ def test_train_export_evaluate_with_history_and_model_card(tmp_path):
     _runner("run", "train.yaml", "--db", "train.duckdb", "--no-report", cwd=tmp_path)
     con = duckdb.connect(str(tmp_path / "train.duckdb"), read_only=True)
     train_run = con.execute("SELECT run_id FROM runs").fetchone()[0]
-    checkpoint = Path(con.execute("SELECT path FROM train_checkpoints WHERE transition = 1200").fetchone()[0])
+    checkpoint = Path(con.execute("SELECT path FROM train_checkpoints WHERE transition = 1000").fetchone()[0])
     con.close()
     _runner("export", train_run, "--out", "rows", "--db", "train.duckdb", cwd=tmp_path)
 
@@ -121,7 +121,7 @@ def test_train_export_evaluate_with_history_and_model_card(tmp_path):
             "--eval-run", eval_run, "--out", "CARD.md", "--db", "clean.duckdb",
             cwd=tmp_path)
     card = (tmp_path / "CARD.md").read_text()
-    assert "Trained for **1,200 transitions**" in card and train_run in card and eval_run in card
+    assert "Trained for **1,000 transitions**" in card and train_run in card and eval_run in card
     assert "Started from the checkpoint" not in card  # a fresh training: its counts are its own
     assert "| scores | dqn | 2 |" in card and "| scores | random | 2 |" in card
     assert "dqn_beats_random" in card and "name: tiny_reference" in card
