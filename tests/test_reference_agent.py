@@ -30,8 +30,10 @@ def test_shipped_checkpoint_has_the_contract_and_beats_random_on_three_seeds():
     torch.set_num_threads(1)
     try:
         # the serving contract (breakout-v3 plus a forced FIRE after a lost life): a greedy agent
-        # that stalls without serving plays until the time limit otherwise (minutes per game)
-        serving, seeds = CONTRACTS["breakout-v3"].replace(serve_after_life_loss=True), [0, 1, 2]
+        # that stalls without serving plays until the time limit otherwise (minutes per game).
+        # Games of 2,000 frames: the agent scores 14 in each, random play 1 to 4 in its whole game.
+        serving = CONTRACTS["breakout-v3"].replace(serve_after_life_loss=True, max_episode_frames=2000)
+        seeds = [0, 1, 2]
         agent = evaluate(QNetworkPolicy(network, epsilon=0.0), seeds, serving, batch_size=3)
         random = evaluate(RandomPolicy(), seeds, serving, batch_size=3)
     finally:
