@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import duckdb
@@ -199,6 +200,8 @@ def test_a_staged_run_killed_midway_resumes_without_a_game_or_a_look_twice(tmp_p
     events = tmp_path / "events.txt"
     server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "kill_at.py")], text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    limit = threading.Timer(900, server.kill)  # a run that hangs ends the server: its reply reads empty
+    limit.start()
 
     def ask(request: dict) -> dict:
         server.stdin.write(json.dumps(request) + "\n")
@@ -213,6 +216,7 @@ def test_a_staged_run_killed_midway_resumes_without_a_game_or_a_look_twice(tmp_p
         killed = ask({"cwd": cwd, "args": args, "log": None, "kill": ["database", middle]})
         resumed = ask({"cwd": cwd, "args": [*args, "--resume"], "log": None, "kill": None})
     finally:
+        limit.cancel()
         server.stdin.close()
         server.wait(timeout=60)
     assert killed["returncode"] == -9 and resumed["returncode"] == 0, resumed["stderr"]
