@@ -113,15 +113,14 @@ verdicts:
 """
 
 
-@pytest.mark.slow
 def test_a_run_stores_its_overrides_and_its_verdicts_stand_apart(tmp_path, write_spec):
     spec = write_spec(QUESTION)
     other_seed = "measurements.games.seeds=[2]"
 
     def run(*overrides: str) -> str:
-        done = runner("run", str(spec), *[arg for o in overrides for arg in ("--set", o)], "--db", "r.duckdb",
-                      "--no-report", cwd=tmp_path)
-        assert done.returncode == 0, done.stderr
+        done = cli("run", str(spec), *[arg for o in overrides for arg in ("--set", o)], "--db", "r.duckdb",
+                   "--no-report", cwd=tmp_path)
+        assert done.exit_code == 0, (done.output, done.exception)
         return done.stdout.split()[1]
 
     plain, overridden, again = run(), run(other_seed), run(other_seed)
@@ -134,8 +133,8 @@ def test_a_run_stores_its_overrides_and_its_verdicts_stand_apart(tmp_path, write
     with Store(tmp_path / "r.duckdb").reader() as con:
         latest = con.execute("SELECT run_id, overrides FROM latest_verdicts ORDER BY run_id").fetchall()
     assert latest == [(plain, None), (again, stored[overridden])]  # the file's question and the other one
-    shown = runner("report", "--verdicts", "--db", "r.duckdb", cwd=tmp_path)
-    assert shown.returncode == 0, shown.stderr
+    shown = cli("report", "--verdicts", "--db", "r.duckdb", cwd=tmp_path)
+    assert shown.exit_code == 0, shown.output
     assert f"own_question --set {other_seed}" in shown.stdout
 
 
@@ -190,10 +189,10 @@ def test_check_refuses_a_baseline_that_is_not_a_file(tmp_path):
 @pytest.mark.slow
 def test_check_rejects_a_model_whose_decisions_changed(tmp_path):
     model = perturbed_onnx(tmp_path / "perturbed.onnx")
-    fewer = ("measurements.games.seeds={start: 3000, count: 2}", "measurements.latency.iterations=320")
-    result = runner("check", "perturbed.onnx", *[arg for o in fewer for arg in ("--set", o)], "--db", "r.duckdb",
-                    cwd=tmp_path, timeout=900)
-    assert result.returncode == 1, result.stderr
+    fewer = ("measurements.games.seeds={start: 3000, count: 1}", "measurements.latency.iterations=320")
+    result = cli("check", "perturbed.onnx", *[arg for o in fewer for arg in ("--set", o)], "--db", "r.duckdb",
+                 cwd=tmp_path)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.output, result.exception)
     assert "verdict same_decisions: rejected" in result.stdout
     assert "check failed:" in result.stdout.splitlines()[-1]
     with Store(tmp_path / "r.duckdb").reader() as con:

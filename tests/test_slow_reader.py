@@ -14,27 +14,34 @@ import pytest
 
 SPEC = """\
 name: held_training
-contract: {max_episode_frames: 1000}
+contract: {max_episode_frames: 500}
 measurements:
   - kind: train
     name: train
-    total_transitions: 1500
+    total_transitions: 300
     batch_size: 8
-    learning_starts: 200
-    replay_capacity: 2000
-    diagnostics_every: 100
-    target_sync_every: 200
-    epsilon_decay_transitions: 1000
+    learning_starts: 50
+    replay_capacity: 1000
+    diagnostics_every: 50
+    target_sync_every: 50
+    epsilon_decay_transitions: 200
     torch_threads: 1
-    checkpoint_every: 250
+    checkpoint_every: 100
     evaluate_checkpoints: {seeds: [7], batch_size: 1}
 """
+# Ready (its imports done) before the run starts: it takes the database within a poll of the
+# first checkpoint (of three), and the two checkpoints after it are kept while it holds.
 HOLDER = """
-import sys
+import sys, time
+from pathlib import Path
 from runner.store.database import Store
-with Store(sys.argv[1]).reader(files=False) as con:  # as `runner sql` does, for as long as the test says
+folder = Path(sys.argv[1])
+print("ready", flush=True)
+while not list(folder.glob("runs/*/train/base/checkpoint_000000100.pt")):
+    time.sleep(0.01)
+with Store(folder / "results.duckdb").reader(files=False) as con:  # as `runner sql` does, for as long as the test says
     con.execute("SELECT count(*) FROM runs").fetchall()
-    print("holding", flush=True)
+    (folder / "holding").touch()
     sys.stdin.readline()
 """
 TABLES = {
@@ -71,18 +78,15 @@ def start(folder: Path) -> tuple[subprocess.Popen, Path]:
 
 @pytest.mark.slow
 def test_a_reader_holding_the_database_never_fails_a_training(tmp_path):
-    free, _ = start(tmp_path / "free")
-    assert free.wait(timeout=600) == 0
-    expected = rows(tmp_path / "free")
-
     held = tmp_path / "held"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(held)], cwd=tmp_path, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "ready\n"
+    free, _ = start(tmp_path / "free")  # the same training beside it, never held: the rows expected
     proc, log = start(held)
-    holder = None
     try:
-        wait_until(lambda: list(held.glob("runs/*/train/base/checkpoint_000000250.pt")), "first checkpoint")
-        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(held / "results.duckdb")], cwd=held,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert holder.stdout.readline() == "holding\n"
+        wait_until(lambda: (held / "holding").exists() or proc.poll() is not None, "the reader holding the database")
+        assert (held / "holding").exists(), log.read_text()[-3000:]
         # the training goes on: later checkpoints' rows are spooled, and at its end the run waits
         wait_until(lambda: "waiting, nothing is lost" in log.read_text(), "the run waiting for the reader")
         assert proc.poll() is None
@@ -90,10 +94,12 @@ def test_a_reader_holding_the_database_never_fails_a_training(tmp_path):
         assert list(held.glob("runs/*/train/base/final.pt"))
         holder.communicate("release\n", timeout=60)
         assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
+        assert free.wait(timeout=600) == 0
     finally:
-        for p in (proc, holder):
-            if p is not None and p.poll() is None:
+        for p in (free, proc, holder):
+            if p.poll() is None:
                 p.kill()
+    expected = rows(tmp_path / "free")
     text = log.read_text()
     assert "held by another process: keeping rows" in text and "appended" in text and "Traceback" not in text
     assert rows(held) == expected

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import duckdb
 import pytest
-from test_cli_inputs import assert_one_line_usage_error
+from test_cli_inputs import assert_one_line_usage_error, cli
 from test_end_to_end import runner
 
 from runner.run.verdicts import decide
@@ -64,9 +65,9 @@ def test_a_clear_case_stops_at_the_first_look_and_one_that_cannot_decide_reaches
                                                                                           write_spec):
     spec = write_spec(SPEC)
     db = tmp_path / "r.duckdb"
-    done = runner("run", str(spec), "--db", str(db), "--no-report", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "games in stages of 2" in done.stdout + done.stderr  # the progress bar counts games
+    done = cli("run", str(spec), "--db", str(db), "--no-report", cwd=tmp_path)
+    assert done.exit_code == 0, (done.output, done.exception)
+    assert "games in stages of 2" in done.output  # the progress bar counts games
     con = duckdb.connect(str(db), read_only=True)
     looks = con.execute("SELECT measurement, stage, games, max_games, planned_looks, baseline_mean, mean_diff, ci_low, "
                         "ci_high, margin, decision FROM episode_looks ORDER BY measurement, stage").fetchall()
@@ -185,30 +186,39 @@ measurements:
                "3953" in p for p in caught.value.problems), caught.value.problems
 
 
-def _kill_at(requests: list[dict]) -> list[dict]:
-    """Each request run by tests/kill_at.py (a `runner` CLI in a process of its own, killed with
-    SIGKILL just before the n-th event of a class where asked); their replies in order."""
-    server = subprocess.run([sys.executable, str(Path(__file__).parent / "kill_at.py")], text=True,
-                            input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, timeout=900)
-    return [json.loads(line) for line in server.stdout.splitlines()]
-
-
 @pytest.mark.slow
 def test_a_staged_run_killed_midway_resumes_without_a_game_or_a_look_twice(tmp_path, checkpoint):
     """Killed (SIGKILL) at the middle database event of an uninterrupted run, then resumed: the
-    same games and looks as that run, none stored twice."""
+    same games and looks as that run, none stored twice. The runs are children of one
+    tests/kill_at.py (a `runner` CLI in a process of its own each, killed with SIGKILL just
+    before the n-th event of a class where asked), asked one request at a time."""
     folders = {name: tmp_path / name for name in ("whole", "killed")}
     for folder in folders.values():
         folder.mkdir()
         (folder / "spec.yaml").write_text(SPEC.replace("{path: model.pt}", "{path: ../model.pt}"))
     args = ["run", "spec.yaml", "--db", "r.duckdb", "--no-report"]
     events = tmp_path / "events.txt"
-    whole, = _kill_at([{"cwd": str(folders["whole"]), "args": args, "log": str(events), "kill": None}])
-    assert whole["returncode"] == 0, whole["stderr"]
-    middle = events.read_text().split().count("database") // 2
-    cwd = str(folders["killed"])
-    killed, resumed = _kill_at([{"cwd": cwd, "args": args, "log": None, "kill": ["database", middle]},
-                                {"cwd": cwd, "args": [*args, "--resume"], "log": None, "kill": None}])
+    server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "kill_at.py")], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    limit = threading.Timer(900, server.kill)  # a run that hangs ends the server: its reply reads empty
+    limit.start()
+
+    def ask(request: dict) -> dict:
+        server.stdin.write(json.dumps(request) + "\n")
+        server.stdin.flush()
+        return json.loads(server.stdout.readline())
+
+    try:
+        whole = ask({"cwd": str(folders["whole"]), "args": args, "log": str(events), "kill": None})
+        assert whole["returncode"] == 0, whole["stderr"]
+        middle = events.read_text().split().count("database") // 2
+        cwd = str(folders["killed"])
+        killed = ask({"cwd": cwd, "args": args, "log": None, "kill": ["database", middle]})
+        resumed = ask({"cwd": cwd, "args": [*args, "--resume"], "log": None, "kill": None})
+    finally:
+        limit.cancel()
+        server.stdin.close()
+        server.wait(timeout=60)
     assert killed["returncode"] == -9 and resumed["returncode"] == 0, resumed["stderr"]
 
     def stored(folder: Path) -> tuple[list, list]:

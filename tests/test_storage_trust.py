@@ -7,11 +7,14 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_process import Outcome, run_in_one_process
+from test_cli_inputs import cli
 from test_end_to_end import TINY, runner
 
 from breakout_core.files import NoSpaceLeft
@@ -26,8 +29,9 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _one_line_error(result: subprocess.CompletedProcess, *mentions: str) -> str:
-    assert result.returncode != 0, result.stdout
+def _one_line_error(result: subprocess.CompletedProcess | Outcome, *mentions: str) -> str:
+    assert (result.returncode if isinstance(result, subprocess.CompletedProcess) else result.exit_code) != 0, \
+        result.stdout
     assert "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
@@ -54,19 +58,24 @@ def _database_with_rows(path: Path, episodes: int = 100_000, runs: tuple[str, ..
 
 @pytest.mark.slow
 def test_read_commands_leave_the_database_bytes_unchanged(tmp_path, checkpoint, write_spec):
-    spec = write_spec(TINY)
+    """The two runs are written in this process; the reading commands run in a process of their
+    own, so that whatever it writes as it exits (a connection left open) shows as well."""
+    spec = write_spec(re.sub(r"max_episode_frames: \d+", "max_episode_frames: 400", TINY)  # short games: any rows do
+                      .replace("seeds: [4, 5, 6, 7]", "seeds: [4, 5]"))
     db = tmp_path / "results.duckdb"
     run_ids = []
     for _ in range(2):
-        done = runner("run", str(spec), "--db", str(db), "--no-report", cwd=tmp_path)
-        assert done.returncode == 0, done.stderr
+        done = cli("run", str(spec), "--db", str(db), "--no-report", cwd=tmp_path)
+        assert done.exit_code == 0, (done.output, done.exception)
         run_ids.append(done.stdout.split()[1])
     before = _sha256(db)
     reads = [*READ_COMMANDS, ("report", run_ids[0]), ("compare", *run_ids), ("export", run_ids[0])]
-    for command in reads:
-        result = runner(*command, "--db", str(db), cwd=tmp_path)
-        assert result.returncode == 0, (command, result.stderr)
-        assert _sha256(db) == before, f"runner {' '.join(command)} changed the database file"
+    outcomes = run_in_one_process([[*command, "--db", str(db)] for command in reads], cwd=tmp_path, watched=db)
+    assert len(outcomes) == len(reads)
+    for outcome in outcomes:
+        assert outcome.exit_code == 0 and outcome.exited, (outcome.args, outcome.stderr)
+        assert outcome.sha256 == before, f"runner {' '.join(outcome.args)} changed the database file"
+    assert _sha256(db) == before, "the process of the reading commands changed the database file as it exited"
     assert not db.with_name(db.name + ".wal").exists()
 
 
@@ -97,9 +106,11 @@ def test_a_damaged_database_is_one_line_from_every_command(tmp_path, damaged, ki
                 ("compare", "r1", "r2"), ("run", str(write_spec(TINY)), "--no-report")]
     if kind == "scribbled":  # a block of the catalog is hit: nothing reads
         commands += [("runs",), ("report", "--verdicts"), ("mark-interrupted", "r1"), ("migrate",)]
-    for command in commands:
-        line = _one_line_error(runner(*command, "--db", str(db), cwd=tmp_path), "damaged or unreadable", str(db))
-        assert line, command
+    outcomes = run_in_one_process([[*command, "--db", str(db)] for command in commands], cwd=tmp_path, watched=db)
+    assert len(outcomes) == len(commands)
+    for outcome in outcomes:
+        assert outcome.exit_code != 0 and outcome.exited, (outcome.args, outcome.exit_code, outcome.stderr)
+        _one_line_error(outcome, "damaged or unreadable", str(db))
     assert not (tmp_path / "ex").exists()
 
 

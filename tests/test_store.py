@@ -219,13 +219,17 @@ def test_busy_message_states_the_timeout(locked_db):
 
 @pytest.mark.slow
 def test_two_writer_processes_append_concurrently(tmp_path):
+    """Both processes import first and start appending at one signal, so that they race on the
+    blank file's creation and migration and their batches interleave from the first."""
     path = tmp_path / "r.duckdb"  # blank: both processes race to migrate it as well
-    batches, per_batch = 200, 3
+    batches, per_batch = 40, 3
     code = f"""
         import sys
         from runner.store.database import Store
         store = Store({str(path)!r}, busy_timeout_s=120)
         tag = sys.argv[1]
+        print("ready", flush=True)
+        sys.stdin.readline()
         for i in range({batches}):
             store.append_rows("artifacts", [
                 {{"run_id": tag, "measurement": "m", "label": f"{{tag}}-{{i}}-{{j}}", "path": "p", "bytes": j}}
@@ -233,9 +237,15 @@ def test_two_writer_processes_append_concurrently(tmp_path):
             ])
     """
     children = [
-        subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), tag], stderr=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), tag], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for tag in ("a", "b")
     ]
+    for child in children:
+        assert child.stdout.readline() == "ready\n", child.communicate(timeout=60)[1]
+    for child in children:
+        child.stdin.write("go\n")
+        child.stdin.flush()
     for child in children:
         _, err = child.communicate(timeout=180)
         assert child.returncode == 0, err

@@ -9,8 +9,7 @@ import time
 from datetime import timedelta
 
 import duckdb
-import pytest
-from test_cli_inputs import assert_one_line_usage_error
+from test_cli_inputs import assert_one_line_usage_error, cli
 from test_end_to_end import runner
 
 from runner.store.database import STALE_AFTER_S, Store, utcnow
@@ -67,20 +66,19 @@ def test_the_heartbeat_stamps_its_run_until_stopped(tmp_path):
     assert beat_at() == stopped
 
 
-@pytest.mark.slow
 def test_mark_interrupted_by_hand(tmp_path):
     path = tmp_path / "r.duckdb"
     store = Store(path)
     _run(store, "stuck", host="another-host", pid=1, beat_age_s=120)  # silent, not yet for STALE_AFTER_S
     _run(store, "alive", host="another-host", pid=1, beat_age_s=2)
-    marked = runner("mark-interrupted", "stuck", "--db", str(path), cwd=tmp_path)
-    assert marked.returncode == 0, marked.stderr
+    marked = cli("mark-interrupted", "stuck", "--db", str(path), cwd=tmp_path)
+    assert marked.exit_code == 0, marked.output
     assert _statuses(path) == {"stuck": "interrupted", "alive": "running"}
-    again = runner("mark-interrupted", "stuck", "--db", str(path), cwd=tmp_path)  # as opening the database does
-    assert again.returncode == 0 and "stuck was interrupted already: marked interrupted by hand" in again.stdout
-    assert_one_line_usage_error(runner("mark-interrupted", "nope", "--db", str(path), cwd=tmp_path), "no run 'nope'")
-    mistyped = runner("mark-interrupted", "stuck", "--db", "nowhere.duckdb", cwd=tmp_path)
-    assert mistyped.returncode == 3 and "no results database here yet" in mistyped.stderr
+    again = cli("mark-interrupted", "stuck", "--db", str(path), cwd=tmp_path)  # as opening the database does
+    assert again.exit_code == 0 and "stuck was interrupted already: marked interrupted by hand" in again.stdout
+    assert_one_line_usage_error(cli("mark-interrupted", "nope", "--db", str(path), cwd=tmp_path), "no run 'nope'")
+    mistyped = cli("mark-interrupted", "stuck", "--db", "nowhere.duckdb", cwd=tmp_path)
+    assert mistyped.exit_code == 3 and "no results database here yet" in mistyped.stderr
     assert not (tmp_path / "nowhere.duckdb").exists()
-    assert_one_line_usage_error(runner("mark-interrupted", "alive", "--db", str(path), cwd=tmp_path),
+    assert_one_line_usage_error(cli("mark-interrupted", "alive", "--db", str(path), cwd=tmp_path),
                                 "alive", "another-host")
