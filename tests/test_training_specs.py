@@ -25,16 +25,18 @@ SPECS = Path(__file__).resolve().parent.parent / "specs"
 SMALL_TRAIN = dict(total_transitions=400, batch_size=8, learning_starts=100, replay_capacity=2_000,
                    diagnostics_every=100, target_sync_every=150, epsilon_decay_transitions=300,
                    checkpoint_at=[200, 400])
-SMALL_THROUGHPUT = dict(total_transitions=200, warmup_transitions=50, learning_starts=50, replay_capacity=2_000,
+# 40 timed transitions, 10 of them with an update: enough for every mode's rate to be a positive number
+SMALL_THROUGHPUT = dict(total_transitions=150, warmup_transitions=50, learning_starts=110, replay_capacity=2_000,
                         learner_updates=10, env_steps=100, repeats=1)
 
 
 def shrink(name: str, tmp_path: Path) -> Path:
     """The repository spec `name` with every count cut down (one training seed, one timing, one
     torch thread); its method (measurements, sweeps, modes, verdicts) unchanged. Episodes are
-    capped at 1,000 frames so an evaluated checkpoint that never serves ends quickly."""
+    capped at 400 frames (100 agent steps) so an evaluated checkpoint that never serves ends quickly,
+    and training episodes end several times within a training."""
     spec = read_spec_text(load_spec(SPECS / f"{name}.yaml").text)  # with its extends merged in
-    spec.setdefault("contract", {})["max_episode_frames"] = 1_000
+    spec.setdefault("contract", {})["max_episode_frames"] = 400
     for m in spec["measurements"]:
         if "torch_threads" in m:  # the suite runs two tests at once on two cores; torch's threads wait on each other
             m["torch_threads"] = 1
@@ -170,12 +172,13 @@ def test_benchmark_splits_collect_into_acting_and_loop(tmp_path):
 
 KILLABLE = """\
 name: killable_training
-contract: {max_episode_frames: 1000}
+contract: {max_episode_frames: 400}
 measurements:
   - kind: train
     name: train
     total_transitions: 1500
     num_envs: 2
+    batch_size: 8
     learning_starts: 200
     replay_capacity: 4000
     diagnostics_every: 200
@@ -252,7 +255,7 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     from breakout_core.hashing import file_sha256
 
     spec = yaml.safe_load((SPECS / "train_reference_v3.yaml").read_text())
-    spec["contract"].update(max_episode_frames=1_000, other_contracts="deliberate")  # a capped game: another contract
+    spec["contract"].update(max_episode_frames=400, other_contracts="deliberate")  # a capped game: another contract
     m = spec["measurements"][0]
     shipped = tmp_path / "shipped.pt"
     shipped.write_bytes((SPECS / m["start_from"]).read_bytes())
@@ -348,8 +351,8 @@ def test_a_resume_refuses_trainings_the_spec_does_not_make(tmp_path, write_spec)
     resumed under the trials' own seeds, which would train them again beside the old rows; the
     refusal comes before any measurement goes on, and leaves the run as it was."""
     spec = write_spec("name: seedsweep\nmeasurements:\n"
-                      "  - kind: train\n    name: first\n    total_transitions: 300\n    replay_capacity: 1000\n"
-                      "  - kind: train\n    name: tr\n    seed: 7\n    total_transitions: 300\n"
+                      "  - kind: train\n    name: first\n    total_transitions: 100\n    replay_capacity: 1000\n"
+                      "  - kind: train\n    name: tr\n    seed: 7\n    total_transitions: 100\n"
                       "    replay_capacity: 1000\n    sweep: {seed: [1, 2]}\n")
     run_id, con, _ = run_spec(spec, tmp_path, "--no-report")
     assert con.execute("SELECT trial, training_seed FROM train_attempts WHERE measurement = 'tr' ORDER BY ALL"
