@@ -4,6 +4,7 @@ mid-run that resumes to the same total."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -15,9 +16,11 @@ from pathlib import Path
 import duckdb
 import pytest
 import yaml
+from click.testing import CliRunner, Result
 from test_end_to_end import runner, wait_for_rows
 
 from breakout_core.qnetwork import load_checkpoint
+from runner.cli.commands import main
 from runner.spec.document import load_spec
 from runner.spec.yaml_source import read_spec_text
 
@@ -63,6 +66,13 @@ def run_spec(path: Path, tmp_path: Path, *extra: str) -> tuple[str, duckdb.DuckD
     assert done.returncode == 0, done.stderr[-3000:]
     run_id = done.stdout.split()[1]
     return run_id, duckdb.connect(str(tmp_path / "results.duckdb"), read_only=True), done.stderr
+
+
+def model_card(*args: str, cwd: Path) -> Result:
+    """`runner model-card` in this process, from `cwd`: it only reads the database and checkpoints,
+    so it needs no process (and no second start of torch) of its own."""
+    with contextlib.chdir(cwd):
+        return CliRunner().invoke(main, ["model-card", *args])
 
 
 def verdict_outcomes(con, run_id: str) -> dict[str, str]:
@@ -134,16 +144,17 @@ def test_day16_vector_envs_screen_train_and_checkpoint_scores(tmp_path):
     final = con.execute("SELECT path FROM train_checkpoints WHERE run_id = ? AND trial = 'num_envs=2' "
                         "AND transition = 400", [run_id]).fetchone()[0]
     con.close()
-    card = runner("model-card", "--checkpoint", final, "--train-run", run_id, "--eval-run", run_id,
-                  "--measurement", "train_100k", "--out", "CARD.md", "--db", "results.duckdb", cwd=tmp_path)
-    assert card.returncode == 0, card.stderr[-2000:]
+    card = model_card("--checkpoint", final, "--train-run", run_id, "--eval-run", run_id,
+                      "--measurement", "train_100k", "--out", "CARD.md", "--db", "results.duckdb", cwd=tmp_path)
+    assert card.exit_code == 0, card.output[-2000:]
     curve = (tmp_path / "CARD.md").read_text().split("## Greedy score against transitions and hours", 1)[1]
     assert re.findall(r"^\| `([^`]+)`", curve, flags=re.M) == ["num_envs=2,seed=42@200", "num_envs=2,seed=42@400"]
-    stranger = runner("model-card", "--checkpoint", str(SPECS.parent / "models/reference/dqn_breakout.pt"),
-                      "--train-run", run_id, "--eval-run", run_id, "--measurement", "train_100k", "--out", "OTHER.md",
-                      "--db", "results.duckdb", cwd=tmp_path)
-    assert stranger.returncode != 0 and "none of their checkpoint files on this machine" in stranger.stderr
-    assert "Traceback" not in stranger.stderr and not (tmp_path / "OTHER.md").exists()
+    stranger = model_card("--checkpoint", str(SPECS.parent / "models/reference/dqn_breakout.pt"),
+                          "--train-run", run_id, "--eval-run", run_id, "--measurement", "train_100k",
+                          "--out", "OTHER.md", "--db", "results.duckdb", cwd=tmp_path)
+    assert stranger.exit_code != 0 and "none of their checkpoint files on this machine" in stranger.stderr
+    # refused through sys.exit, not an exception that would print a traceback
+    assert isinstance(stranger.exception, SystemExit) and not (tmp_path / "OTHER.md").exists()
 
 
 @pytest.mark.slow
@@ -272,9 +283,9 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     assert con.execute("SELECT policy, count(*) FROM episodes WHERE run_id = ? GROUP BY policy ORDER BY policy",
                        [run_id]).fetchall() == [(f"base@{t}", 2) for t in (start, start + 200, start + 400)]
     con.close()
-    done = runner("model-card", "--checkpoint", str(shipped), "--train-run", run_id, "--eval-run", run_id,
-                  "--out", "CARD.md", "--db", "results.duckdb", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = model_card("--checkpoint", str(shipped), "--train-run", run_id, "--eval-run", run_id,
+                      "--out", "CARD.md", "--db", "results.duckdb", cwd=tmp_path)
+    assert done.exit_code == 0, done.output[-2000:]
     card = (tmp_path / "CARD.md").read_text()
     curve = card.split("## Greedy score against transitions and hours", 1)[1].split("##", 1)[0]
     rows = [line for line in curve.splitlines() if line.startswith("| `base@")]
@@ -314,7 +325,7 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     for (checkpoint,) in own:
         (aside / Path(checkpoint).name).rename(tmp_path / checkpoint)
     latest = own[0][0]  # checkpoint_….pt, not final.pt: the same weights
-    resumed = runner("run", str(path), "--db", "results.duckdb", "--resume", cwd=tmp_path)
+    resumed = runner("run", str(path), "--db", "results.duckdb", "--resume", "--no-report", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     with duckdb.connect(str(tmp_path / "results.duckdb"), read_only=True) as con:
         assert con.execute("SELECT attempt, resume_mode, resumed_from, resumed_from_sha256, from_transition "
