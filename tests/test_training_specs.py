@@ -272,7 +272,7 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     shipped.write_bytes((SPECS / m["start_from"]).read_bytes())
     start = int(load_checkpoint(shipped)[1]["transitions"])
     m.update(SMALL_TRAIN, start_from=shipped.name, total_transitions=start + 400,
-             checkpoint_at=[start + 200, start + 400])
+             checkpoint_at=[start + 200, start + 400], torch_threads=1)  # one thread, as shrink() gives
     m["evaluate_checkpoints"].update(seeds=[1000, 1001], batch_size=2)
     path = tmp_path / "train_reference_v3.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
