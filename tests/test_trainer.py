@@ -8,28 +8,29 @@ from breakout_core.qnetwork import load_checkpoint
 from breakout_core.train_config import TrainConfig
 from breakout_core.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, TrainDone, Trainer
 
+# batches of 8: what these tests count (transitions, updates, syncs, resumes) does not depend on a batch's size
 TINY = dict(learning_starts=200, replay_capacity=2_000, diagnostics_every=100, target_sync_every=150,
-            epsilon_decay_transitions=400, torch_threads=1)
+            epsilon_decay_transitions=400, torch_threads=1, batch_size=8)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("num_envs", [1, 3])
 def test_counts_are_transitions_whatever_n(tmp_path, num_envs):
-    config = TrainConfig(total_transitions=601, num_envs=num_envs, checkpoint_at=(300,), **TINY)
-    contract = Contract().replace(max_episode_frames=600)  # an untrained greedy net may never serve: end its games
+    config = TrainConfig(total_transitions=401, num_envs=num_envs, checkpoint_at=(250,), **TINY)
+    contract = Contract().replace(max_episode_frames=400)  # an untrained greedy net may never serve: end its games
     trainer = Trainer(config, contract, tmp_path)
     before = [p.detach().clone() for p in trainer.online.parameters()]
     records = list(trainer.run())
     done = records[-1]
-    assert isinstance(done, TrainDone) and done.transitions == 601  # exact, though 601 % 3 != 0
-    assert done.updates == 601 // 4 - 199 // 4  # one per 4 transitions once 200 are in
-    assert done.target_syncs == 601 // 150
+    assert isinstance(done, TrainDone) and done.transitions == 401  # exact, though 401 % 3 != 0
+    assert done.updates == 401 // 4 - 199 // 4  # one per 4 transitions once 200 are in
+    assert done.target_syncs == 401 // 150
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.online.parameters()))
     diagnostics = [r for r in records if isinstance(r, Diagnostics)]
     assert [d.transition // 100 for d in diagnostics] == sorted({d.transition // 100 for d in diagnostics})
     assert diagnostics[-1].epsilon == pytest.approx(config.epsilon(diagnostics[-1].transition - num_envs), abs=0.01)
     saved = [r for r in records if isinstance(r, CheckpointSaved)]
-    assert saved[0].transition >= 300 and saved[-1].path.endswith("final.pt")
+    assert saved[0].transition >= 250 and saved[-1].path.endswith("final.pt")
     _, meta = load_checkpoint(saved[0].path)
     assert meta["contract_hash"] == contract.hash and meta["train_config"]["num_envs"] == num_envs
     episodes = [r for r in records if isinstance(r, EpisodeEnd)]

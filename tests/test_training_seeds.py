@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -24,11 +25,11 @@ from breakout_core import stats
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {
     "name": "tiny_seeds",
-    "contract": {"name": "breakout-v3", "max_episode_frames": 2000},  # a checkpoint that never serves ends soon
+    "contract": {"name": "breakout-v3", "max_episode_frames": 400},  # a checkpoint that never serves ends soon
     "measurements": [{
         "kind": "train", "name": "seeds_lr", "algorithm": "dqn", "total_transitions": 400, "num_envs": 1,
         "learning_starts": 200, "train_every": 4, "target_sync_every": 200, "epsilon_decay_transitions": 400,
-        "replay_capacity": 2000, "diagnostics_every": 100, "torch_threads": 1, "seed": 3, "seeds": 2,
+        "batch_size": 8, "replay_capacity": 2000, "diagnostics_every": 100, "torch_threads": 1, "seed": 3, "seeds": 2,
         "score_seeds": [11, 12], "score_batch": 2, "sweep": {"learning_rate": [0.0001, 0.0002]},
     }],
     "verdicts": [{"name": "faster_lr_scores_higher", "measurement": "seeds_lr", "candidate": "learning_rate=0.0002",
@@ -174,15 +175,30 @@ def _training_workers(measurement: str) -> list[int]:
     return [int(pid) for pid in found]
 
 
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[str]:
+    """The address of a local Ray cluster that runs as long as this module's tests: the runs that
+    join it with --ray-address pay for no cluster start of their own. Shut down with the module
+    (ray.shutdown stops what this process started, and nothing else)."""
+    import ray
+
+    ray.init(include_dashboard=False, log_to_driver=False, num_cpus=2)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
 @pytest.mark.slow
-def test_a_killed_ray_worker_leaves_a_consistent_database_and_resume_runs_only_what_is_missing(tmp_path):
+def test_a_killed_ray_worker_leaves_a_consistent_database_and_resume_runs_only_what_is_missing(tmp_path, ray_cluster):
     # a measurement name of its own: its workers are the ones this test may kill
     spec = dict(TINY, measurements=[dict(TINY["measurements"][0], name="killed_lr", total_transitions=800, seeds=2)],
                 verdicts=[dict(TINY["verdicts"][0], measurement="killed_lr")])
     path = write(tmp_path, spec)
     db = tmp_path / "results.duckdb"
+    # both runs join one cluster, as a user's runs join theirs: the kill and the resume on the same workers' node
     child = subprocess.Popen([sys.executable, "-m", "runner", "run", str(path), "--db", str(db), "--no-report",
-                              "--executor", "ray", "--ray-retries", "0"], cwd=tmp_path,
+                              "--executor", "ray", "--ray-address", ray_cluster, "--ray-retries", "0"], cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_rows(db, "SELECT count(*) FROM train_results", timeout=400)
@@ -206,7 +222,7 @@ def test_a_killed_ray_worker_leaves_a_consistent_database_and_resume_runs_only_w
         assert {r[:2] for r in found} == stored, table
 
     done = runner("run", str(path), "--db", str(db), "--no-report", "--resume", "--executor", "ray",
-                  cwd=tmp_path, timeout=900)
+                  "--ray-address", ray_cluster, cwd=tmp_path, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     after = {table: rows(db, table) for table in DETERMINISTIC}
     assert {r[:2] for r in after["train_results"]} == {

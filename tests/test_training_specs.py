@@ -4,6 +4,7 @@ mid-run that resumes to the same total."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -15,9 +16,11 @@ from pathlib import Path
 import duckdb
 import pytest
 import yaml
+from click.testing import CliRunner, Result
 from test_end_to_end import runner, wait_for_rows
 
 from breakout_core.qnetwork import load_checkpoint
+from runner.cli.commands import main
 from runner.spec.document import load_spec
 from runner.spec.yaml_source import read_spec_text
 
@@ -25,16 +28,18 @@ SPECS = Path(__file__).resolve().parent.parent / "specs"
 SMALL_TRAIN = dict(total_transitions=400, batch_size=8, learning_starts=100, replay_capacity=2_000,
                    diagnostics_every=100, target_sync_every=150, epsilon_decay_transitions=300,
                    checkpoint_at=[200, 400])
-SMALL_THROUGHPUT = dict(total_transitions=200, warmup_transitions=50, learning_starts=50, replay_capacity=2_000,
+# 40 timed transitions, 10 of them with an update: enough for every mode's rate to be a positive number
+SMALL_THROUGHPUT = dict(total_transitions=150, warmup_transitions=50, learning_starts=110, replay_capacity=2_000,
                         learner_updates=10, env_steps=100, repeats=1)
 
 
 def shrink(name: str, tmp_path: Path) -> Path:
     """The repository spec `name` with every count cut down (one training seed, one timing, one
     torch thread); its method (measurements, sweeps, modes, verdicts) unchanged. Episodes are
-    capped at 1,000 frames so an evaluated checkpoint that never serves ends quickly."""
+    capped at 400 frames (100 agent steps) so an evaluated checkpoint that never serves ends quickly,
+    and training episodes end several times within a training."""
     spec = read_spec_text(load_spec(SPECS / f"{name}.yaml").text)  # with its extends merged in
-    spec.setdefault("contract", {})["max_episode_frames"] = 1_000
+    spec.setdefault("contract", {})["max_episode_frames"] = 400
     for m in spec["measurements"]:
         if "torch_threads" in m:  # the suite runs two tests at once on two cores; torch's threads wait on each other
             m["torch_threads"] = 1
@@ -61,6 +66,13 @@ def run_spec(path: Path, tmp_path: Path, *extra: str) -> tuple[str, duckdb.DuckD
     assert done.returncode == 0, done.stderr[-3000:]
     run_id = done.stdout.split()[1]
     return run_id, duckdb.connect(str(tmp_path / "results.duckdb"), read_only=True), done.stderr
+
+
+def model_card(*args: str, cwd: Path) -> Result:
+    """`runner model-card` in this process, from `cwd`: it only reads the database and checkpoints,
+    so it needs no process (and no second start of torch) of its own."""
+    with contextlib.chdir(cwd):
+        return CliRunner().invoke(main, ["model-card", *args])
 
 
 def verdict_outcomes(con, run_id: str) -> dict[str, str]:
@@ -132,16 +144,17 @@ def test_day16_vector_envs_screen_train_and_checkpoint_scores(tmp_path):
     final = con.execute("SELECT path FROM train_checkpoints WHERE run_id = ? AND trial = 'num_envs=2' "
                         "AND transition = 400", [run_id]).fetchone()[0]
     con.close()
-    card = runner("model-card", "--checkpoint", final, "--train-run", run_id, "--eval-run", run_id,
-                  "--measurement", "train_100k", "--out", "CARD.md", "--db", "results.duckdb", cwd=tmp_path)
-    assert card.returncode == 0, card.stderr[-2000:]
+    card = model_card("--checkpoint", final, "--train-run", run_id, "--eval-run", run_id,
+                      "--measurement", "train_100k", "--out", "CARD.md", "--db", "results.duckdb", cwd=tmp_path)
+    assert card.exit_code == 0, card.output[-2000:]
     curve = (tmp_path / "CARD.md").read_text().split("## Greedy score against transitions and hours", 1)[1]
     assert re.findall(r"^\| `([^`]+)`", curve, flags=re.M) == ["num_envs=2,seed=42@200", "num_envs=2,seed=42@400"]
-    stranger = runner("model-card", "--checkpoint", str(SPECS.parent / "models/reference/dqn_breakout.pt"),
-                      "--train-run", run_id, "--eval-run", run_id, "--measurement", "train_100k", "--out", "OTHER.md",
-                      "--db", "results.duckdb", cwd=tmp_path)
-    assert stranger.returncode != 0 and "none of their checkpoint files on this machine" in stranger.stderr
-    assert "Traceback" not in stranger.stderr and not (tmp_path / "OTHER.md").exists()
+    stranger = model_card("--checkpoint", str(SPECS.parent / "models/reference/dqn_breakout.pt"),
+                          "--train-run", run_id, "--eval-run", run_id, "--measurement", "train_100k",
+                          "--out", "OTHER.md", "--db", "results.duckdb", cwd=tmp_path)
+    assert stranger.exit_code != 0 and "none of their checkpoint files on this machine" in stranger.stderr
+    # refused through sys.exit, not an exception that would print a traceback
+    assert isinstance(stranger.exception, SystemExit) and not (tmp_path / "OTHER.md").exists()
 
 
 @pytest.mark.slow
@@ -170,12 +183,13 @@ def test_benchmark_splits_collect_into_acting_and_loop(tmp_path):
 
 KILLABLE = """\
 name: killable_training
-contract: {max_episode_frames: 1000}
+contract: {max_episode_frames: 400}
 measurements:
   - kind: train
     name: train
     total_transitions: 1500
     num_envs: 2
+    batch_size: 8
     learning_starts: 200
     replay_capacity: 4000
     diagnostics_every: 200
@@ -252,13 +266,13 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     from breakout_core.hashing import file_sha256
 
     spec = yaml.safe_load((SPECS / "train_reference_v3.yaml").read_text())
-    spec["contract"].update(max_episode_frames=1_000, other_contracts="deliberate")  # a capped game: another contract
+    spec["contract"].update(max_episode_frames=400, other_contracts="deliberate")  # a capped game: another contract
     m = spec["measurements"][0]
     shipped = tmp_path / "shipped.pt"
     shipped.write_bytes((SPECS / m["start_from"]).read_bytes())
     start = int(load_checkpoint(shipped)[1]["transitions"])
     m.update(SMALL_TRAIN, start_from=shipped.name, total_transitions=start + 400,
-             checkpoint_at=[start + 200, start + 400])
+             checkpoint_at=[start + 200, start + 400], torch_threads=1)  # one thread, as shrink() gives
     m["evaluate_checkpoints"].update(seeds=[1000, 1001], batch_size=2)
     path = tmp_path / "train_reference_v3.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -269,9 +283,9 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     assert con.execute("SELECT policy, count(*) FROM episodes WHERE run_id = ? GROUP BY policy ORDER BY policy",
                        [run_id]).fetchall() == [(f"base@{t}", 2) for t in (start, start + 200, start + 400)]
     con.close()
-    done = runner("model-card", "--checkpoint", str(shipped), "--train-run", run_id, "--eval-run", run_id,
-                  "--out", "CARD.md", "--db", "results.duckdb", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = model_card("--checkpoint", str(shipped), "--train-run", run_id, "--eval-run", run_id,
+                      "--out", "CARD.md", "--db", "results.duckdb", cwd=tmp_path)
+    assert done.exit_code == 0, done.output[-2000:]
     card = (tmp_path / "CARD.md").read_text()
     curve = card.split("## Greedy score against transitions and hours", 1)[1].split("##", 1)[0]
     rows = [line for line in curve.splitlines() if line.startswith("| `base@")]
@@ -311,7 +325,7 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     for (checkpoint,) in own:
         (aside / Path(checkpoint).name).rename(tmp_path / checkpoint)
     latest = own[0][0]  # checkpoint_….pt, not final.pt: the same weights
-    resumed = runner("run", str(path), "--db", "results.duckdb", "--resume", cwd=tmp_path)
+    resumed = runner("run", str(path), "--db", "results.duckdb", "--resume", "--no-report", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     with duckdb.connect(str(tmp_path / "results.duckdb"), read_only=True) as con:
         assert con.execute("SELECT attempt, resume_mode, resumed_from, resumed_from_sha256, from_transition "
@@ -348,8 +362,8 @@ def test_a_resume_refuses_trainings_the_spec_does_not_make(tmp_path, write_spec)
     resumed under the trials' own seeds, which would train them again beside the old rows; the
     refusal comes before any measurement goes on, and leaves the run as it was."""
     spec = write_spec("name: seedsweep\nmeasurements:\n"
-                      "  - kind: train\n    name: first\n    total_transitions: 300\n    replay_capacity: 1000\n"
-                      "  - kind: train\n    name: tr\n    seed: 7\n    total_transitions: 300\n"
+                      "  - kind: train\n    name: first\n    total_transitions: 100\n    replay_capacity: 1000\n"
+                      "  - kind: train\n    name: tr\n    seed: 7\n    total_transitions: 100\n"
                       "    replay_capacity: 1000\n    sweep: {seed: [1, 2]}\n")
     run_id, con, _ = run_spec(spec, tmp_path, "--no-report")
     assert con.execute("SELECT trial, training_seed FROM train_attempts WHERE measurement = 'tr' ORDER BY ALL"
