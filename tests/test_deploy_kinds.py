@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
+from test_end_to_end import cli
 
 from breakout_core.parity import compare_q
 from breakout_core.runtimes import runtime_available
@@ -334,7 +335,7 @@ def test_repository_specs_validate_as_a_chain():
 TINY = """\
 name: tiny_deploy
 contract:
-  max_episode_frames: 400
+  max_episode_frames: 200
 policies:
   dqn: {type: checkpoint, path: model.pt}
 artifacts:
@@ -357,7 +358,7 @@ measurements:
     onnx_fp16: onnx_fp16
     fixed_states: states
     n_states: 12
-    capture: {episode_seeds: [0, 1, 2], max_steps_per_episode: 100, batch_size: 3}
+    capture: {episode_seeds: [0, 1, 2], max_steps_per_episode: 40, batch_size: 3}
   - kind: parity
     name: parity
     fixed_states: states
@@ -373,7 +374,7 @@ measurements:
   - kind: closed_loop
     name: loop
     runtimes: [torch_fp32, ort_cpu, ort_fp16, ort_cuda]
-    steps: 40
+    steps: 20
   - kind: episodes
     name: scores
     baseline: torch_fp32
@@ -471,7 +472,7 @@ def tiny_run(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("deploy_e2e")
     torch.manual_seed(0)
-    save_checkpoint(folder / "model.pt", QNetwork(), CONTRACTS["breakout-v3"].replace(max_episode_frames=400),
+    save_checkpoint(folder / "model.pt", QNetwork(), CONTRACTS["breakout-v3"].replace(max_episode_frames=200),
                     transitions=0)
     (folder / "tiny.yaml").write_text(TINY)
     done = _runner("run", "tiny.yaml", "--db", "r.duckdb", "--reports", "reports", cwd=folder)
@@ -544,7 +545,7 @@ def test_e2e_latency_closed_loop_and_episodes_rows(tiny_run):
     timer, resolution = _query(folder, "SELECT DISTINCT timer, timer_resolution_s FROM latency_series")[0]
     assert timer == "time.perf_counter_ns" and 0 < resolution < 1e-3
     loop = dict(_query(folder, "SELECT runtime, steps FROM closed_loop_summary"))
-    assert loop == {r: 40 for r in _ran("loop")}
+    assert loop == {r: 20 for r in _ran("loop")}
     # the runtimes play exactly what the evaluator plays with the checkpoint policy
     by_runtime = _query(folder, "SELECT policy, seed, score, steps, frames FROM episodes WHERE measurement = 'scores' "
                                 "ORDER BY policy, seed")
@@ -585,8 +586,8 @@ def test_e2e_verdicts_report_and_verdicts_page(tiny_run):
                  "cumulative score", "fixed states were taken"):
         assert text in page, text
     assert ("unavailable here" in page) == (not all(map(_runs_here, GPU_RUNTIMES)))
-    verdicts = _runner("report", "--verdicts", "--db", "r.duckdb", "--reports", "reports", cwd=folder)
-    assert verdicts.returncode == 0 and "trt_worthy" in verdicts.stdout
+    verdicts = cli("report", "--verdicts", "--db", "r.duckdb", "--reports", "reports", cwd=folder)
+    assert verdicts.exit_code == 0 and "trt_worthy" in verdicts.stdout
     assert _runs_here("trt_fp32") or "unavailable" in verdicts.stdout
 
 
@@ -600,9 +601,9 @@ def test_artifacts_made_from_another_checkpoint_are_refused(tiny_run):
 
     folder, _ = tiny_run
     torch.manual_seed(1)
-    save_checkpoint(folder / "newer.pt", QNetwork(), CONTRACTS["breakout-v3"].replace(max_episode_frames=400),
+    save_checkpoint(folder / "newer.pt", QNetwork(), CONTRACTS["breakout-v3"].replace(max_episode_frames=200),
                     transitions=1)
-    text = ("name: consumer\ncontract: {max_episode_frames: 400}\nartifacts:\n  checkpoint: {path: CKPT}\n"
+    text = ("name: consumer\ncontract: {max_episode_frames: 200}\nartifacts:\n  checkpoint: {path: CKPT}\n"
             "  onnx: {path: out/model.onnx, made_by: tiny_deploy}\n"
             "  states: {path: out/states.npz, made_by: tiny_deploy}\n"
             "runtimes:\n  ort: {runtime: onnxruntime, artifact: onnx}\n"
