@@ -83,9 +83,11 @@ def test_browser_option_errors_are_one_line():
         runtime_available("browser", num_threads=0)
 
 
+# parity, in-page latency and a closed loop on the states; then full games, capped at 100 agent
+# steps by the contract (an untrained agent stalls until the cap), all in one run
 BROWSER_SPEC = """
 name: browser_tiny
-contract: {name: breakout-v2}
+contract: {name: breakout-v2, max_episode_frames: 400, other_contracts: deliberate}  # a capped game
 artifacts:
   checkpoint: {path: CHECKPOINT}
   onnx_fp32: {path: ONNX}
@@ -112,27 +114,7 @@ measurements:
     name: loop
     baseline: torch_fp32
     runtimes: [torch_fp32, browser_wasm]
-    steps: 40
-verdicts:
-  - {name: wasm_same, measurement: parity, candidate: browser_wasm, baseline: torch_fp32,
-     deployment_worthy_when: {action_agreement: ">= 1.0", max_abs_dq: "<= 1e-4"}}
-  - {name: webgpu_same, measurement: parity, candidate: browser_webgpu, baseline: torch_fp32,
-     deployment_worthy_when: {action_agreement: ">= 1.0", max_abs_dq: "<= 1e-4"}}
-  - {name: loop_same, measurement: loop, candidate: browser_wasm, baseline: torch_fp32,
-     deployment_worthy_when: {score_diff: "== 0", diverged: "== 0"}}
-"""
-
-# full games, capped at 500 agent steps by the contract (an untrained agent stalls until the cap)
-EPISODES_SPEC = """
-name: browser_episodes
-contract: {name: breakout-v2, max_episode_frames: 2000, other_contracts: deliberate}  # a capped game
-artifacts:
-  checkpoint: {path: CHECKPOINT}
-  onnx_fp32: {path: ONNX}
-runtimes:
-  torch_fp32: {runtime: torch, threads: 1, artifact: checkpoint}
-  browser_wasm: {runtime: browser, provider: wasm, artifact: onnx_fp32}
-measurements:
+    steps: 20
   - kind: episodes
     name: scores
     baseline: torch_fp32
@@ -140,6 +122,12 @@ measurements:
     seeds: [0, 1]
     batch_size: 2
 verdicts:
+  - {name: wasm_same, measurement: parity, candidate: browser_wasm, baseline: torch_fp32,
+     deployment_worthy_when: {action_agreement: ">= 1.0", max_abs_dq: "<= 1e-4"}}
+  - {name: webgpu_same, measurement: parity, candidate: browser_webgpu, baseline: torch_fp32,
+     deployment_worthy_when: {action_agreement: ">= 1.0", max_abs_dq: "<= 1e-4"}}
+  - {name: loop_same, measurement: loop, candidate: browser_wasm, baseline: torch_fp32,
+     deployment_worthy_when: {score_diff: "== 0", diverged: "== 0"}}
   - {name: scores_same, measurement: scores, candidate: browser_wasm, baseline: torch_fp32,
      deployment_worthy_when: {paired_score_diff_ci_low: ">= 0", paired_score_diff_ci_high: "<= 0"}}
 """
@@ -149,14 +137,13 @@ verdicts:
 @pytest.mark.slow
 def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):
     db = tmp_path / "browser.duckdb"
-    for name, text in (("browser.yaml", BROWSER_SPEC), ("episodes.yaml", EPISODES_SPEC)):
-        spec = tmp_path / name
-        spec.write_text(text.replace("CHECKPOINT", str(artifacts.checkpoint))
-                        .replace("ONNX", str(artifacts.export.onnx_path)).replace("STATES", str(artifacts.states_path)))
-        out = subprocess.run([sys.executable, "-m", "runner", "run", str(spec), "--db", str(db), "--no-report",
-                              "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=600,
-                             env={**os.environ, "COLUMNS": "200"})
-        assert out.returncode == 0, out.stderr[-3000:]
+    spec = tmp_path / "browser.yaml"
+    spec.write_text(BROWSER_SPEC.replace("CHECKPOINT", str(artifacts.checkpoint))
+                    .replace("ONNX", str(artifacts.export.onnx_path)).replace("STATES", str(artifacts.states_path)))
+    out = subprocess.run([sys.executable, "-m", "runner", "run", str(spec), "--db", str(db), "--no-report",
+                          "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr[-3000:]
     con = duckdb.connect(str(db), read_only=True)
     outcomes = dict(con.execute("SELECT verdict, outcome FROM verdicts").fetchall())
     assert outcomes == {name: "deployment-worthy" for name in ("wasm_same", "webgpu_same", "loop_same", "scores_same")}
@@ -172,10 +159,10 @@ def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):
     assert dict(scores) == {"torch_fp32": 2, "browser_wasm": 2}
 
 
-# a few short games (50 agent steps each) for both providers beside ONNX Runtime on the CPU
+# a few short games (30 agent steps each) for both providers beside ONNX Runtime on the CPU
 PROVIDER_SPEC = """
 name: browser_provider_games
-contract: {name: breakout-v2, max_episode_frames: 200, other_contracts: deliberate}
+contract: {name: breakout-v2, max_episode_frames: 120, other_contracts: deliberate}
 artifacts:
   onnx_fp32: {path: ONNX}
 runtimes:
@@ -240,8 +227,8 @@ def test_play_page_person_and_agent_play_to_the_end_and_the_row_is_stored(tmp_pa
     from runner.store.database import Store
 
     # a shorter time limit (recorded: the row's contract hash differs from breakout-v2's) keeps
-    # a stalling agent's episode to 1,500 steps; an agent that loses its lives ends sooner
-    contract = Contract().replace(max_episode_frames=6000)
+    # a stalling agent's episode to 750 steps; an agent that loses its lives ends sooner
+    contract = Contract().replace(max_episode_frames=3000)
     store = Store(tmp_path / "play.duckdb")
     model = REPO / "models" / "reference" / "dqn_breakout.onnx"
     with PlayServer(store, model, contract, port=0, pace_ms=0) as server:
