@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -457,14 +454,10 @@ def _ran(measurement: str) -> set[str]:
     return {r for r in MEASURED[measurement] if _runs_here(r)}
 
 
-def _runner(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # one torch thread: this machine has 2 cores and other work
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=env)
-
-
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
+def tiny_run(tmp_path_factory, one_torch_thread):
+    """The tiny spec run once through the CLI, in this process (one torch thread: this machine has
+    2 cores and other work)."""
     import torch
 
     from breakout_core.contract import CONTRACTS
@@ -475,8 +468,8 @@ def tiny_run(tmp_path_factory):
     save_checkpoint(folder / "model.pt", QNetwork(), CONTRACTS["breakout-v3"].replace(max_episode_frames=200),
                     transitions=0)
     (folder / "tiny.yaml").write_text(TINY)
-    done = _runner("run", "tiny.yaml", "--db", "r.duckdb", "--reports", "reports", cwd=folder)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = cli("run", "tiny.yaml", "--db", "r.duckdb", "--reports", "reports", cwd=folder)
+    assert done.exit_code == 0, (done.stderr[-3000:], done.exception)
     return folder, done
 
 
