@@ -1,6 +1,6 @@
 """The real CLI, as a user types it: run a tiny spec into a fresh DuckDB, query, report. A run
-that is interrupted runs in a process of its own; the commands around a run, and runs that a
-test only reads, run in this process through click's CliRunner (`cli`)."""
+that is interrupted runs in a process of its own; other commands run in this process through
+click's CliRunner (`cli`)."""
 
 from __future__ import annotations
 
@@ -61,8 +61,8 @@ def cli(*args: str, cwd: Path) -> Result:
 def test_run_sql_report_and_verdicts(tmp_path, checkpoint, write_spec):
     spec = write_spec(TINY)
     db = tmp_path / "results.duckdb"
-    done = runner("run", str(spec), "--db", str(db), "--reports", "reports", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    done = cli("run", str(spec), "--db", str(db), "--reports", "reports", cwd=tmp_path)
+    assert done.exit_code == 0, (done.stderr, done.exception)
     run_id = done.stdout.split()[1]
     assert "verdict dqn_beats_random:" in done.stdout
 
