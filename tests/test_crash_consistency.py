@@ -25,6 +25,8 @@ import duckdb
 import pytest
 
 HERE = Path(__file__).resolve().parent
+# short: three checkpoints, each with its evaluation and trainer state, updates and diagnostics between
+# them and several games, are every kind of event and row a longer training has
 SPEC = """\
 name: crash_consistency
 contract: {max_episode_frames: 100}
