@@ -11,7 +11,6 @@ checked against what the page showed.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
+from test_end_to_end import cli
 
 from breakout_core.parity import compare_q
 from breakout_core.runtimes import BrowserRuntime, RuntimeUnavailable, make_runtime, runtime_available
@@ -83,11 +83,9 @@ def test_browser_option_errors_are_one_line():
         runtime_available("browser", num_threads=0)
 
 
-# parity, in-page latency and a closed loop on the states; then full games, capped at 100 agent
-# steps by the contract (an untrained agent stalls until the cap), all in one run
 BROWSER_SPEC = """
 name: browser_tiny
-contract: {name: breakout-v2, max_episode_frames: 400, other_contracts: deliberate}  # a capped game
+contract: {name: breakout-v2}
 artifacts:
   checkpoint: {path: CHECKPOINT}
   onnx_fp32: {path: ONNX}
@@ -115,12 +113,6 @@ measurements:
     baseline: torch_fp32
     runtimes: [torch_fp32, browser_wasm]
     steps: 20
-  - kind: episodes
-    name: scores
-    baseline: torch_fp32
-    runtimes: [torch_fp32, browser_wasm]
-    seeds: [0, 1]
-    batch_size: 2
 verdicts:
   - {name: wasm_same, measurement: parity, candidate: browser_wasm, baseline: torch_fp32,
      deployment_worthy_when: {action_agreement: ">= 1.0", max_abs_dq: "<= 1e-4"}}
@@ -128,6 +120,27 @@ verdicts:
      deployment_worthy_when: {action_agreement: ">= 1.0", max_abs_dq: "<= 1e-4"}}
   - {name: loop_same, measurement: loop, candidate: browser_wasm, baseline: torch_fp32,
      deployment_worthy_when: {score_diff: "== 0", diverged: "== 0"}}
+"""
+
+# full games, capped at 100 agent steps by the contract (an untrained agent stalls until the cap);
+# a spec of their own, as the states above were captured under breakout-v2 uncapped
+EPISODES_SPEC = """
+name: browser_episodes
+contract: {name: breakout-v2, max_episode_frames: 400, other_contracts: deliberate}  # a capped game
+artifacts:
+  checkpoint: {path: CHECKPOINT}
+  onnx_fp32: {path: ONNX}
+runtimes:
+  torch_fp32: {runtime: torch, threads: 1, artifact: checkpoint}
+  browser_wasm: {runtime: browser, provider: wasm, artifact: onnx_fp32}
+measurements:
+  - kind: episodes
+    name: scores
+    baseline: torch_fp32
+    runtimes: [torch_fp32, browser_wasm]
+    seeds: [0, 1]
+    batch_size: 2
+verdicts:
   - {name: scores_same, measurement: scores, candidate: browser_wasm, baseline: torch_fp32,
      deployment_worthy_when: {paired_score_diff_ci_low: ">= 0", paired_score_diff_ci_high: "<= 0"}}
 """
@@ -137,13 +150,12 @@ verdicts:
 @pytest.mark.slow
 def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):
     db = tmp_path / "browser.duckdb"
-    spec = tmp_path / "browser.yaml"
-    spec.write_text(BROWSER_SPEC.replace("CHECKPOINT", str(artifacts.checkpoint))
-                    .replace("ONNX", str(artifacts.export.onnx_path)).replace("STATES", str(artifacts.states_path)))
-    out = subprocess.run([sys.executable, "-m", "runner", "run", str(spec), "--db", str(db), "--no-report",
-                          "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "COLUMNS": "200"})
-    assert out.returncode == 0, out.stderr[-3000:]
+    for name, text in (("browser.yaml", BROWSER_SPEC), ("episodes.yaml", EPISODES_SPEC)):
+        spec = tmp_path / name
+        spec.write_text(text.replace("CHECKPOINT", str(artifacts.checkpoint))
+                        .replace("ONNX", str(artifacts.export.onnx_path)).replace("STATES", str(artifacts.states_path)))
+        out = cli("run", str(spec), "--db", str(db), "--no-report", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+        assert out.exit_code == 0, (out.stderr[-3000:], out.exception)
     con = duckdb.connect(str(db), read_only=True)
     outcomes = dict(con.execute("SELECT verdict, outcome FROM verdicts").fetchall())
     assert outcomes == {name: "deployment-worthy" for name in ("wasm_same", "webgpu_same", "loop_same", "scores_same")}
@@ -159,10 +171,10 @@ def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):
     assert dict(scores) == {"torch_fp32": 2, "browser_wasm": 2}
 
 
-# a few short games (30 agent steps each) for both providers beside ONNX Runtime on the CPU
+# a few short games (50 agent steps each) for both providers beside ONNX Runtime on the CPU
 PROVIDER_SPEC = """
 name: browser_provider_games
-contract: {name: breakout-v2, max_episode_frames: 120, other_contracts: deliberate}
+contract: {name: breakout-v2, max_episode_frames: 200, other_contracts: deliberate}
 artifacts:
   onnx_fp32: {path: ONNX}
 runtimes:
@@ -191,10 +203,8 @@ def test_both_providers_play_the_same_games_each_call_timed_in_the_page(artifact
     db = tmp_path / "games.duckdb"
     spec = tmp_path / "games.yaml"
     spec.write_text(PROVIDER_SPEC.replace("ONNX", str(artifacts.export.onnx_path)))
-    out = subprocess.run([sys.executable, "-m", "runner", "run", str(spec), "--db", str(db), "--no-report",
-                          "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "COLUMNS": "200"})
-    assert out.returncode == 0, out.stderr[-3000:]
+    out = cli("run", str(spec), "--db", str(db), "--no-report", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert out.exit_code == 0, (out.stderr[-3000:], out.exception)
     con = duckdb.connect(str(db), read_only=True)
     games = dict(con.execute("SELECT policy, count(*) FROM episodes GROUP BY policy").fetchall())
     assert games == {"ort_cpu": 2, "browser_wasm": 2, "browser_webgpu": 2}
