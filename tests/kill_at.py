@@ -6,7 +6,8 @@ before a chosen file event, or logging every such event.
 A request is {"cwd": folder, "args": [runner CLI arguments], "log": EVENTS_FILE or null,
 "kill": [CLASS, N] or null}. Each request forks a child that changes to `cwd`, writes its
 output to `cwd`/stdout.txt and stderr.txt, and runs the runner's CLI there: with "log", it
-appends the class of every event to EVENTS_FILE; with "kill", it SIGKILLs itself before the
+appends the class of every event to EVENTS_FILE, one a line (`database read` where the
+opening is a reader's, which writes nothing); with "kill", it SIGKILLs itself before the
 N-th event of CLASS. The reply is {"returncode": the child's exit status, negative for a
 signal as in subprocess, "stderr": its error output}.
 
@@ -63,6 +64,11 @@ def event_class(event: str, args: tuple) -> str | None:
     return None
 
 
+def reads_only(event: str, args: tuple) -> bool:
+    """A database opening by a reader: the lock file opened read-only (a writer opens it to write)."""
+    return event == "open" and isinstance(args[2], int) and not args[2] & (os.O_WRONLY | os.O_RDWR)
+
+
 def install_hook(log: str | None, kill: list | None) -> None:
     seen: dict[str, int] = {}
     if log:
@@ -71,7 +77,7 @@ def install_hook(log: str | None, kill: list | None) -> None:
         def hook(event: str, args: tuple) -> None:
             name = event_class(event, args)
             if name:
-                log_file.write(name + "\n")
+                log_file.write(name + (" read" if reads_only(event, args) else "") + "\n")
     elif kill:
         target, nth = kill[0], int(kill[1])
 

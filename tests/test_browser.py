@@ -11,7 +11,6 @@ checked against what the page showed.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
+from test_end_to_end import cli
 
 from breakout_core.parity import compare_q
 from breakout_core.runtimes import BrowserRuntime, RuntimeUnavailable, make_runtime, runtime_available
@@ -112,7 +112,7 @@ measurements:
     name: loop
     baseline: torch_fp32
     runtimes: [torch_fp32, browser_wasm]
-    steps: 40
+    steps: 20
 verdicts:
   - {name: wasm_same, measurement: parity, candidate: browser_wasm, baseline: torch_fp32,
      deployment_worthy_when: {action_agreement: ">= 1.0", max_abs_dq: "<= 1e-4"}}
@@ -122,10 +122,11 @@ verdicts:
      deployment_worthy_when: {score_diff: "== 0", diverged: "== 0"}}
 """
 
-# full games, capped at 500 agent steps by the contract (an untrained agent stalls until the cap)
+# full games, capped at 100 agent steps by the contract (an untrained agent stalls until the cap);
+# a spec of their own, as the states above were captured under breakout-v2 uncapped
 EPISODES_SPEC = """
 name: browser_episodes
-contract: {name: breakout-v2, max_episode_frames: 2000, other_contracts: deliberate}  # a capped game
+contract: {name: breakout-v2, max_episode_frames: 400, other_contracts: deliberate}  # a capped game
 artifacts:
   checkpoint: {path: CHECKPOINT}
   onnx_fp32: {path: ONNX}
@@ -153,10 +154,8 @@ def test_browser_spec_runs_through_the_cli(artifacts, tmp_path):
         spec = tmp_path / name
         spec.write_text(text.replace("CHECKPOINT", str(artifacts.checkpoint))
                         .replace("ONNX", str(artifacts.export.onnx_path)).replace("STATES", str(artifacts.states_path)))
-        out = subprocess.run([sys.executable, "-m", "runner", "run", str(spec), "--db", str(db), "--no-report",
-                              "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=600,
-                             env={**os.environ, "COLUMNS": "200"})
-        assert out.returncode == 0, out.stderr[-3000:]
+        out = cli("run", str(spec), "--db", str(db), "--no-report", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+        assert out.exit_code == 0, (out.stderr[-3000:], out.exception)
     con = duckdb.connect(str(db), read_only=True)
     outcomes = dict(con.execute("SELECT verdict, outcome FROM verdicts").fetchall())
     assert outcomes == {name: "deployment-worthy" for name in ("wasm_same", "webgpu_same", "loop_same", "scores_same")}
@@ -204,10 +203,8 @@ def test_both_providers_play_the_same_games_each_call_timed_in_the_page(artifact
     db = tmp_path / "games.duckdb"
     spec = tmp_path / "games.yaml"
     spec.write_text(PROVIDER_SPEC.replace("ONNX", str(artifacts.export.onnx_path)))
-    out = subprocess.run([sys.executable, "-m", "runner", "run", str(spec), "--db", str(db), "--no-report",
-                          "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "COLUMNS": "200"})
-    assert out.returncode == 0, out.stderr[-3000:]
+    out = cli("run", str(spec), "--db", str(db), "--no-report", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert out.exit_code == 0, (out.stderr[-3000:], out.exception)
     con = duckdb.connect(str(db), read_only=True)
     games = dict(con.execute("SELECT policy, count(*) FROM episodes GROUP BY policy").fetchall())
     assert games == {"ort_cpu": 2, "browser_wasm": 2, "browser_webgpu": 2}
@@ -240,8 +237,8 @@ def test_play_page_person_and_agent_play_to_the_end_and_the_row_is_stored(tmp_pa
     from runner.store.database import Store
 
     # a shorter time limit (recorded: the row's contract hash differs from breakout-v2's) keeps
-    # a stalling agent's episode to 1,500 steps; an agent that loses its lives ends sooner
-    contract = Contract().replace(max_episode_frames=6000)
+    # a stalling agent's episode to 750 steps; an agent that loses its lives ends sooner
+    contract = Contract().replace(max_episode_frames=3000)
     store = Store(tmp_path / "play.duckdb")
     model = REPO / "models" / "reference" / "dqn_breakout.onnx"
     with PlayServer(store, model, contract, port=0, pace_ms=0) as server:

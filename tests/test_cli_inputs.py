@@ -4,22 +4,15 @@ test runs a real process, to see that its exit status and its stderr are the sam
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from test_end_to_end import runner
+from test_end_to_end import cli, runner
 
 from runner.cli.commands import main
 from runner.store.database import Store
-
-
-def cli(*args: str, cwd: Path) -> Result:
-    """`runner ARGS` in this process, from the folder `cwd`."""
-    with contextlib.chdir(cwd):
-        return CliRunner().invoke(main, list(args))
 
 
 def assert_one_line_usage_error(result: Result | subprocess.CompletedProcess, *mentions: str) -> None:

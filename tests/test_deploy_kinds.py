@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pytest
+from test_end_to_end import cli
 
 from breakout_core.parity import compare_q
 from breakout_core.runtimes import runtime_available
@@ -334,7 +332,7 @@ def test_repository_specs_validate_as_a_chain():
 TINY = """\
 name: tiny_deploy
 contract:
-  max_episode_frames: 400
+  max_episode_frames: 200
 policies:
   dqn: {type: checkpoint, path: model.pt}
 artifacts:
@@ -357,7 +355,7 @@ measurements:
     onnx_fp16: onnx_fp16
     fixed_states: states
     n_states: 12
-    capture: {episode_seeds: [0, 1, 2], max_steps_per_episode: 100, batch_size: 3}
+    capture: {episode_seeds: [0, 1, 2], max_steps_per_episode: 40, batch_size: 3}
   - kind: parity
     name: parity
     fixed_states: states
@@ -373,7 +371,7 @@ measurements:
   - kind: closed_loop
     name: loop
     runtimes: [torch_fp32, ort_cpu, ort_fp16, ort_cuda]
-    steps: 40
+    steps: 20
   - kind: episodes
     name: scores
     baseline: torch_fp32
@@ -456,14 +454,10 @@ def _ran(measurement: str) -> set[str]:
     return {r for r in MEASURED[measurement] if _runs_here(r)}
 
 
-def _runner(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # one torch thread: this machine has 2 cores and other work
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=env)
-
-
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
+def tiny_run(tmp_path_factory, one_torch_thread):
+    """The tiny spec run once through the CLI, in this process (one torch thread: this machine has
+    2 cores and other work)."""
     import torch
 
     from breakout_core.contract import CONTRACTS
@@ -471,11 +465,11 @@ def tiny_run(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("deploy_e2e")
     torch.manual_seed(0)
-    save_checkpoint(folder / "model.pt", QNetwork(), CONTRACTS["breakout-v3"].replace(max_episode_frames=400),
+    save_checkpoint(folder / "model.pt", QNetwork(), CONTRACTS["breakout-v3"].replace(max_episode_frames=200),
                     transitions=0)
     (folder / "tiny.yaml").write_text(TINY)
-    done = _runner("run", "tiny.yaml", "--db", "r.duckdb", "--reports", "reports", cwd=folder)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = cli("run", "tiny.yaml", "--db", "r.duckdb", "--reports", "reports", cwd=folder)
+    assert done.exit_code == 0, (done.stderr[-3000:], done.exception)
     return folder, done
 
 
@@ -544,7 +538,7 @@ def test_e2e_latency_closed_loop_and_episodes_rows(tiny_run):
     timer, resolution = _query(folder, "SELECT DISTINCT timer, timer_resolution_s FROM latency_series")[0]
     assert timer == "time.perf_counter_ns" and 0 < resolution < 1e-3
     loop = dict(_query(folder, "SELECT runtime, steps FROM closed_loop_summary"))
-    assert loop == {r: 40 for r in _ran("loop")}
+    assert loop == {r: 20 for r in _ran("loop")}
     # the runtimes play exactly what the evaluator plays with the checkpoint policy
     by_runtime = _query(folder, "SELECT policy, seed, score, steps, frames FROM episodes WHERE measurement = 'scores' "
                                 "ORDER BY policy, seed")
@@ -585,8 +579,8 @@ def test_e2e_verdicts_report_and_verdicts_page(tiny_run):
                  "cumulative score", "fixed states were taken"):
         assert text in page, text
     assert ("unavailable here" in page) == (not all(map(_runs_here, GPU_RUNTIMES)))
-    verdicts = _runner("report", "--verdicts", "--db", "r.duckdb", "--reports", "reports", cwd=folder)
-    assert verdicts.returncode == 0 and "trt_worthy" in verdicts.stdout
+    verdicts = cli("report", "--verdicts", "--db", "r.duckdb", "--reports", "reports", cwd=folder)
+    assert verdicts.exit_code == 0 and "trt_worthy" in verdicts.stdout
     assert _runs_here("trt_fp32") or "unavailable" in verdicts.stdout
 
 
@@ -600,9 +594,9 @@ def test_artifacts_made_from_another_checkpoint_are_refused(tiny_run):
 
     folder, _ = tiny_run
     torch.manual_seed(1)
-    save_checkpoint(folder / "newer.pt", QNetwork(), CONTRACTS["breakout-v3"].replace(max_episode_frames=400),
+    save_checkpoint(folder / "newer.pt", QNetwork(), CONTRACTS["breakout-v3"].replace(max_episode_frames=200),
                     transitions=1)
-    text = ("name: consumer\ncontract: {max_episode_frames: 400}\nartifacts:\n  checkpoint: {path: CKPT}\n"
+    text = ("name: consumer\ncontract: {max_episode_frames: 200}\nartifacts:\n  checkpoint: {path: CKPT}\n"
             "  onnx: {path: out/model.onnx, made_by: tiny_deploy}\n"
             "  states: {path: out/states.npz, made_by: tiny_deploy}\n"
             "runtimes:\n  ort: {runtime: onnxruntime, artifact: onnx}\n"

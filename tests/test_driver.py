@@ -37,7 +37,7 @@ from breakout_core.game_worker import GameWorkerError
 V3 = CONTRACTS["breakout-v3"]
 two_processes = pytest.mark.skipif(not hasattr(os, "memfd_create") or usable_cores() < 2,
                                    reason="a driver's worker process needs os.memfd_create (Linux) and two cores")
-SEEDS = [3, 17, 4, 250, 9, 11, 40, 7]
+SEEDS = [3, 17, 4, 11, 7]  # games of five lengths: slots free up at different steps
 
 
 @pytest.mark.parametrize("sticky", [0.0, 0.25])
@@ -130,8 +130,8 @@ def trajectories(contract, seeds, slots, max_steps=None, processes=1):
 @pytest.mark.slow
 def test_v3_episodes_are_the_same_alone_batched_reversed_and_in_another_process():
     short = V3.replace(max_episode_frames=4_000)
-    batched = trajectories(short, SEEDS, 8)
-    assert trajectories(short, SEEDS[::-1], 8) == batched
+    batched = trajectories(short, SEEDS, len(SEEDS))
+    assert trajectories(short, SEEDS[::-1], len(SEEDS)) == batched
     assert trajectories(short, SEEDS, 3) == batched  # other slots, after other episodes
     if hasattr(os, "memfd_create"):
         assert trajectories(short, SEEDS[::-1], 5, processes=2) == batched  # 3 of the 5 slots in a worker process
@@ -145,11 +145,11 @@ def test_v3_episodes_are_the_same_alone_batched_reversed_and_in_another_process(
 
 
 def test_v3_seeds_give_different_games_to_a_fixed_script():
-    played = trajectories(V3, list(range(20)), 4)
+    played = trajectories(V3, list(range(12)), 4)
     outcomes = {(score, steps) for _, score, steps, _, _ in played.values()}
-    assert len(outcomes) >= 15, outcomes  # most of 20 seeds differ in score or length
+    assert len(outcomes) >= 9, outcomes  # most of 12 seeds differ in score or length
     # without sticky actions the same script plays one game, whatever the seed
-    plain = trajectories(V3.replace(repeat_action_probability=0.0), list(range(5)), 4)
+    plain = trajectories(V3.replace(repeat_action_probability=0.0), list(range(4)), 4)
     assert len({(score, steps) for _, score, steps, _, _ in plain.values()}) == 1
 
 
@@ -218,9 +218,10 @@ def unserved_starts(contract, seeds) -> int:
 @pytest.mark.slow
 def test_under_v3_the_reset_fire_is_sticky_too():
     """The one-frame FIRE that starts a game is replaced by NOOP a quarter of the time, so a
-    breakout-v3 agent must learn to serve (docs/contract_v3.md)."""
-    assert unserved_starts(CONTRACTS["breakout-v2"], range(100)) == 0
-    assert 10 <= unserved_starts(V3, range(100)) <= 40
+    breakout-v3 agent must learn to serve (docs/contract_v3.md): of 40 seeds, 10 expected,
+    from 4 to 16 (about two standard deviations of a binomial draw; these seeds give 11)."""
+    assert unserved_starts(CONTRACTS["breakout-v2"], range(40)) == 0
+    assert 4 <= unserved_starts(V3, range(40)) <= 16
 
 
 def step_by_step(processes):

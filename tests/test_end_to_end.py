@@ -1,7 +1,10 @@
-"""The real CLI, as a user types it: run a tiny spec into a fresh DuckDB, query, report."""
+"""The real CLI, as a user types it: run a tiny spec into a fresh DuckDB, query, report. A run
+that is interrupted runs in a process of its own; other commands run in this process through
+click's CliRunner (`cli`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,13 +16,15 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from click.testing import CliRunner, Result
 
+from runner.cli.commands import main
 from runner.spec.document import settings_as_written
 
 TINY = """\
 name: tiny_eval
 contract:
-  max_episode_frames: 2000
+  max_episode_frames: 800
   other_contracts: deliberate  # a capped game: the checkpoint was made under breakout-v3 itself
 policies:
   random: {type: random}
@@ -46,12 +51,18 @@ def runner(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedP
                           timeout=timeout)
 
 
+def cli(*args: str, cwd: Path) -> Result:
+    """`runner ARGS` in this process, from the folder `cwd`."""
+    with contextlib.chdir(cwd):
+        return CliRunner().invoke(main, list(args))
+
+
 @pytest.mark.slow
 def test_run_sql_report_and_verdicts(tmp_path, checkpoint, write_spec):
     spec = write_spec(TINY)
     db = tmp_path / "results.duckdb"
-    done = runner("run", str(spec), "--db", str(db), "--reports", "reports", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    done = cli("run", str(spec), "--db", str(db), "--reports", "reports", cwd=tmp_path)
+    assert done.exit_code == 0, (done.stderr, done.exception)
     run_id = done.stdout.split()[1]
     assert "verdict dqn_beats_random:" in done.stdout
 
@@ -80,32 +91,32 @@ def test_run_sql_report_and_verdicts(tmp_path, checkpoint, write_spec):
                                     [run_id]).fetchall())
     assert distinct == {policy: len(set(values)) for policy, values in scores}
     assert json.loads(evidence)["metrics"]["candidate_distinct_scores"] == distinct["dqn"]
-    # the GIF's caption is the recorded episode's own result; 500 steps at most, so it is not cut
+    # the GIF's caption is the recorded episode's own result; 200 steps at most, so it is not cut
     assert gif_label == f"dqn, seed 5: score {score:g} in {steps} steps ({ended_by})"
     assert outcome in {"deployment-worthy", "rejected", "inconclusive"}
     assert (outcome == "deployment-worthy") == (float(low) > 0)
     assert "paired_score_diff_ci_low" in evidence
 
-    query = runner("sql", "SELECT policy, count(*) AS n FROM episodes GROUP BY policy ORDER BY policy", "--db",
-                   str(db), "--csv", cwd=tmp_path)
-    assert query.returncode == 0 and query.stdout.splitlines() == ["policy,n", "dqn,4", "random,4"]
+    query = cli("sql", "SELECT policy, count(*) AS n FROM episodes GROUP BY policy ORDER BY policy", "--db",
+                str(db), "--csv", cwd=tmp_path)
+    assert query.exit_code == 0 and query.stdout.splitlines() == ["policy,n", "dqn,4", "random,4"]
 
-    bad = runner("sql", "SELEC nonsense", "--db", str(db), cwd=tmp_path)
-    assert bad.returncode == 2 and bad.stderr.startswith("error: SQL:") and "Traceback" not in bad.stderr
+    bad = cli("sql", "SELEC nonsense", "--db", str(db), cwd=tmp_path)
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: SQL:") and isinstance(bad.exception, SystemExit)
 
-    report = runner("report", run_id, "--db", str(db), "--reports", "reports", cwd=tmp_path)
-    assert report.returncode == 0, report.stderr
+    report = cli("report", run_id, "--db", str(db), "--reports", "reports", cwd=tmp_path)
+    assert report.exit_code == 0, report.stderr
     page = (tmp_path / "reports" / f"tiny_eval-{run_id}.html").read_text()
     assert "vegaEmbed" in page and not re.search(r"<script[^>]*\ssrc=", page)  # inlined: opens offline
     assert "dqn_beats_random" in page and outcome in page
     assert "data:image/gif;base64," in page
 
-    verdicts = runner("report", "--verdicts", "--db", str(db), "--reports", "reports", cwd=tmp_path)
-    assert verdicts.returncode == 0 and outcome in verdicts.stdout
+    verdicts = cli("report", "--verdicts", "--db", str(db), "--reports", "reports", cwd=tmp_path)
+    assert verdicts.exit_code == 0 and outcome in verdicts.stdout
     assert "dqn_beats_random" in (tmp_path / "reports" / "verdicts.html").read_text()
 
-    runs = runner("runs", "--db", str(db), cwd=tmp_path)
-    assert runs.returncode == 0 and "tiny_eval" in runs.stdout
+    runs = cli("runs", "--db", str(db), cwd=tmp_path)
+    assert runs.exit_code == 0 and "tiny_eval" in runs.stdout
 
 
 def test_user_mistakes_exit_non_zero_without_traceback(tmp_path, write_spec):
@@ -187,7 +198,7 @@ def test_interrupted_run_is_marked_and_keeps_what_was_stored(tmp_path, write_spe
 TWO_RANDOM = """\
 name: two_random
 contract:
-  max_episode_frames: 2000
+  max_episode_frames: 400
 policies:
   first: {type: random}
   second: {type: random}
@@ -207,8 +218,8 @@ def test_a_resumed_run_goes_on_in_the_game_it_began(tmp_path, write_spec):
 
     spec = write_spec(TWO_RANDOM)
     db = tmp_path / "r.duckdb"
-    assert runner("run", str(spec), "--db", str(db), "--no-report", cwd=tmp_path).returncode == 0
-    began = CONTRACTS["breakout-v2"].replace(max_episode_frames=2000)  # as if the default had been v2 then
+    assert cli("run", str(spec), "--db", str(db), "--no-report", cwd=tmp_path).exit_code == 0
+    began = CONTRACTS["breakout-v2"].replace(max_episode_frames=400)  # as if the default had been v2 then
     with duckdb.connect(str(db)) as con:
         run_id, settings = con.execute("SELECT run_id, spec_settings FROM runs").fetchone()
         settings = json.loads(settings)
@@ -216,8 +227,8 @@ def test_a_resumed_run_goes_on_in_the_game_it_began(tmp_path, write_spec):
         con.execute("UPDATE runs SET status = 'interrupted', contract = ?, contract_hash = ?, spec_settings = ?",
                     [json.dumps(began.to_dict()), began.hash, json.dumps(settings)])
         con.execute("DELETE FROM episodes WHERE policy = 'second'")
-    resumed = runner("run", str(spec), "--db", str(db), "--no-report", "--resume", cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = cli("run", str(spec), "--db", str(db), "--no-report", "--resume", cwd=tmp_path)
+    assert resumed.exit_code == 0, resumed.stderr
     assert f"goes on under its own contract breakout-v2 ({began.hash})" in " ".join(resumed.stderr.split())
     with duckdb.connect(str(db), read_only=True) as con:
         hashes = con.execute("SELECT DISTINCT contract_hash FROM episodes WHERE run_id = ? AND policy = 'second'",
@@ -231,13 +242,13 @@ def test_a_resume_under_other_settings_than_the_run_began_with_is_refused(tmp_pa
     begun under others: one line, exit 2, and the run stays interrupted."""
     spec = write_spec(TWO_RANDOM)
     db = tmp_path / "r.duckdb"
-    assert runner("run", str(spec), "--db", str(db), "--no-report", cwd=tmp_path).returncode == 0
+    assert cli("run", str(spec), "--db", str(db), "--no-report", cwd=tmp_path).exit_code == 0
     with duckdb.connect(str(db)) as con:
         settings = json.loads(con.execute("SELECT spec_settings FROM runs").fetchone()[0])
         settings["measurements"][0]["policy_seed"] = 7  # as if the default had been 7 then
         con.execute("UPDATE runs SET status = 'interrupted', spec_settings = ?", [json.dumps(settings)])
-    resumed = runner("run", str(spec), "--db", str(db), "--no-report", "--resume", cwd=tmp_path)
-    assert resumed.returncode == 2 and "Traceback" not in resumed.stderr
+    resumed = cli("run", str(spec), "--db", str(db), "--no-report", "--resume", cwd=tmp_path)
+    assert resumed.exit_code == 2 and isinstance(resumed.exception, SystemExit)  # no exception let through
     line = " ".join(resumed.stderr.split())
     assert "began with other settings than this runner reads from its spec (measurements[0].policy_seed: 7 →" in line
     with duckdb.connect(str(db), read_only=True) as con:
