@@ -4,6 +4,7 @@ compares with no edit anywhere in runner/: everything the runner asks of a kind 
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -11,7 +12,7 @@ from rich.console import Console
 
 from runner.compare.rows import Row, samples_row
 from runner.compare.runs import compare_runs
-from runner.kinds.kind import Kind
+from runner.kinds.kind import Kind, nothing_to_compare
 from runner.kinds.registry import KINDS, registered
 from runner.report.run_report import build_run_report
 from runner.report.section import Section
@@ -49,16 +50,16 @@ def compare(con, a, b, m_a: dict, m_b: dict) -> list[Row]:
     return [samples_row(m_a["name"], "coin", "heads", *values, lower_is_better=False, machine_bound=False)]
 
 
-def coin_kind() -> Kind:
+def coin_kind(**declared) -> Kind:
     """Made when a test asks: making a Kind declares its tables, which only the registering test's
-    databases may have."""
-    return Kind(name="coin", model=CoinMeasurement,
+    databases may have. `declared` replaces what the kind declares (e.g. no comparer)."""
+    return replace(Kind(name="coin", model=CoinMeasurement,
                 migrations=[("9990_test_coin_flips",
                              "CREATE TABLE coin_flips "
                              "(run_id VARCHAR, measurement VARCHAR, flip INTEGER, heads INTEGER)")],
                 views=[], execute=execute, participants=lambda m: ["coin"], metric_names=("heads_fraction",),
                 metrics=metrics, report=report, needs_baseline=False, compare=compare,
-                not_settings=frozenset({"label"}))
+                not_settings=frozenset({"label"})), **declared)
 
 
 SPEC = """\
@@ -92,3 +93,13 @@ def test_a_kind_defined_in_a_test_validates_runs_stores_reports_and_compares(tmp
         [row] = comparison.rows
         assert row.metric == "heads" and row.problem is None and row.value_a == row.value_b  # same seed, same flips
     assert "coin" not in KINDS
+
+
+def test_a_kind_that_declares_no_comparer_is_listed_as_not_compared(tmp_path, write_spec):
+    store = Store(tmp_path / "r.duckdb")
+    console = Console(file=io.StringIO())
+    with registered(coin_kind(compare=nothing_to_compare)):
+        run_ids = [run_spec(load_spec(write_spec(SPEC.replace("LABEL", label))), store, tmp_path / "reports", console,
+                            runs_dir=tmp_path / "runs")[0] for label in ("first", "second")]
+        [row] = compare_runs(store, *run_ids).rows
+    assert row.measurement == "flips" and "does not judge coin measurements" in row.problem  # never silently empty

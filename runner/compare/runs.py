@@ -49,6 +49,7 @@ from runner.compare.rows import (
     RunSide,
     differences,
 )
+from runner.kinds.kind import nothing_to_compare
 from runner.kinds.registry import KINDS
 from runner.spec.stored import stored_spec_problem
 from runner.store.database import Store
@@ -283,6 +284,10 @@ def _measurement_rows(con, a: RunSide, b: RunSide, name: str, run_problem: str |
     if kind not in KINDS:
         return [Row(name, "", "measurement", None, None, True, "", None,
                     problem=f"kind {kind!r} is not one this runner knows")]
+    if KINDS[kind].compare is nothing_to_compare:
+        return [Row(name, "", "measurement", None, None, True, "", None,
+                    problem=f"runner compare does not judge {kind} measurements: their rows are in each run's "
+                            "report and in `runner sql`")]
     rows = KINDS[kind].compare(con, a, b, m_a, m_b)
     settings = differences(m_a, m_b, KINDS[kind].not_settings | {"name"})
     problem = run_problem or (f"settings differ: {'; '.join(settings)}" if settings else None)
