@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from breakout_core.hashing import file_sha256
-from breakout_core.onnx_checks import ModelCheckError, one_line, save_checked
+from breakout_core.onnx_checks import ModelCheckError, not_a_node, one_line, save_checked
 
 if TYPE_CHECKING:
     from onnx import ModelProto
@@ -247,7 +247,6 @@ def _checked_keep_list(source: ModelProto, keep_float: Sequence[str]) -> tuple[s
     nodes = [n.name for n in source.graph.node]
     unknown = [n for n in kept if n not in nodes]
     if unknown:
-        shown = ", ".join(nodes[:8]) + (f", ... ({len(nodes)} in all)" if len(nodes) > 8 else "")
-        raise Fp16Error(f"keep_float: {unknown[0]!r} is not a node of the model; its nodes are: {shown}")
+        raise Fp16Error(f"keep_float: {not_a_node(unknown[0], nodes, 'the model')}")
     return kept
 

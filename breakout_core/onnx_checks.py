@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 META_PREFIX = "breakout."
+NODES_SHOWN = 8  # graph nodes a "not a node" message lists
 
 
 class ModelCheckError(ValueError):
@@ -19,6 +20,13 @@ class ModelCheckError(ValueError):
 def one_line(exc: BaseException) -> str:
     """An exception's text on one line (onnx and onnxruntime messages span several)."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def not_a_node(name: str, nodes: list[str], model: str) -> str:
+    """The message for a node name (a keep-list entry) that `model`'s graph does not have,
+    listing the graph's first nodes so the right name can be picked."""
+    shown = ", ".join(nodes[:NODES_SHOWN]) + (f", ... ({len(nodes)} in all)" if len(nodes) > NODES_SHOWN else "")
+    return f"{name!r} is not a node of {model}; its nodes are: {shown}"
 
 
 def set_metadata(model, values: dict[str, object]) -> None:

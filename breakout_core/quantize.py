@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from breakout_core.hashing import file_sha256
-from breakout_core.onnx_checks import ModelCheckError, check_preprocessing, one_line, save_checked
+from breakout_core.onnx_checks import ModelCheckError, check_preprocessing, not_a_node, one_line, save_checked
 
 if TYPE_CHECKING:
     from onnx import ModelProto
@@ -333,8 +333,7 @@ def _checked_exclusions(model, nodes_to_exclude: Sequence[str], path: Path) -> t
     excluded = tuple(dict.fromkeys(nodes_to_exclude))
     unknown = [n for n in excluded if n not in names]
     if unknown:
-        shown = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
-        raise QuantizeError(f"nodes_to_exclude: {unknown[0]!r} is not a node of {path.name}; its nodes are: {shown}")
+        raise QuantizeError(f"nodes_to_exclude: {not_a_node(unknown[0], names, path.name)}")
     return excluded
 
 

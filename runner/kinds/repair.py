@@ -27,6 +27,7 @@ from typing import Literal
 
 from pydantic import Field, model_serializer, model_validator
 
+from breakout_core.onnx_checks import not_a_node
 from runner.kinds.kind import Kind
 from runner.kinds.shared.calibration import CalibrationSpec
 from runner.report.section import Section
@@ -117,11 +118,8 @@ def spec_problems(m: RepairMeasurement, spec, context: dict) -> list[tuple[tuple
             nodes = [n.name for n in onnx.load_model(source.path, load_external_data=False).graph.node]
         except Exception:  # noqa: BLE001 -- not a model: the file checks report it
             return problems
-        for j, node in enumerate(m.keep_float):
-            if node not in nodes:
-                shown = ", ".join(nodes[:8]) + (f", ... ({len(nodes)} in all)" if len(nodes) > 8 else "")
-                problems.append((("keep_float", j), f"{node!r} is not a node of {Path(source.path).name}; "
-                                                    f"its nodes are: {shown}"))
+        problems += [(("keep_float", j), not_a_node(node, nodes, Path(source.path).name))
+                     for j, node in enumerate(m.keep_float) if node not in nodes]
     return problems
 
 

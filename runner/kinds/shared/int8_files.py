@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
+from breakout_core.onnx_checks import not_a_node
 from runner.kinds.shared.calibration import CalibrationCapture
 from runner.spec.fields import Name, StrictModel, seed_list
 from runner.spec.yaml_source import PlacedError, raise_placed
@@ -133,8 +134,7 @@ def _graph_problems(variant: Int8Export, path: Path) -> list[tuple[tuple, str]]:
     found = []
     for k, name in enumerate(variant.keep_float):
         if name not in names:
-            shown = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
-            found.append((("keep_float", k), f"{name!r} is not a node of {path.name}; its nodes are: {shown}"))
+            found.append((("keep_float", k), not_a_node(name, names, path.name)))
     handled = QDQRegistry if variant.method == "static" else IntegerOpsRegistry
     left = [n.name for n in graph.node if n.op_type in handled and n.name not in variant.keep_float]
     if not left:
