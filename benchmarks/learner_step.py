@@ -9,7 +9,8 @@
    the diagnostics. The whole `Trainer._update` is timed beside it, so the phases' sum can be
    checked against it. FLOPs are counted by torch's FlopCounterMode on one step.
 2. Variants of the whole step (memory format, fused Adam, input-major linear weights,
-   torch.compile, one online forward over obs and next obs together, bf16 autocast), each
+   torch.compile, one online forward over obs and next obs together, and the fast step with
+   the trainer's bf16 learner where this CPU has AMX: `learner_precision: bf16`), each
    against the plain step (NCHW, plain Adam, nn.Linear's weight layout, eager), interleaved
    over rounds in this one process; ratios are plain / variant time.
 3. With --ops: torch's profiler over the fast step (channels_last + fused Adam + input-major
@@ -39,6 +40,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from breakout_core.contract import CONTRACTS
 from breakout_core.input_major import InputMajorLinear
+from breakout_core.learner_precision import PrecisionUnavailable, choose_learner_precision
 from breakout_core.train_config import TrainConfig
 from breakout_core.trainer import Trainer, random_replay
 
@@ -179,15 +181,6 @@ class JointForwardTrainer(Trainer):
         return F.smooth_l1_loss(q, target), q, target
 
 
-class Bf16Trainer(Trainer):
-    """The forward passes under CPU bf16 autocast (the loss itself in FP32)."""
-
-    def _td_loss(self, *inputs):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss, q, target = super()._td_loss(*inputs)
-        return loss.float(), q.float(), target.float()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithm", default="double", choices=("dqn", "double", "dueling"))
@@ -277,8 +270,13 @@ def main() -> None:
         "compile + fused Adam": (Trainer, replace(plain, compile=True, fused_adam=True)),
         "compile + channels_last + fused Adam": (Trainer, replace(plain, compile=True, channels_last=True,
                                                                   fused_adam=True)),
-        "bf16 autocast + fused Adam": (Bf16Trainer, replace(plain, fused_adam=True)),
     }
+    try:  # the trainer's own bf16 learner, where this CPU runs it (AMX); refused elsewhere, and said so
+        choose_learner_precision("bf16")
+        variants[f"{FAST} + bf16 learner"] = (Trainer, replace(plain, channels_last=True, fused_adam=True,
+                                                                input_major_linear=True, learner_precision="bf16"))
+    except PrecisionUnavailable as exc:
+        print(f"no bf16 variant: {exc}")
     if args.algorithm != "dqn":
         variants["joint online forward + fused Adam"] = (JointForwardTrainer, replace(plain, fused_adam=True))
     runners = {"plain": Trainer(plain, contract, "/nonexistent-unused")}

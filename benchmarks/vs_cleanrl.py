@@ -23,7 +23,10 @@ Variants: plain (NCHW, plain Adam, nn.Linear's weight layout, glibc malloc's def
 allocator (plain, keeping freed memory), fast (channels_last + fused Adam), fast_allocator
 (both), fast_input_major (fast_allocator with the fully connected weights held input-major:
 the train kind's defaults with channels_last), compiled (all, and torch.compile of the TD
-loss).
+loss), auto (fast_input_major with `learner_precision: auto`: bf16 autocast for the learner
+where the CPU has AMX, fp32 elsewhere; the line printed says which ran). Every variant but
+auto learns in fp32. The CPU's model and the flags that decide fp32 and bf16 speed are
+printed first: a ratio is a figure of that CPU.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from pathlib import Path
 
 import duckdb
 
+from breakout_core.cpu_flags import cpu_flags, cpu_model
+from breakout_core.learner_precision import RECORDED_FLAGS
 from breakout_core.messages import process_failure
 
 VARIANTS = {  # train-kind fields that differ between the project's variants
@@ -52,6 +57,8 @@ VARIANTS = {  # train-kind fields that differ between the project's variants
                          "keep_freed_memory": True},
     "compiled": {"channels_last": True, "fused_adam": True, "input_major_linear": True, "keep_freed_memory": True,
                  "compile": True},
+    "auto": {"channels_last": True, "fused_adam": True, "input_major_linear": True, "keep_freed_memory": True,
+             "learner_precision": "auto"},
 }
 
 
@@ -76,8 +83,9 @@ def cleanrl_rate(python: str, script: Path, args: argparse.Namespace, workdir: P
     return float(sps[-1]), wall
 
 
-def train_kind_rate(variant: str, args: argparse.Namespace, workdir: Path) -> tuple[float, float]:
-    """(transitions/s by the train kind's loop clock, wall seconds of `runner run`)."""
+def train_kind_rate(variant: str, args: argparse.Namespace, workdir: Path) -> tuple[float, float, str]:
+    """(transitions/s by the train kind's loop clock, wall seconds of `runner run`, the learner precision that
+    ran)."""
     fields = {
         "kind": "train", "name": "vs_cleanrl", "algorithm": "dqn", "total_transitions": args.transitions,
         "num_envs": 1, "learning_rate": 1e-4, "batch_size": 32, "gamma": 0.99, "replay_capacity": args.buffer,
@@ -98,7 +106,9 @@ def train_kind_rate(variant: str, args: argparse.Namespace, workdir: Path) -> tu
         sys.exit(process_failure("the train kind", out))
     with duckdb.connect(str(db), read_only=True) as con:
         rate = con.execute("SELECT transitions_per_s FROM train_results ORDER BY attempt DESC LIMIT 1").fetchone()[0]
-    return float(rate), wall
+        precision = json.loads(con.execute("SELECT learner_precision FROM train_attempts ORDER BY attempt DESC "
+                                           "LIMIT 1").fetchone()[0])
+    return float(rate), wall, precision["chosen"]
 
 
 def main() -> None:
@@ -112,8 +122,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2,
                         help="the train kind's torch threads (CleanRL: torch's default)")
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS),
-                        help="train-kind variants to run (repeatable); default: plain, fast_allocator and "
-                             "fast_input_major")
+                        help="train-kind variants to run (repeatable); default: plain, fast_input_major and "
+                             "auto")
     args = parser.parse_args()
     if min(args.rounds, args.threads) < 1:
         parser.error("--rounds and --threads must be at least 1")
@@ -123,7 +133,9 @@ def main() -> None:
         sys.exit(f"{args.cleanrl_script}: cleanrl_utils/ is not beside its cleanrl/ folder")
     if args.transitions <= args.learning_starts + 100:
         sys.exit(f"--transitions {args.transitions} must be over --learning-starts {args.learning_starts} + 100")
-    variants = args.variant or ["plain", "fast_allocator", "fast_input_major"]
+    variants = args.variant or ["plain", "fast_input_major", "auto"]
+    flags = [f for f in RECORDED_FLAGS if f in cpu_flags()]
+    print(f"CPU: {cpu_model()}; flags: {', '.join(flags) or 'none of ' + ', '.join(RECORDED_FLAGS)}", flush=True)
     rates: dict[str, list[float]] = {"cleanrl": [], **{v: [] for v in variants}}
     walls: dict[str, list[float]] = {k: [] for k in rates}
     with tempfile.TemporaryDirectory(prefix="vs_cleanrl_") as tmp:
@@ -134,11 +146,11 @@ def main() -> None:
             walls["cleanrl"].append(wall)
             print(f"round {r + 1}: cleanrl {rate:.0f} transitions/s ({wall:.0f} s wall)", flush=True)
             for v in variants:
-                rate, wall = train_kind_rate(v, args, workdir)
+                rate, wall, precision = train_kind_rate(v, args, workdir)
                 rates[v].append(rate)
                 walls[v].append(wall)
-                print(f"round {r + 1}: train kind {v} {rate:.0f} transitions/s ({wall:.0f} s wall), "
-                      f"x{rate / rates['cleanrl'][-1]:.2f} CleanRL", flush=True)
+                print(f"round {r + 1}: train kind {v} ({precision} learner) {rate:.0f} transitions/s "
+                      f"({wall:.0f} s wall), x{rate / rates['cleanrl'][-1]:.2f} CleanRL", flush=True)
     print(f"\n{args.transitions} transitions, {args.learning_starts} before learning, {args.rounds} rounds")
     width = max(map(len, ["cleanrl", *variants]))
     print(f"{'cleanrl':{width}s} {statistics.median(rates['cleanrl']):6.0f} transitions/s (median)")

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from breakout_core.cpu_flags import cpu_flags, cpu_model
 from breakout_core.hashing import file_sha256
 from breakout_core.onnx_checks import ModelCheckError, check_preprocessing, not_a_node, one_line, save_checked
 
@@ -291,19 +292,7 @@ def cpu_isa() -> dict[str, bool | str | None]:
     or a CPU that lists no x86 flags).
     """
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni")
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        text = ""
-    flags: set[str] = set()
-    model = None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "flags" and not flags:
-            flags = set(value.split())
-        elif key == "model name" and model is None:
-            model = value.strip()
+    flags, model = cpu_flags(), cpu_model()
     known = bool(flags)
     isa: dict[str, bool | str | None] = {name: (name in flags) if known else None for name in wanted}
     isa["amx"] = bool(flags & {"amx_int8", "amx_tile"}) if known else None

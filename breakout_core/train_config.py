@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from breakout_core.learner_precision import LEARNER_PRECISIONS, LearnerPrecision
+
 Algorithm = Literal["dqn", "double", "dueling"]  # dueling = dueling head + double targets
 ALGORITHMS = get_args(Algorithm)
 MAX_TRAINING_SEED = 2**32 - 1  # numpy and torch take 32-bit seeds
@@ -65,10 +67,17 @@ class TrainConfig:
     checkpoint_at: tuple[int, ...] = setting((), "transitions at which to save a checkpoint")
     learner_device: str = setting("cpu", "where the networks learn: cpu or a CUDA device",
                                   pattern=r"^(cpu|cuda(:\d+)?)$")
+    learner_precision: LearnerPrecision = setting(
+        "fp32", "the online network's forward and backward in the gradient step: fp32; bf16 (autocast, for a CPU "
+                "with AMX, refused elsewhere); or auto (bf16 where the CPU has AMX, fp32 elsewhere). Weights, Adam's "
+                "state, the replay, the TD targets and acting stay fp32")
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {self.algorithm!r}; known: {', '.join(ALGORITHMS)}")
+        if self.learner_precision not in LEARNER_PRECISIONS:
+            raise ValueError(f"unknown learner_precision {self.learner_precision!r}; known: "
+                             f"{', '.join(LEARNER_PRECISIONS)}")
 
     def epsilon(self, transitions: int) -> float:
         fraction = min(1.0, transitions / max(1, self.epsilon_decay_transitions))

@@ -29,6 +29,7 @@ from breakout_core.input_major import (
     transposed_at,
     with_input_major_linears,
 )
+from breakout_core.learner_precision import PrecisionChoice, choose_learner_precision
 from breakout_core.qnetwork import QNetwork, load_checkpoint, save_checkpoint
 from breakout_core.replay import FrameReplay, ReplayBatch
 from breakout_core.train_config import TrainConfig
@@ -87,10 +88,14 @@ def _crossings(before: int, after: int, every: int) -> int:
 
 
 class Trainer:
-    def __init__(self, config: TrainConfig, contract: Contract, out_dir: str | Path):
+    def __init__(self, config: TrainConfig, contract: Contract, out_dir: str | Path, *,
+                 cpu_flags: frozenset[str] | None = None):
+        """`cpu_flags`: the CPU flags the learner's precision is chosen for; this CPU's when None."""
         self.config = config
         self.contract = contract
         self.out_dir = Path(out_dir)
+        self.precision: PrecisionChoice = choose_learner_precision(config.learner_precision, config.learner_device,
+                                                                   cpu_flags)
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         allocator.apply(config.keep_freed_memory)
@@ -211,7 +216,9 @@ class Trainer:
                  terminal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(Huber loss, Q(s, a), TD target) of a batch: the forward part of a gradient step, the
         part `compile` hands to torch.compile."""
-        q = self.online(obs).gather(1, actions[:, None]).squeeze(1)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision.autocast):
+            q_all = self.online(obs)
+        q = q_all.float().gather(1, actions[:, None]).squeeze(1)
         with torch.no_grad():
             if self.config.algorithm == "dqn":
                 next_q = self.target(next_obs).max(dim=1).values

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 from test_end_to_end import runner, wait_for_rows
+from test_learner_precision import this_cpu_flags, this_cpu_has_amx
 
 from breakout_core.qnetwork import load_checkpoint
 from runner.cli.commands import main
@@ -272,7 +273,8 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     shipped.write_bytes((SPECS / m["start_from"]).read_bytes())
     start = int(load_checkpoint(shipped)[1]["transitions"])
     m.update(SMALL_TRAIN, start_from=shipped.name, total_transitions=start + 400,
-             checkpoint_at=[start + 200, start + 400], torch_threads=1)  # one thread, as shrink() gives
+             checkpoint_at=[start + 200, start + 400], torch_threads=1,  # one thread, as shrink() gives
+             learner_precision="auto")
     m["evaluate_checkpoints"].update(seeds=[1000, 1001], batch_size=2)
     path = tmp_path / "train_reference_v3.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -282,6 +284,11 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
         ("checkpoint", str(shipped), file_sha256(shipped), start)]
     assert con.execute("SELECT policy, count(*) FROM episodes WHERE run_id = ? GROUP BY policy ORDER BY policy",
                        [run_id]).fetchall() == [(f"base@{t}", 2) for t in (start, start + 200, start + 400)]
+    precision = json.loads(con.execute("SELECT learner_precision FROM train_attempts WHERE run_id = ?",
+                                       [run_id]).fetchone()[0])
+    amx = this_cpu_has_amx()
+    assert (precision["requested"], precision["chosen"]) == ("auto", "bf16" if amx else "fp32")
+    assert set(precision["cpu_flags"]) <= this_cpu_flags() and ("amx_bf16" in precision["cpu_flags"]) == amx
     con.close()
     done = model_card("--checkpoint", str(shipped), "--train-run", run_id, "--eval-run", run_id,
                       "--out", "CARD.md", "--db", "results.duckdb", cwd=tmp_path)
@@ -293,6 +300,7 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     hours = [row.split("|")[3].strip() for row in rows]
     assert hours[0] == "0.00" and all(float(h) >= 0 for h in hours)  # the starting checkpoint at 0 h
     assert "Its first row is the checkpoint it started from" in curve
+    assert f"- Learner precision: **{precision['chosen']}** (requested auto: {precision['reason']}; CPU flags " in card
     assert f"Started from the checkpoint `{shipped}` (the agent shipped there before this one), sha256 " \
            f"`{file_sha256(shipped)}`," in card
 

@@ -214,6 +214,13 @@ def _evaluation_section(con, eval_run: str) -> list[str]:
     ]
 
 
+def _precision_line(precision: dict) -> str:
+    flags = precision.get("cpu_flags")
+    on = f"; CPU flags {', '.join(flags) or 'none of those that decide it'}" if flags is not None else ""
+    return (f"- Learner precision: **{precision['chosen']}** (requested {precision['requested']}: "
+            f"{precision['reason']}{on})")
+
+
 def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: list[str], out: Path,
                      measurement: str = "reference") -> Path:
     from breakout_core.qnetwork import load_checkpoint
@@ -233,6 +240,9 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
         started_from = con.execute(f"SELECT from_transition, resumed_from, resumed_from_sha256 FROM train_attempts "
                                    f"WHERE {training.where()} AND attempt = 0 AND resume_mode = 'checkpoint'",
                                    training.args(train_run, measurement)).fetchone()
+        precisions = [json.loads(row[0]) for row in con.execute(
+            f"SELECT DISTINCT learner_precision FROM train_attempts WHERE {training.where()} ORDER BY ALL",
+            training.args(train_run, measurement)).fetchall() if row[0]]
         curve = _greedy_curve(con, train_run, measurement, training, started_from[0] if started_from else None,
                               transitions, walls)
     versions = json.loads(packages) if packages else {}
@@ -258,6 +268,7 @@ def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: 
            "fresh optimizer, a replay refilled by its policy): the training episodes and wall time here are "
            f"this run's, from {started_from[0]:,} transitions on"] if started_from else []),
         f"- Machine: {host}, {cpu}; torch {versions.get('torch', '?')}, ale-py {versions.get('ale-py', '?')}",
+        *[_precision_line(p) for p in precisions],
         (f"- Wall time to this checkpoint: **{wall_s / 3600:.2f} h** over the attempts that led to it (work "
          "lost to a stop after an attempt's last checkpoint not counted), on the machine above, often beside "
          "other jobs") if wall_s is not None else

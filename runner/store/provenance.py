@@ -40,13 +40,9 @@ def memory_bytes() -> int:
 
 
 def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from breakout_core.cpu_flags import cpu_model
+
+    return cpu_model() or platform.processor() or platform.machine()
 
 
 def gpu_name() -> str:

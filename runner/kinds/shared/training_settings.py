@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from breakout_core.train_config import PROCESS_WIDE_SETTINGS, TrainConfig
 from runner.spec.fields import StrictModel
@@ -44,6 +44,15 @@ class TrainSettings(_declared_settings()):
         if any(m <= 0 for m in marks):
             raise ValueError("checkpoint transitions must be > 0")
         return sorted(set(marks))
+
+    @field_validator("learner_precision")
+    @classmethod
+    def _precision_this_cpu_has(cls, precision: str, info: ValidationInfo) -> str:
+        """bf16 without AMX is refused here, at the line that asks for it (learner_device is declared before)."""
+        from breakout_core.learner_precision import choose_learner_precision
+
+        choose_learner_precision(precision, info.data.get("learner_device", "cpu"))
+        return precision
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainSettings":

@@ -69,6 +69,16 @@ MIGRATIONS = [
         "0204_train_start_file_sha256",  # which bytes a checkpoint-mode attempt began from; unknown for earlier rows
         "ALTER TABLE train_attempts ADD COLUMN resumed_from_sha256 VARCHAR;",
     ),
+    (
+        # what the learner computed in: requested, chosen, why and the CPU flags it was chosen for; earlier rows
+        # learned in fp32, the only precision there was
+        "0205_train_learner_precision",
+        """
+        ALTER TABLE train_attempts ADD COLUMN learner_precision JSON;
+        UPDATE train_attempts SET learner_precision = json_object('requested', 'fp32', 'chosen', 'fp32',
+                                                                  'reason', 'before the setting existed');
+        """,
+    ),
 ]
 
 _SUPERSEDED = """

@@ -69,12 +69,13 @@ def train_one(job: TrainingJob, on_transition: Callable[[int], None] | None = No
     key = job.key
     if job.resume_mode == "checkpoint":
         _refuse_changed_file(job)
+    trainer = Trainer(job.config, job.contract, job.out_dir)
     yield "train_attempts", {**key, "from_transition": job.from_transition, "config": json.dumps(asdict(job.config)),
                              "out_dir": job.out_dir, "started_at": utcnow(), "resume_mode": job.resume_mode,
-                             "resumed_from": job.resumed_from, "resumed_from_sha256": job.resumed_from_sha256}
+                             "resumed_from": job.resumed_from, "resumed_from_sha256": job.resumed_from_sha256,
+                             "learner_precision": json.dumps(asdict(trainer.precision))}
     tables = {EpisodeEnd: "train_episodes", Diagnostics: "train_diagnostics", CheckpointSaved: "train_checkpoints",
               TrainDone: "train_results"}
-    trainer = Trainer(job.config, job.contract, job.out_dir)
     records = trainer.run(resume=job.resume_mode == "trainer_state",
                           start_from=job.resumed_from if job.resume_mode == "checkpoint" else None,
                           other_contract=job.other_contract)
