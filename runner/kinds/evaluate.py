@@ -15,6 +15,7 @@ from typing import Literal
 import duckdb
 from pydantic import Field, model_validator
 
+from breakout_core.files import same_file
 from breakout_core.hashing import file_sha256
 from runner.compare.rows import Row, RunSide, differences, episode_rows
 from runner.kinds.kind import Kind
@@ -114,12 +115,15 @@ def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, 
     policy_spec = ctx.spec.policies[policy_name]
     played_file = None
     if policy_spec.type != "random":
-        sha256 = file_sha256(policy_spec.path)  # hashed before it is loaded: the bytes that play
+        with same_file(policy_spec.path):  # the bytes hashed are the bytes that play
+            sha256 = file_sha256(policy_spec.path)
+            policy = build_policy(policy_spec, policy_name)
         with ctx.store.reader() as con:
             chosen = selection_of(con, policy_spec.path, sha256, seeds)
         played_file = {"run_id": ctx.run_id, "measurement": m.name, "policy": policy_name,
                        "path": str(Path(policy_spec.path).resolve()), "sha256": sha256, **chosen}
-    policy = build_policy(policy_spec, policy_name)
+    else:
+        policy = build_policy(policy_spec, policy_name)
     task = ctx.progress.add_task(f"{m.name} · {policy_name}", total=len(seeds), unit="episodes")
     made = [0]
 

@@ -51,32 +51,39 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
     With `resume`, the latest interrupted or failed run of the same spec text goes on under
     its own run id; each kind skips or continues the work that run already stored."""
     from runner.kinds.registry import KINDS
+    from runner.run.artifact_files import RunFiles
     from runner.run.context import RunContext
     from runner.run.progress import run_progress
-    from runner.run.verdicts import evaluate_verdicts
-    from runner.store.heartbeat import Heartbeat
-    from runner.store.provenance import provenance
 
     spec = loaded.spec
     contract = spec.contract.build()
-    if resume:
-        run_id = store.unfinished_run(spec.name, loaded.hash)
-        if run_id is None:
-            raise ResumeRefused(f"no interrupted or failed run of spec {spec.name!r} with this exact text to resume")
-        own = _stored_contract(store, run_id)
-        if own.hash != contract.hash:
-            console.print(f"run {run_id} goes on under its own contract {own.name} ({own.hash}), not {contract.name} "
-                          f"({contract.hash}), what this spec text builds today", highlight=False)
-        contract = own
-        if changed := _settings_changed_since(store, run_id, settings_as_written(loaded.text)):
-            raise ResumeRefused(f"run {run_id} began with other settings than this runner reads from its spec "
-                                  f"({'; '.join(changed)}): resume it with the runner that began it, or start anew")
-        for measurement in spec.measurements:  # before any of them goes on
-            if problem := KINDS[measurement.kind].resume_problem(measurement, store, run_id):
-                raise ResumeRefused(problem)
-        store.reopen_run(run_id)
-    else:
-        run_id = new_run_id()
+    run_id = _run_id(loaded, store, resume)
+    files = RunFiles(run_id, spec, store, Path(runs_dir) / run_id,
+                     [name for m in spec.measurements for name in KINDS[m.kind].outputs(m)])
+    with files.locked():  # before anything is stored: a path another run writes refuses this one
+        contract = _begin(loaded, store, run_id, contract, resume, console)
+        ctx = RunContext(run_id=run_id, spec=spec, contract=contract, store=store,
+                         reports_dir=Path(reports_dir), progress=run_progress(console),
+                         artifacts_dir=Path(runs_dir) / run_id, resume=resume, executor=executor, files=files)
+        return run_id, _execute(ctx)
+
+
+def _run_id(loaded: LoadedSpec, store, resume: bool) -> str:
+    if not resume:
+        return new_run_id()
+    run_id = store.unfinished_run(loaded.spec.name, loaded.hash)
+    if run_id is None:
+        raise ResumeRefused(f"no interrupted or failed run of spec {loaded.spec.name!r} with this exact text to resume")
+    return run_id
+
+
+def _begin(loaded: LoadedSpec, store, run_id: str, contract: Contract, resume: bool, console) -> Contract:
+    """Store the run row (or reopen the run resumed); the contract it runs under."""
+    from runner.kinds.registry import KINDS
+    from runner.store.provenance import provenance
+
+    spec = loaded.spec
+    if not resume:
         store.begin_run({
             "run_id": run_id, "spec_name": spec.name, "spec_path": str(loaded.path), "spec_hash": loaded.hash,
             "spec_text": loaded.text, "spec_settings": json.dumps(settings_as_written(loaded.text)),
@@ -84,16 +91,35 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
             "contract_hash": contract.hash, "contract": json.dumps(contract.to_dict()),
             **provenance(loaded.path),
         })
-    progress = run_progress(console)
-    ctx = RunContext(run_id=run_id, spec=spec, contract=contract, store=store,
-                     reports_dir=Path(reports_dir), progress=progress,
-                     artifacts_dir=Path(runs_dir) / run_id, resume=resume, executor=executor)
+        return contract
+    own = _stored_contract(store, run_id)
+    if own.hash != contract.hash:
+        console.print(f"run {run_id} goes on under its own contract {own.name} ({own.hash}), not {contract.name} "
+                      f"({contract.hash}), what this spec text builds today", highlight=False)
+    if changed := _settings_changed_since(store, run_id, settings_as_written(loaded.text)):
+        raise ResumeRefused(f"run {run_id} began with other settings than this runner reads from its spec "
+                            f"({'; '.join(changed)}): resume it with the runner that began it, or start anew")
+    for measurement in spec.measurements:  # before any of them goes on
+        if problem := KINDS[measurement.kind].resume_problem(measurement, store, run_id):
+            raise ResumeRefused(problem)
+    store.reopen_run(run_id)
+    return own
+
+
+def _execute(ctx) -> list[dict]:
+    """Each measurement in order, then the verdicts; the run row closed whatever happens."""
+    from runner.kinds.registry import KINDS
+    from runner.run.verdicts import evaluate_verdicts
+    from runner.store.heartbeat import Heartbeat
+
+    store, run_id = ctx.store, ctx.run_id
     try:
         with Heartbeat(store, run_id):  # stopped before the run's status is set below
-            with _sigterm_interrupts(), progress:
-                for measurement in spec.measurements:
+            ctx.files.record_inputs(ctx.resume)
+            with _sigterm_interrupts(), ctx.progress:
+                for measurement in ctx.spec.measurements:
                     KINDS[measurement.kind].execute(measurement, ctx)
-            verdicts = evaluate_verdicts(store, run_id, spec)
+            verdicts = evaluate_verdicts(store, run_id, ctx.spec)
     except KeyboardInterrupt as exc:
         reason = "interrupted by SIGTERM" if isinstance(exc, RunInterrupted) else "interrupted by the user (Ctrl-C)"
         store.finish_run(run_id, "interrupted", reason)
@@ -102,9 +128,7 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
         store.finish_run(run_id, "failed", f"{exc.__class__.__name__}: {exc}")
         raise
     store.finish_run(run_id, "done")
-    return run_id, verdicts
-
-
+    return verdicts
 def _stored_contract(store, run_id: str) -> Contract:
     """The contract a run began under: a resumed run goes on in the same game, whatever the
     defaults of the runner that resumes it (a spec that names no contract takes the default)."""
