@@ -30,6 +30,7 @@ from tiny_onnx import no_float_ops_model, tiny_model, tiny_weights
 from breakout_core.files import write_whole, written_whole
 from breakout_core.hashing import file_sha256
 from breakout_core.quantize import QuantizeError, quantize_int8
+from runner.kinds.shared.runtime_status import runtime_sections
 from runner.run.artifact_files import RunFiles, lock_path
 from runner.run.context import RunContext
 from runner.run.errors import ArtifactBusy, ArtifactChanged
@@ -242,3 +243,6 @@ def test_an_output_replaced_after_the_run_published_it_is_refused_at_load(tmp_pa
             KINDS["parity"].execute(parity, ctx)
     stored = _query(tmp_path / "r.duckdb", "SELECT runtime, artifact_sha256 FROM runtime_status")
     assert stored == [("ort_fp32", file_sha256(tmp_path / "dqn_breakout.onnx"))]
+    with ctx.store.reader() as con:  # the report's runtime table shows the sha256 each runtime ran
+        (section,) = runtime_sections(con, "r1", "parity")
+    assert stored[0][1][:12] in section.html and "artifact_sha256" in section.html
