@@ -184,7 +184,6 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
     if ctx.already_stored("repair_results", m.name):
         return
     started = time.perf_counter()
-    artifacts = ctx.spec.artifacts
     check_lineage(ctx, [m.source])
     check = load_states(ctx, m.check_states)[0].obs
     folder = ctx.artifacts_dir / m.name
@@ -193,8 +192,8 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
     if m.precision == "int8":
         task = ctx.progress.add_task(f"{m.name} · capture {m.calibration.n_states} calibration states", total=1,
                                      unit="capture")
-        calibration = capture_states(ctx, artifacts[m.checkpoint].path, m.calibration.n_states,
-                                     m.calibration.capture)
+        with ctx.files.loaded(m.checkpoint, f"measurement {m.name}'s calibration") as (checkpoint, _):
+            calibration = capture_states(ctx, checkpoint, m.calibration.n_states, m.calibration.capture)
         calibration_path = save_fixed_states(folder / "calibration_states.npz", calibration)
         ctx.progress.advance(task)
         converters = {method: Int8Converter(calibration.obs, calibrate_method=method, per_channel=m.per_channel,

@@ -106,8 +106,8 @@ class RunFiles:
         takes back the hashes it recorded before, inputs and published outputs alike)."""
         if resume:
             with self.store.reader() as con:
-                self.expected.update(con.execute("SELECT artifact, sha256 FROM run_files WHERE run_id = ?",
-                                                 [self.run_id]).fetchall())
+                self.expected.update(con.execute("SELECT artifact, sha256 FROM run_files WHERE run_id = ? "
+                                                 "ORDER BY recorded_at", [self.run_id]).fetchall())  # latest last
         for name, artifact in self.spec.artifacts.items():
             path = Path(artifact.path)
             if name in self.outputs or name in self.expected or not path.is_file():
