@@ -199,7 +199,7 @@ def _context(tmp_path: Path, spec_path: Path, run_id: str) -> tuple[RunContext, 
     spec = load_spec(spec_path).spec
     store = Store(tmp_path / "r.duckdb")
     store.begin_run({"run_id": run_id, "spec_name": spec.name, "spec_hash": "h", "spec_text": "t", "host": "h"})
-    files = RunFiles(run_id, spec, store, tmp_path / "runs" / run_id, ["int8"])
+    files = RunFiles(run_id, spec, store, tmp_path / "runs" / run_id, [n for n in ("int8",) if n in spec.artifacts])
     ctx = RunContext(run_id=run_id, spec=spec, contract=spec.contract.build(), store=store,
                      reports_dir=tmp_path / "reports", progress=Progress(console=Console(quiet=True)),
                      artifacts_dir=tmp_path / "runs" / run_id, files=files)
@@ -246,3 +246,24 @@ def test_an_output_replaced_after_the_run_published_it_is_refused_at_load(tmp_pa
     with ctx.store.reader() as con:  # the report's runtime table shows the sha256 each runtime ran
         (section,) = runtime_sections(con, "r1", "parity")
     assert stored[0][1][:12] in section.html and "artifact_sha256" in section.html
+
+
+def test_a_checkpoint_policy_replaced_after_the_run_started_is_refused_before_it_plays(tmp_path):
+    from runner.kinds.registry import KINDS
+
+    checkpoint = tmp_path / "agent.pt"
+    shutil.copyfile(MODELS / "dqn_breakout.pt", checkpoint)
+    spec_path = tmp_path / "evaluate.yaml"
+    spec_path.write_text(f"name: evaluate_agent\ncontract: {{name: breakout-v3}}\n"
+                         f"policies:\n  agent: {{type: checkpoint, path: {checkpoint}}}\n"
+                         "measurements:\n  - {kind: evaluate, name: games, policies: [agent], seeds: [5], "
+                         "batch_size: 1}\n")
+    ctx, files = _context(tmp_path, spec_path, "r1")
+    files.record_inputs(resume=False)
+    recorded = file_sha256(checkpoint)
+    write_whole(checkpoint, checkpoint.read_bytes() + b"another file")
+    with pytest.raises(ArtifactChanged, match=rf"^policies\.agent \({checkpoint}\): measurement games loaded sha256 "
+                                              rf"{file_sha256(checkpoint)[:12]}, but this run recorded at its start "
+                                              rf"sha256 {recorded[:12]}"):
+        KINDS["evaluate"].execute(ctx.spec.measurements[0], ctx)
+    assert _query(tmp_path / "r.duckdb", "SELECT count(*) FROM episodes") == [(0,)]

@@ -27,6 +27,7 @@ from runner.kinds.shared.episode_scores import (
     score_metrics,
     score_report,
 )
+from runner.kinds.shared.runtime_lifecycle import check_loaded
 from runner.kinds.shared.selection_seeds import HELD_OUT, describe, seed_ranges, selection_of
 from runner.report.section import Section
 from runner.run.context import RunContext
@@ -115,8 +116,9 @@ def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, 
     policy_spec = ctx.spec.policies[policy_name]
     played_file = None
     if policy_spec.type != "random":
-        with same_file(policy_spec.path):  # the bytes hashed are the bytes that play
+        with same_file(policy_spec.path):  # the bytes hashed are the bytes that play, those the run recorded
             sha256 = file_sha256(policy_spec.path)
+            check_loaded(ctx, f"policies.{policy_name}", sha256, f"measurement {m.name}")
             policy = build_policy(policy_spec, policy_name)
         with ctx.store.reader() as con:
             chosen = selection_of(con, policy_spec.path, sha256, seeds)

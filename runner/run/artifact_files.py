@@ -6,8 +6,9 @@
   the run that holds it. A kind writes each file under the run's own folder
   (`runs/<run_id>/outputs/<artifact>/`) and publishes it to the spec's path in one rename
   (breakout_core.files.publish); the run's copy stays beside its other files.
-- Inputs: as the run starts, the sha256 of every artifact it reads and does not write is
-  recorded (the store's `run_files`; a resumed run goes on with the hashes its first start recorded).
+- Inputs: as the run starts, the sha256 of every artifact it reads and does not write, and
+  of every checkpoint policy's file (as `policies.NAME`), is recorded (the store's
+  `run_files`; a resumed run goes on with the hashes its first start recorded).
 - Loads: every load of an artifact is checked against the hash this run recorded for it
   (an output's when it was published, an input's at the start); another file is refused
   before any row about it is stored, and the run fails with one line naming both hashes.
@@ -108,8 +109,7 @@ class RunFiles:
             with self.store.reader() as con:
                 self.expected.update(con.execute("SELECT artifact, sha256 FROM run_files WHERE run_id = ? "
                                                  "ORDER BY recorded_at", [self.run_id]).fetchall())  # latest last
-        for name, artifact in self.spec.artifacts.items():
-            path = Path(artifact.path)
+        for name, path in self._files().items():
             if name in self.outputs or name in self.expected or not path.is_file():
                 continue
             with same_file(path):
@@ -120,25 +120,32 @@ class RunFiles:
         """Refuse `sha256`, what `what` loaded for artifact `name`, unless it is the one this run
         holds that artifact to; an artifact with none yet (a file that did not exist when the
         run started) is held from now on to the first file loaded."""
-        expected = self.expected.get(name)
+        expected, path = self.expected.get(name), self._files()[name]
         if expected is None:
-            path = Path(self.spec.artifacts[name].path)
             self._record(name, "input", path, sha256, path.stat().st_size if path.is_file() else 0)
         elif expected != sha256:
             role = "wrote" if name in self.outputs else "recorded at its start"
+            where = name if name.startswith("policies.") else f"artifacts.{name}"
             raise ArtifactChanged(
-                f"artifacts.{name} ({self.spec.artifacts[name].path}): {what} loaded sha256 {sha256[:12]}, but this "
-                f"run {role} sha256 {expected[:12]}: another file was put at that path; no row about it is stored")
+                f"{where} ({path}): {what} loaded sha256 {sha256[:12]}, but this run {role} sha256 {expected[:12]}: "
+                "another file was put at that path; no row about it is stored")
 
     @contextlib.contextmanager
     def loaded(self, name: str, what: str) -> Iterator[tuple[Path, str]]:
         """(path, sha256) of artifact `name`, checked; everything the block reads from the path is
         that one file (breakout_core.files.FileReplaced otherwise)."""
-        path = self.readable_path(name)
+        path = self.readable_path(name) if name in self.spec.artifacts else self._files()[name]
         with same_file(path):
             sha256 = file_sha256(path)
             self.check(name, sha256, what)
             yield path, sha256
+
+    def _files(self) -> dict[str, Path]:
+        """Every file the spec names: its artifacts by name, its checkpoint policies as `policies.NAME`."""
+        files = {name: Path(artifact.path) for name, artifact in self.spec.artifacts.items()}
+        files.update({f"policies.{name}": Path(policy.path) for name, policy in self.spec.policies.items()
+                      if getattr(policy, "path", None)})
+        return files
 
     def _record(self, name: str, role: str, path: Path, sha256: str, size: int) -> None:
         from runner.store.database import utcnow
