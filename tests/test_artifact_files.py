@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import Progress
 from tiny_onnx import no_float_ops_model, tiny_model, tiny_weights
 
-from breakout_core.files import write_whole, written_whole
+from breakout_core.files import FileReplaced, same_file, write_whole, written_whole
 from breakout_core.hashing import file_sha256
 from breakout_core.quantize import QuantizeError, quantize_int8
 from runner.kinds.shared.runtime_status import runtime_sections
@@ -77,11 +77,12 @@ for i in range(n):
 def test_a_reader_beside_the_quantizer_rewriting_a_path_never_loads_a_partial_file(tmp_path):
     source = tiny_model(tmp_path / "fp32.onnx", tiny_weights(3))
     target = tmp_path / "out" / "int8.onnx"
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(source), str(target), "12"], cwd=REPO,
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(source), str(target), "6"], cwd=REPO,
                               stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     loads, failures, seen = 0, [], set()
     while writer.poll() is None:
         if not target.exists():
+            time.sleep(0.005)
             continue
         try:
             data = target.read_bytes()
@@ -267,3 +268,24 @@ def test_a_checkpoint_policy_replaced_after_the_run_started_is_refused_before_it
                                               rf"sha256 {recorded[:12]}"):
         KINDS["evaluate"].execute(ctx.spec.measurements[0], ctx)
     assert _query(tmp_path / "r.duckdb", "SELECT count(*) FROM episodes") == [(0,)]
+
+
+def test_a_resumed_run_holds_its_inputs_to_the_hashes_its_first_start_recorded(tmp_path):
+    ctx, files = _context(tmp_path, _spec(tmp_path, "a.yaml"), "r1")
+    files.record_inputs(resume=False)
+    states = tmp_path / "fixed_states.npz"
+    recorded = file_sha256(states)
+    write_whole(states, states.read_bytes() + b"\0")  # changed between the interruption and the resume
+    resumed = RunFiles("r1", ctx.spec, ctx.store, tmp_path / "runs" / "r1", ["int8"])
+    resumed.record_inputs(resume=True)
+    assert resumed.expected["fixed_states"] == recorded
+    with pytest.raises(ArtifactChanged, match=f"recorded at its start sha256 {recorded[:12]}"), \
+            resumed.loaded("fixed_states", "the fixed states"):
+        pass
+
+
+def test_a_file_replaced_while_it_is_read_is_not_taken_for_the_one_hashed(tmp_path):
+    path = write_whole(tmp_path / "model.onnx", b"first")
+    with pytest.raises(FileReplaced, match="replaced by another file while it was read"), same_file(path):
+        file_sha256(path)
+        write_whole(path, b"second")
