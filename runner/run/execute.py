@@ -49,41 +49,50 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
     """Execute every measurement of `loaded`; returns the run id and its verdict rows.
 
     With `resume`, the latest interrupted or failed run of the same spec text goes on under
-    its own run id; each kind skips or continues the work that run already stored."""
+    its own run id; each kind skips or continues the work that run already stored. Every path
+    the spec's measurements write is locked before anything is stored, until the run ends
+    (runner.run.artifact_files)."""
     from runner.kinds.registry import KINDS
     from runner.run.artifact_files import RunFiles
-    from runner.run.context import RunContext
-    from runner.run.progress import run_progress
 
     spec = loaded.spec
-    contract = spec.contract.build()
-    run_id = _run_id(loaded, store, resume)
+    if resume:
+        run_id = store.unfinished_run(spec.name, loaded.hash)
+        if run_id is None:
+            raise ResumeRefused(f"no interrupted or failed run of spec {spec.name!r} with this exact text to resume")
+    else:
+        run_id = new_run_id()
     files = RunFiles(run_id, spec, store, Path(runs_dir) / run_id,
                      [name for m in spec.measurements for name in KINDS[m.kind].outputs(m)])
-    with files.locked():  # before anything is stored: a path another run writes refuses this one
-        contract = _begin(loaded, store, run_id, contract, resume, console)
-        ctx = RunContext(run_id=run_id, spec=spec, contract=contract, store=store,
-                         reports_dir=Path(reports_dir), progress=run_progress(console),
-                         artifacts_dir=Path(runs_dir) / run_id, resume=resume, executor=executor, files=files)
-        return run_id, _execute(ctx)
+    with files.locked():  # a path another run writes refuses this one here (ArtifactBusy)
+        return _run_locked(loaded, store, reports_dir, console, run_id, files, resume, runs_dir, executor)
 
 
-def _run_id(loaded: LoadedSpec, store, resume: bool) -> str:
-    if not resume:
-        return new_run_id()
-    run_id = store.unfinished_run(loaded.spec.name, loaded.hash)
-    if run_id is None:
-        raise ResumeRefused(f"no interrupted or failed run of spec {loaded.spec.name!r} with this exact text to resume")
-    return run_id
-
-
-def _begin(loaded: LoadedSpec, store, run_id: str, contract: Contract, resume: bool, console) -> Contract:
-    """Store the run row (or reopen the run resumed); the contract it runs under."""
+def _run_locked(loaded: LoadedSpec, store, reports_dir: Path, console, run_id: str, files, resume: bool,
+                runs_dir: Path, executor: "Executor | None") -> tuple[str, list[dict]]:
     from runner.kinds.registry import KINDS
+    from runner.run.context import RunContext
+    from runner.run.progress import run_progress
+    from runner.run.verdicts import evaluate_verdicts
+    from runner.store.heartbeat import Heartbeat
     from runner.store.provenance import provenance
 
     spec = loaded.spec
-    if not resume:
+    contract = spec.contract.build()
+    if resume:
+        own = _stored_contract(store, run_id)
+        if own.hash != contract.hash:
+            console.print(f"run {run_id} goes on under its own contract {own.name} ({own.hash}), not {contract.name} "
+                          f"({contract.hash}), what this spec text builds today", highlight=False)
+        contract = own
+        if changed := _settings_changed_since(store, run_id, settings_as_written(loaded.text)):
+            raise ResumeRefused(f"run {run_id} began with other settings than this runner reads from its spec "
+                                  f"({'; '.join(changed)}): resume it with the runner that began it, or start anew")
+        for measurement in spec.measurements:  # before any of them goes on
+            if problem := KINDS[measurement.kind].resume_problem(measurement, store, run_id):
+                raise ResumeRefused(problem)
+        store.reopen_run(run_id)
+    else:
         store.begin_run({
             "run_id": run_id, "spec_name": spec.name, "spec_path": str(loaded.path), "spec_hash": loaded.hash,
             "spec_text": loaded.text, "spec_settings": json.dumps(settings_as_written(loaded.text)),
@@ -91,35 +100,17 @@ def _begin(loaded: LoadedSpec, store, run_id: str, contract: Contract, resume: b
             "contract_hash": contract.hash, "contract": json.dumps(contract.to_dict()),
             **provenance(loaded.path),
         })
-        return contract
-    own = _stored_contract(store, run_id)
-    if own.hash != contract.hash:
-        console.print(f"run {run_id} goes on under its own contract {own.name} ({own.hash}), not {contract.name} "
-                      f"({contract.hash}), what this spec text builds today", highlight=False)
-    if changed := _settings_changed_since(store, run_id, settings_as_written(loaded.text)):
-        raise ResumeRefused(f"run {run_id} began with other settings than this runner reads from its spec "
-                            f"({'; '.join(changed)}): resume it with the runner that began it, or start anew")
-    for measurement in spec.measurements:  # before any of them goes on
-        if problem := KINDS[measurement.kind].resume_problem(measurement, store, run_id):
-            raise ResumeRefused(problem)
-    store.reopen_run(run_id)
-    return own
-
-
-def _execute(ctx) -> list[dict]:
-    """Each measurement in order, then the verdicts; the run row closed whatever happens."""
-    from runner.kinds.registry import KINDS
-    from runner.run.verdicts import evaluate_verdicts
-    from runner.store.heartbeat import Heartbeat
-
-    store, run_id = ctx.store, ctx.run_id
+    progress = run_progress(console)
+    ctx = RunContext(run_id=run_id, spec=spec, contract=contract, store=store,
+                     reports_dir=Path(reports_dir), progress=progress,
+                     artifacts_dir=Path(runs_dir) / run_id, resume=resume, executor=executor, files=files)
     try:
         with Heartbeat(store, run_id):  # stopped before the run's status is set below
-            ctx.files.record_inputs(ctx.resume)
-            with _sigterm_interrupts(), ctx.progress:
-                for measurement in ctx.spec.measurements:
+            files.record_inputs(resume)  # the sha256 of each file it reads, which every load is held to
+            with _sigterm_interrupts(), progress:
+                for measurement in spec.measurements:
                     KINDS[measurement.kind].execute(measurement, ctx)
-            verdicts = evaluate_verdicts(store, run_id, ctx.spec)
+            verdicts = evaluate_verdicts(store, run_id, spec)
     except KeyboardInterrupt as exc:
         reason = "interrupted by SIGTERM" if isinstance(exc, RunInterrupted) else "interrupted by the user (Ctrl-C)"
         store.finish_run(run_id, "interrupted", reason)
@@ -128,7 +119,9 @@ def _execute(ctx) -> list[dict]:
         store.finish_run(run_id, "failed", f"{exc.__class__.__name__}: {exc}")
         raise
     store.finish_run(run_id, "done")
-    return verdicts
+    return run_id, verdicts
+
+
 def _stored_contract(store, run_id: str) -> Contract:
     """The contract a run began under: a resumed run goes on in the same game, whatever the
     defaults of the runner that resumes it (a spec that names no contract takes the default)."""
