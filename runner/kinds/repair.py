@@ -209,7 +209,7 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
                                             target=target, latency_runs=m.latency_runs)
             ctx.progress.advance(task)
     method, step, met = _choose(results)
-    output = ctx.files.publish(m.output, step.path, step.sha256)  # the chosen step's file, in one rename
+    output = ctx.files.publish(m.output, step.path, step.sha256).resolve()  # the chosen step's file, in one rename
     base = {"run_id": ctx.run_id, "measurement": m.name}
     ctx.store.append_rows("repair_steps", [
         {**base, "calibrate_method": name, "step": k, "kept_float": json.dumps([*m.keep_float, *s.excluded]),
