@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from breakout_core.hashing import file_sha256
-from breakout_core.onnx_checks import META_PREFIX, ModelCheckError, save_checked
+from breakout_core.onnx_checks import META_PREFIX, ModelCheckError, SavedModel, save_checked
 
 INPUT_NAME = "obs"
 OUTPUT_NAME = "q_values"
@@ -120,7 +121,6 @@ def export_onnx(
         raise ValueError(f"unknown exporter {exporter!r}; known: {', '.join(EXPORTERS)}")
     network, checkpoint_sha, contract_hash = _network_from(source, contract_hash)
     onnx_path = Path(onnx_path)
-    onnx_path.parent.mkdir(parents=True, exist_ok=True)
     checks: list[str] = []
 
     sample = torch.zeros((2, 4, 84, 84), dtype=torch.uint8)
@@ -164,7 +164,18 @@ def export_onnx(
 
     versions = _versions()
     checks += _check_model(model, "fp32")
-    checks += save_checked(model, onnx_path, {
+    verify = _verify_batch(verify_obs)
+    with torch.no_grad():
+        expected = network(torch.from_numpy(verify)).numpy()
+    diffs: dict[str, float] = {}
+
+    def verify_fp32(data: bytes) -> str:
+        diffs["fp32"] = diff = _ort_max_abs_diff(data, verify, expected)
+        if not diff <= VERIFY_ATOL_FP32:
+            raise ExportError(f"{onnx_path}: ONNX Runtime CPU differs from torch by {diff:.3g} (> {VERIFY_ATOL_FP32})")
+        return f"onnxruntime CPU vs torch on {len(verify)} states: max |dQ| {diff:.3g} <= {VERIFY_ATOL_FP32}"
+
+    saved = save_checked(model, onnx_path, {
         "precision": "fp32",
         "architecture": getattr(network, "architecture", "unknown"),
         "contract_hash": contract_hash or "",
@@ -172,27 +183,21 @@ def export_onnx(
         "exporter": f"torch.onnx.export({'dynamo=True' if exporter == 'dynamo' else 'dynamo=False'}) "
                     f"torch {torch.__version__}",
         "preprocessing": "uint8 -> float32, / 255, inside the graph",
-    })
-    fp32 = _artifact(onnx_path, "fp32")
+    }, verify=verify_fp32)
+    checks += saved.checks
+    fp32 = _artifact(saved, "fp32")
     actual_opset = _default_opset(model)
 
-    verify = _verify_batch(verify_obs)
-    with torch.no_grad():
-        expected = network(torch.from_numpy(verify)).numpy()
-    diff32 = _ort_max_abs_diff(onnx_path, verify, expected)
-    if not diff32 <= VERIFY_ATOL_FP32:
-        raise ExportError(f"{onnx_path}: ONNX Runtime CPU differs from torch by {diff32:.3g} (> {VERIFY_ATOL_FP32})")
-    checks.append(f"onnxruntime CPU vs torch on {len(verify)} states: max |dQ| {diff32:.3g} <= {VERIFY_ATOL_FP32}")
-
     fp16 = None
-    diff16 = None
     if fp16_path is not None:
-        fp16, fp16_checks = convert_to_fp16(onnx_path, fp16_path)
+        def verify_fp16(data: bytes) -> str:
+            diffs["fp16"] = diff = _ort_max_abs_diff(data, verify, expected)
+            if not np.isfinite(diff):
+                raise ExportError(f"{fp16_path}: FP16 model gives non-finite Q-values")
+            return f"onnxruntime CPU vs torch FP32 on {len(verify)} states: max |dQ| {diff:.3g} (recorded)"
+
+        fp16, fp16_checks = convert_to_fp16(onnx_path, fp16_path, verify=verify_fp16)
         checks += fp16_checks
-        diff16 = _ort_max_abs_diff(fp16.path, verify, expected)
-        if not np.isfinite(diff16):
-            raise ExportError(f"{fp16.path}: FP16 model gives non-finite Q-values")
-        checks.append(f"fp16: onnxruntime CPU vs torch FP32 on {len(verify)} states: max |dQ| {diff16:.3g} (recorded)")
 
     return ExportResult(
         fp32=fp32,
@@ -200,16 +205,18 @@ def export_onnx(
         opset=actual_opset,
         exporter=exporter,
         checks=tuple(checks),
-        verify_max_abs_diff=diff32,
-        fp16_verify_max_abs_diff=diff16,
+        verify_max_abs_diff=diffs["fp32"],
+        fp16_verify_max_abs_diff=diffs.get("fp16"),
         contract_hash=contract_hash,
         checkpoint_sha256=checkpoint_sha,
         versions=versions,
     )
 
 
-def convert_to_fp16(onnx_path: str | Path, fp16_path: str | Path) -> tuple[OnnxArtifact, list[str]]:
-    """FP16 copy of an FP32 model (onnxconverter-common, keep_io_types=True); returns its checks."""
+def convert_to_fp16(onnx_path: str | Path, fp16_path: str | Path,
+                    verify: Callable[[bytes], str] | None = None) -> tuple[OnnxArtifact, list[str]]:
+    """FP16 copy of an FP32 model (onnxconverter-common, keep_io_types=True); returns its checks.
+    `verify` checks the converted bytes before they are written (onnx_checks.save_checked)."""
     import onnx
 
     from breakout_core.fp16 import converter_description, to_float16
@@ -222,13 +229,12 @@ def convert_to_fp16(onnx_path: str | Path, fp16_path: str | Path) -> tuple[OnnxA
         raise ExportError(f"FP16 conversion needs onnxconverter-common ({exc}); "
                           "pip install onnxconverter-common") from None
     checks = _check_model(model16, "fp16")
-    checks += save_checked(model16, fp16_path, {
+    saved = save_checked(model16, fp16_path, {
         "precision": "fp16",
         "fp16_converter": converter,
-    })
-    fp16_path = Path(fp16_path)
-    checks = ["fp16: " + c for c in checks]
-    return _artifact(fp16_path, "fp16"), checks
+    }, verify=verify)
+    checks = ["fp16: " + c for c in checks + saved.checks]
+    return _artifact(saved, "fp16"), checks
 
 
 def onnx_contract(path: str | Path) -> tuple[str | None, str | None]:
@@ -318,12 +324,13 @@ def _verify_batch(verify_obs: np.ndarray | None) -> np.ndarray:
     return verify_obs
 
 
-def _ort_max_abs_diff(path: Path, obs: np.ndarray, expected: np.ndarray) -> float:
+def _ort_max_abs_diff(model: bytes, obs: np.ndarray, expected: np.ndarray) -> float:
+    """Largest |dQ| of ONNX Runtime CPU on the serialized `model` against torch's `expected`."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     got = session.run([OUTPUT_NAME], {INPUT_NAME: obs})[0]
     return float(np.max(np.abs(got.astype(np.float64) - expected.astype(np.float64))))
 
@@ -347,8 +354,8 @@ def _default_opset(model) -> int:
     return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
 
 
-def _artifact(path: Path, precision: str) -> OnnxArtifact:
-    return OnnxArtifact(path=path, size_bytes=path.stat().st_size, sha256=file_sha256(path), precision=precision)
+def _artifact(saved: SavedModel, precision: str) -> OnnxArtifact:
+    return OnnxArtifact(path=saved.path, size_bytes=saved.size_bytes, sha256=saved.sha256, precision=precision)
 
 
 def _versions() -> dict[str, str]:

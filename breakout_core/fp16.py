@@ -31,13 +31,13 @@ float weights are the FP32 file's, bit for bit.
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from breakout_core.hashing import file_sha256
 from breakout_core.onnx_checks import ModelCheckError, not_a_node, one_line, save_checked
 
 if TYPE_CHECKING:
@@ -153,9 +153,11 @@ def convert_fp16(fp32_path: str | Path, out_path: str | Path, *, keep_float: Seq
 
     fp32_path, out_path = Path(fp32_path), Path(out_path)
     try:
-        source = onnx.load(fp32_path)
+        data = fp32_path.read_bytes()  # read once: the model converted is the one hashed
+        source = onnx.load_from_string(data)
     except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
         raise Fp16Error(f"{fp32_path}: not a readable ONNX model ({one_line(exc)})") from None
+    source_sha256 = hashlib.sha256(data).hexdigest()
     kept = _checked_keep_list(source, keep_float)
     model, corrections = to_float16(source, kept)
     converted = float16_nodes(source, model)
@@ -166,9 +168,8 @@ def convert_fp16(fp32_path: str | Path, out_path: str | Path, *, keep_float: Seq
     checks.append(check_kept_weights(source, model, kept))
     checks.append(f"{len(converted)} node(s) in float16: {', '.join(converted)}")
     converter = converter_description()
-    source_sha256 = file_sha256(fp32_path)
-    try:
-        checks += save_checked(model, out_path, {
+    try:  # every check runs before the file is written: a failed one leaves out_path as it was
+        saved = save_checked(model, out_path, {
             "precision": "fp16",
             "fp16_converter": converter,
             "fp16_nodes_kept_float": ",".join(kept),
@@ -176,11 +177,10 @@ def convert_fp16(fp32_path: str | Path, out_path: str | Path, *, keep_float: Seq
             "fp16_source_sha256": source_sha256,
         })
     except ModelCheckError as exc:
-        out_path.unlink(missing_ok=True)  # a file that failed its checks is not left for a caller to pick up
         raise Fp16Error(f"{out_path}: {exc}") from None
-    return Fp16Artifact(path=out_path, size_bytes=out_path.stat().st_size, sha256=file_sha256(out_path),
+    return Fp16Artifact(path=out_path, size_bytes=saved.size_bytes, sha256=saved.sha256,
                         source_sha256=source_sha256, nodes_kept_float=kept, nodes_converted=converted,
-                        converter=converter, checks=tuple(checks))
+                        converter=converter, checks=tuple(checks + saved.checks))
 
 
 def converter_description() -> str:

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from breakout_core.files import write_whole
+
 CONVERSION_OPS = frozenset({"Cast", "QuantizeLinear", "DequantizeLinear"})
 STATE_METRICS = ("rel_l2", "max_abs")
 DEFAULT_TOLERANCE = {"rel_l2": 0.01, "max_abs": 0.01}
@@ -241,7 +243,7 @@ def _exposed_session(model, tensors: Sequence[str], path: Path, source: str | Pa
     copy.CopyFrom(model)
     present = {o.name for o in copy.graph.output}
     copy.graph.output.extend(onnx.ValueInfoProto(name=t) for t in tensors if t not in present)
-    onnx.save_model(copy, path)
+    write_whole(path, copy.SerializeToString())
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     try:

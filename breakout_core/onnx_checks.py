@@ -5,9 +5,14 @@ and scaled by 1/255 inside the graph, so every runtime is fed the same bytes."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from breakout_core.files import write_whole
 
 META_PREFIX = "breakout."
 NODES_SHOWN = 8  # graph nodes a "not a node" message lists
@@ -52,21 +57,33 @@ def check_model(model) -> str:
     return "onnx.checker.check_model(full_check=True)"
 
 
-def save_checked(model, path: str | Path, metadata: dict[str, object], *, preprocessing: bool = True) -> list[str]:
-    """Set the metadata, run the checks every written file passes, and save; the checks run.
+@dataclass(frozen=True)
+class SavedModel:
+    """An ONNX file as written: its path, the checks it passed, and its bytes' size and sha256."""
+
+    path: Path
+    checks: list[str]
+    size_bytes: int
+    sha256: str
+
+
+def save_checked(model, path: str | Path, metadata: dict[str, object], *, preprocessing: bool = True,
+                 verify: Callable[[bytes], str] | None = None) -> SavedModel:
+    """Set the metadata, run the checks every written file passes, and write the file whole.
 
     `preprocessing`: check the uint8 input's cast and 1/255 scaling (a graph that never had
-    them, such as a test's bare network, is saved without)."""
-    import onnx
-
+    them, such as a test's bare network, is saved without). `verify`: the writer's own check
+    of the serialized bytes (an ONNX Runtime session, say), which returns its description or
+    raises. Every check runs before anything is written: a failed one leaves `path` as it was."""
     set_metadata(model, metadata)
     checks = [check_model(model)]
     if preprocessing:
         checks.append(check_preprocessing(model))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save_model(model, path)
-    return checks
+    data = model.SerializeToString()
+    if verify is not None:
+        checks.append(verify(data))
+    path = write_whole(path, data)
+    return SavedModel(path=path, checks=checks, size_bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
 def check_preprocessing(model) -> str:

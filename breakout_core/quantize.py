@@ -45,6 +45,7 @@ Choices made here, and why:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import tempfile
 from collections.abc import Sequence
@@ -55,7 +56,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from breakout_core.cpu_flags import cpu_flags, cpu_model
-from breakout_core.hashing import file_sha256
 from breakout_core.onnx_checks import ModelCheckError, check_preprocessing, not_a_node, one_line, save_checked
 
 if TYPE_CHECKING:
@@ -137,18 +137,22 @@ def quantize_int8(
     elif calibration is not None:
         raise QuantizeError("dynamic quantization takes its activation ranges at run time: give no calibration states")
     try:
-        source = onnx.load(fp32_path)
+        data = fp32_path.read_bytes()  # read once: the model quantized is the one hashed
+        source = onnx.load_from_string(data)
     except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
         raise QuantizeError(f"{fp32_path}: not a readable ONNX model ({one_line(exc)})") from None
+    source_sha256 = hashlib.sha256(data).hexdigest()
     excluded = _checked_exclusions(source, nodes_to_exclude, fp32_path)
     scaled_input = _scaled_input(source)
     checks = []
 
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    # the quantizer writes only in this folder; the checked file is then written whole at out_path
     with tempfile.TemporaryDirectory(prefix="quantize-") as folder:
-        prepared = Path(folder) / "prepared.onnx"
+        copied, prepared, quantized_path = (Path(folder) / name for name in ("source.onnx", "prepared.onnx",
+                                                                             "quantized.onnx"))
+        copied.write_bytes(data)
         try:
-            quant_pre_process(str(fp32_path), str(prepared), skip_optimization=True)
+            quant_pre_process(str(copied), str(prepared), skip_optimization=True)
         except Exception as exc:  # noqa: BLE001 -- onnx and onnxruntime errors alike
             raise QuantizeError(f"{fp32_path}: onnxruntime's quantization pre-processing failed ({one_line(exc)})") \
                 from None
@@ -162,7 +166,7 @@ def quantize_int8(
                     overrides[scaled_input] = [{"scale": np.array(INPUT_SCALE, dtype=np.float32),
                                                 "zero_point": np.array(0, dtype=np.uint8)}]
                 quantize_static(
-                    str(prepared), str(out_path), None,
+                    str(prepared), str(quantized_path), None,
                     quant_format=QuantFormat.QDQ,
                     activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8,
@@ -173,19 +177,19 @@ def quantize_int8(
                     extra_options={"TensorQuantOverrides": overrides},
                 )
             else:
-                quantize_dynamic(str(prepared), str(out_path), weight_type=QuantType.QInt8, per_channel=per_channel,
-                                 nodes_to_exclude=list(excluded))
+                quantize_dynamic(str(prepared), str(quantized_path), weight_type=QuantType.QInt8,
+                                 per_channel=per_channel, nodes_to_exclude=list(excluded))
         except Exception as exc:  # noqa: BLE001 -- the quantizer raises many classes
             raise QuantizeError(f"{fp32_path}: onnxruntime could not quantize it ({one_line(exc)})") from None
+        model, quantized, input_scale, written_checks = _checked_output(source, fp32_path, quantized_path, out_path,
+                                                                         excluded, scaled_input)
 
-    source_sha256 = file_sha256(fp32_path)
     calibrate = calibrate_method if method == "static" else None
     calibration_options = dict(CALIBRATION_OPTIONS[calibrate]) if calibrate else {}
     n_states = len(states) if method == "static" else 0
-    try:
-        model, quantized, input_scale, written_checks = _checked_output(source, fp32_path, out_path, excluded,
-                                                                         scaled_input)
-        written_checks += save_checked(model, out_path, {
+    at_load = _excluded_quantized_at_load(model.SerializeToString(), excluded)
+    try:  # every check runs before the file is written: a failed one leaves out_path as it was
+        saved = save_checked(model, out_path, {
             "precision": "int8",
             "int8_method": method,
             "int8_calibrate_method": calibrate or "",
@@ -198,19 +202,14 @@ def quantize_int8(
             "int8_source_sha256": source_sha256,
         }, preprocessing=scaled_input is not None)
     except ModelCheckError as exc:
-        out_path.unlink(missing_ok=True)  # a file that failed its checks is not left for a caller to pick up
         raise QuantizeError(f"{out_path}: {exc}") from None
-    except QuantizeError:
-        out_path.unlink(missing_ok=True)
-        raise
-    checks += written_checks
-    at_load = _excluded_quantized_at_load(out_path, excluded)
+    checks += written_checks + saved.checks
     if at_load:
         checks.append(f"excluded but quantized by onnxruntime when it loads the file: {', '.join(at_load)}")
     return Int8Artifact(
         path=out_path,
-        size_bytes=out_path.stat().st_size,
-        sha256=file_sha256(out_path),
+        size_bytes=saved.size_bytes,
+        sha256=saved.sha256,
         source_sha256=source_sha256,
         method=method,
         calibrate_method=calibrate,
@@ -226,13 +225,13 @@ def quantize_int8(
     )
 
 
-def _checked_output(source: ModelProto, fp32_path: Path, out_path: Path, excluded: tuple[str, ...],
-                    scaled_input: str | None):
-    """The written model, its quantized nodes, the scaled input's fixed scale and the checks run
-    (onnx_checks.save_checked then runs the checks every written file passes)."""
+def _checked_output(source: ModelProto, fp32_path: Path, quantized_path: Path, out_path: Path,
+                    excluded: tuple[str, ...], scaled_input: str | None):
+    """The quantizer's model, its quantized nodes, the scaled input's fixed scale and the checks
+    run (onnx_checks.save_checked then runs the checks every written file passes)."""
     import onnx
 
-    model = onnx.load(out_path)
+    model = onnx.load(quantized_path)
     checks = []
     quantized = quantized_nodes(source, model)
     if not quantized:
@@ -357,7 +356,7 @@ def _fixed_input_scale(model, scaled_input: str) -> float | None:
     return None
 
 
-def _excluded_quantized_at_load(path: Path, excluded: Sequence[str]) -> tuple[str, ...]:
+def _excluded_quantized_at_load(model: bytes, excluded: Sequence[str]) -> tuple[str, ...]:
     """Excluded nodes whose weights ONNX Runtime's CPU session quantizes anyway.
 
     Its WeightBiasQuantization graph transformer (basic level, so on by default) gives a
@@ -375,7 +374,7 @@ def _excluded_quantized_at_load(path: Path, excluded: Sequence[str]) -> tuple[st
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         options.optimized_model_filepath = str(Path(folder) / "basic.onnx")
-        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         loaded = onnx.load(options.optimized_model_filepath)
     producers = {o: n.op_type for n in loaded.graph.node for o in n.output}
     return tuple(n.name for n in loaded.graph.node

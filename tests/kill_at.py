@@ -54,7 +54,7 @@ from runner.cli.commands import main as runner_main
 
 def event_class(event: str, args: tuple) -> str | None:
     if event == "os.rename":
-        source = os.path.basename(str(args[0]))  # breakout_core.files writes NAME.PID.tmp, then renames it
+        source = os.path.basename(str(args[0]))  # breakout_core.files writes NAME.PID.TOKEN.tmp, then renames it
         if source.startswith("trainer_state.pt.") and source.endswith(".tmp"):
             return "state"
         if source.endswith(".tmp") and ".pt." in source:

@@ -12,6 +12,7 @@ available() and RuntimeUnavailable; it never falls back to another device or pre
 
 from __future__ import annotations
 
+import contextlib
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from breakout_core.files import FileReplaced, same_file
 from breakout_core.hashing import file_sha256
 
 OBS_SHAPE = (4, 84, 84)
@@ -138,9 +140,15 @@ class Runtime(ABC):
         if not path.is_file():
             raise FileNotFoundError(f"{self.name}: artifact {path} does not exist")
         self.artifact = path
-        self.artifact_sha256 = file_sha256(path)
         try:
-            self._load(path)
+            with same_file(path):  # the file hashed is the file loaded, or FileReplaced
+                self.artifact_sha256 = file_sha256(path)
+                self._load(path)
+        except FileReplaced:
+            with contextlib.suppress(Exception):  # it loaded, but what it loaded is unknown
+                self._close()
+            self.artifact = self.artifact_sha256 = None
+            raise
         except BaseException:
             self.artifact = self.artifact_sha256 = None
             raise

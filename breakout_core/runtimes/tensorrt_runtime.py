@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from breakout_core.files import write_whole
 from breakout_core.runtimes.base import (
     NUM_ACTIONS,
     OBS_SHAPE,
@@ -117,8 +118,7 @@ class TensorRTRuntime(Runtime):
                 serialized = self._build(path)
                 self.engine_path = Path(self.requested["engine_path"] or path.with_name(
                     f"{path.stem}.{self.requested['precision']}.engine"))
-                self.engine_path.parent.mkdir(parents=True, exist_ok=True)
-                self.engine_path.write_bytes(serialized)
+                write_whole(self.engine_path, serialized)
             self.engine_bytes = len(serialized)
             runtime = trt.Runtime(self._logger)
             engine = runtime.deserialize_cuda_engine(serialized)

@@ -163,7 +163,7 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
     from runner.cli.terminal import log_console
     from runner.cli.verdict_listing import echo_run_verdicts, run_verdict_record
     from runner.kinds.train.executors import Executor
-    from runner.run.errors import ResumeRefused
+    from runner.run.errors import ArtifactBusy, ResumeRefused
     from runner.run.execute import run_spec
     from runner.store.database import Store
     from runner.store.errors import StoreError
@@ -184,6 +184,8 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
                                     executor=Executor(executor, ray_address, ray_retries))
     except ResumeRefused as exc:
         fail(str(exc), ExitCode.BAD_INPUT)
+    except ArtifactBusy as exc:  # refused before anything was stored
+        fail(str(exc), ExitCode.ENVIRONMENT)
     except KeyboardInterrupt:
         fail("run interrupted; it is stored with status 'interrupted' and nothing stored before is lost",
              ExitCode.INTERRUPTED)
@@ -206,9 +208,13 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
             click.echo(f"  report {report_path}")
     failed = [v for v in verdicts if v["outcome"] in fail_on]
     if as_json:
+        from runner.kinds.shared.runtime_status import runtimes_ran
+
+        with store.reader() as con:
+            ran = runtimes_ran(con, run_id)
         emit_json({"run_id": run_id, "spec_name": loaded.spec.name, "status": "done", "database": str(store.path),
                    "report": report_path, "verdicts": [run_verdict_record(v) for v in verdicts],
-                   "failed_on": [v["verdict"] for v in failed]})
+                   "failed_on": [v["verdict"] for v in failed], "runtimes": ran})
     for v in failed:
         click.echo(f"--fail-on: verdict {v['verdict']} is {v['outcome']}", err=True)
     if failed:

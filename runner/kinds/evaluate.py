@@ -15,6 +15,7 @@ from typing import Literal
 import duckdb
 from pydantic import Field, model_validator
 
+from breakout_core.files import same_file
 from breakout_core.hashing import file_sha256
 from runner.compare.rows import Row, RunSide, differences, episode_rows
 from runner.kinds.kind import Kind
@@ -26,6 +27,7 @@ from runner.kinds.shared.episode_scores import (
     score_metrics,
     score_report,
 )
+from runner.kinds.shared.runtime_lifecycle import check_loaded
 from runner.kinds.shared.selection_seeds import HELD_OUT, describe, seed_ranges, selection_of
 from runner.report.section import Section
 from runner.run.context import RunContext
@@ -114,12 +116,16 @@ def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, 
     policy_spec = ctx.spec.policies[policy_name]
     played_file = None
     if policy_spec.type != "random":
-        sha256 = file_sha256(policy_spec.path)  # hashed before it is loaded: the bytes that play
+        with same_file(policy_spec.path):  # the bytes hashed are the bytes that play, those the run recorded
+            sha256 = file_sha256(policy_spec.path)
+            check_loaded(ctx, f"policies.{policy_name}", sha256, f"measurement {m.name}")
+            policy = build_policy(policy_spec, policy_name)
         with ctx.store.reader() as con:
             chosen = selection_of(con, policy_spec.path, sha256, seeds)
         played_file = {"run_id": ctx.run_id, "measurement": m.name, "policy": policy_name,
                        "path": str(Path(policy_spec.path).resolve()), "sha256": sha256, **chosen}
-    policy = build_policy(policy_spec, policy_name)
+    else:
+        policy = build_policy(policy_spec, policy_name)
     task = ctx.progress.add_task(f"{m.name} · {policy_name}", total=len(seeds), unit="episodes")
     made = [0]
 

@@ -3,12 +3,13 @@
 The states come from full games of the checkpoint's own (slightly epsilon-greedy) play on
 fixed episode seeds, spread over each game (breakout_core.fixed_states); the FP32 ONNX
 file is checked with onnx.checker and against torch on those very states (ONNX Runtime
-CPU); the FP16 copy keeps uint8 in / float32 out. Every file is written to the path its
-artifact names (made_by: this spec) and recorded in `export_files` with size, sha256 and
-the checks it passed; `fixed_state_index` says where each state came from. INT8 files
-(`int8:`, runner.kinds.shared.int8_files) are made from an FP32 file by ONNX Runtime's
-quantizer, calibrated on states from the checkpoint's own games on seeds the rest of the
-spec never plays; `int8_files` records how each was made.
+CPU); the FP16 copy keeps uint8 in / float32 out. Every file is written under the run's
+own folder, then published to the path its artifact names (made_by: this spec) in one
+rename, and recorded in `export_files` with size, sha256 and the checks it passed;
+`fixed_state_index` says where each state came from. INT8 files (`int8:`,
+runner.kinds.shared.int8_files) are made from an FP32 file by ONNX Runtime's quantizer,
+calibrated on states from the checkpoint's own games on seeds the rest of the spec never
+plays; `int8_files` records how each was made.
 """
 
 from __future__ import annotations
@@ -114,53 +115,17 @@ METRIC_NAMES = ("size_bytes", "size_ratio", "size_vs_fp32", "verify_max_abs_dq",
 
 
 def execute(m: ExportMeasurement, ctx: RunContext) -> None:
-    from breakout_core.export import export_onnx
-    from breakout_core.fixed_states import save_fixed_states
-    from breakout_core.hashing import file_sha256
-
+    """Each file is written under the run's folder, checked, then published to its artifact's
+    path (runner.run.artifact_files); the checkpoint read is the one the run recorded."""
     if ctx.already_stored("export_files", m.name):
         return
-    artifacts = ctx.spec.artifacts
-    checkpoint = artifacts[m.checkpoint].path
+    with ctx.files.loaded(m.checkpoint, f"measurement {m.name}") as (checkpoint, _):
+        rows, index_rows = _export_own_files(m, ctx, checkpoint)
+        provenance = []
+        if m.int8:
+            int8_rows, provenance = _export_int8(m, ctx, checkpoint)
+            rows += int8_rows
     base = {"run_id": ctx.run_id, "measurement": m.name}
-    rows, index_rows, states = [], [], None
-    deliberate = ctx.spec.contract.other_contracts == "deliberate"  # a checkpoint trained under another contract
-    if m.fixed_states is not None:
-        task = ctx.progress.add_task(f"{m.name} · capture {m.n_states} states", total=1, unit="capture")
-        states = capture_states(ctx, checkpoint, m.n_states, m.capture)
-        path = save_fixed_states(artifacts[m.fixed_states].path, states)
-        ctx.progress.advance(task)
-        rows.append({**base, "artifact": m.fixed_states, "path": str(path), "format": "fixed_states",
-                     "bytes": path.stat().st_size, "sha256": file_sha256(path), "contract_hash": states.contract_hash,
-                     "checkpoint_sha256": states.checkpoint_sha256, "details": json.dumps(states.meta, default=str)})
-        index_rows = [{**base, "state": i, "episode_seed": int(states.episode_seeds[i]), "step": int(states.steps[i]),
-                       "action": int(states.actions[i])} for i in range(len(states))]
-
-    if m.onnx is not None:
-        task = ctx.progress.add_task(f"{m.name} · export ONNX", total=1, unit="export")
-        result = export_onnx(checkpoint, artifacts[m.onnx].path,
-                             fp16_path=artifacts[m.onnx_fp16].path if m.onnx_fp16 else None,
-                             opset=m.opset, exporter=m.exporter, verify_obs=states.obs if states is not None else None,
-                             # the file keeps its training contract
-                             contract_hash=None if deliberate else ctx.contract.hash)
-        ctx.progress.advance(task)
-        verify_states = len(states) if states is not None else 4
-        fp16_checks = [c for c in result.checks if c.startswith("fp16")]
-        common = {"opset": result.opset, "exporter": result.exporter, "verify_states": verify_states,
-                  "contract_hash": result.contract_hash, "checkpoint_sha256": result.checkpoint_sha256,
-                  "versions": json.dumps(result.versions)}
-        rows.append({**base, **common, "artifact": m.onnx, "path": str(result.fp32.path), "format": "onnx",
-                     "precision": "fp32", "bytes": result.fp32.size_bytes, "sha256": result.fp32.sha256,
-                     "checks": json.dumps([c for c in result.checks if c not in fp16_checks]),
-                     "verify_max_abs_dq": result.verify_max_abs_diff})
-        if result.fp16 is not None:
-            rows.append({**base, **common, "artifact": m.onnx_fp16, "path": str(result.fp16.path), "format": "onnx",
-                         "precision": "fp16", "bytes": result.fp16.size_bytes, "sha256": result.fp16.sha256,
-                         "checks": json.dumps(fp16_checks), "verify_max_abs_dq": result.fp16_verify_max_abs_diff})
-    provenance = []
-    if m.int8:
-        int8_rows, provenance = _export_int8(m, ctx, checkpoint)
-        rows += int8_rows
     columns = sorted({key for row in rows for key in row})  # Arrow takes its columns from the first row
     ctx.store.append_rows("export_files", [{key: row.get(key) for key in columns} for row in rows])
     ctx.store.append_rows("fixed_state_index", index_rows)
@@ -169,14 +134,64 @@ def execute(m: ExportMeasurement, ctx: RunContext) -> None:
                                          "bytes": r["bytes"]} for r in rows])
 
 
-def _export_int8(m: ExportMeasurement, ctx: RunContext, checkpoint: str) -> tuple[list, list]:
+def _export_own_files(m: ExportMeasurement, ctx: RunContext, checkpoint) -> tuple[list, list]:
+    """The fixed states and the FP32 and FP16 ONNX files: their export_files and fixed_state_index rows."""
+    from breakout_core.export import export_onnx
+    from breakout_core.fixed_states import save_fixed_states
+    from breakout_core.hashing import file_sha256
+
+    files = ctx.files
+    base = {"run_id": ctx.run_id, "measurement": m.name}
+    rows, index_rows, states = [], [], None
+    deliberate = ctx.spec.contract.other_contracts == "deliberate"  # a checkpoint trained under another contract
+    if m.fixed_states is not None:
+        task = ctx.progress.add_task(f"{m.name} · capture {m.n_states} states", total=1, unit="capture")
+        states = capture_states(ctx, checkpoint, m.n_states, m.capture)
+        written = save_fixed_states(files.output_path(m.fixed_states), states)
+        sha256 = file_sha256(written)
+        path = files.publish(m.fixed_states, written, sha256)
+        ctx.progress.advance(task)
+        rows.append({**base, "artifact": m.fixed_states, "path": str(path), "format": "fixed_states",
+                     "bytes": written.stat().st_size, "sha256": sha256, "contract_hash": states.contract_hash,
+                     "checkpoint_sha256": states.checkpoint_sha256, "details": json.dumps(states.meta, default=str)})
+        index_rows = [{**base, "state": i, "episode_seed": int(states.episode_seeds[i]), "step": int(states.steps[i]),
+                       "action": int(states.actions[i])} for i in range(len(states))]
+
+    if m.onnx is not None:
+        task = ctx.progress.add_task(f"{m.name} · export ONNX", total=1, unit="export")
+        result = export_onnx(checkpoint, files.output_path(m.onnx),
+                             fp16_path=files.output_path(m.onnx_fp16) if m.onnx_fp16 else None,
+                             opset=m.opset, exporter=m.exporter, verify_obs=states.obs if states is not None else None,
+                             # the file keeps its training contract
+                             contract_hash=None if deliberate else ctx.contract.hash)
+        fp32_path = files.publish(m.onnx, result.fp32.path, result.fp32.sha256)
+        fp16_path = files.publish(m.onnx_fp16, result.fp16.path, result.fp16.sha256) if result.fp16 else None
+        ctx.progress.advance(task)
+        verify_states = len(states) if states is not None else 4
+        fp16_checks = [c for c in result.checks if c.startswith("fp16")]
+        common = {"opset": result.opset, "exporter": result.exporter, "verify_states": verify_states,
+                  "contract_hash": result.contract_hash, "checkpoint_sha256": result.checkpoint_sha256,
+                  "versions": json.dumps(result.versions)}
+        rows.append({**base, **common, "artifact": m.onnx, "path": str(fp32_path), "format": "onnx",
+                     "precision": "fp32", "bytes": result.fp32.size_bytes, "sha256": result.fp32.sha256,
+                     "checks": json.dumps([c for c in result.checks if c not in fp16_checks]),
+                     "verify_max_abs_dq": result.verify_max_abs_diff})
+        if result.fp16 is not None:
+            rows.append({**base, **common, "artifact": m.onnx_fp16, "path": str(fp16_path), "format": "onnx",
+                         "precision": "fp16", "bytes": result.fp16.size_bytes, "sha256": result.fp16.sha256,
+                         "checks": json.dumps(fp16_checks), "verify_max_abs_dq": result.fp16_verify_max_abs_diff})
+    return rows, index_rows
+
+
+def _export_int8(m: ExportMeasurement, ctx: RunContext, checkpoint) -> tuple[list, list]:
     """Each INT8 variant quantized from its FP32 source: its export_files rows and int8_files rows.
-    Variants with the same calibration settings share one capture."""
+    Variants with the same calibration settings share one capture; the source quantized is the
+    file the run recorded for it (its own copy, where the run wrote it)."""
     import onnx
 
     from breakout_core.export import inspect_onnx
 
-    artifacts, base = ctx.spec.artifacts, {"run_id": ctx.run_id, "measurement": m.name}
+    files, base = ctx.files, {"run_id": ctx.run_id, "measurement": m.name}
     task = ctx.progress.add_task(f"{m.name} · INT8 files", total=len(m.int8), unit="files")
     captured: dict[str, object] = {}
     rows, provenance = [], []
@@ -187,11 +202,13 @@ def _export_int8(m: ExportMeasurement, ctx: RunContext, checkpoint: str) -> tupl
             if key not in captured:
                 captured[key] = capture_states(ctx, checkpoint, variant.states, variant.calibration)
             states = captured[key]
-        source = variant.source or m.onnx
-        made, columns = int8_files.quantize(f"measurements[{m.name}].int8[{j}]", variant, artifacts[source].path,
-                                            artifacts[variant.onnx].path, states)
+        source, where = variant.source or m.onnx, f"measurements[{m.name}].int8[{j}]"
+        made, columns = int8_files.quantize(where, variant, str(files.readable_path(source)),
+                                            str(files.output_path(variant.onnx)), states)
+        files.check(source, made.source_sha256, f"{where}'s quantizer")
         meta = inspect_onnx(made.path).metadata
-        rows.append({**base, "artifact": variant.onnx, "path": str(made.path), "format": "onnx", "precision": "int8",
+        path = files.publish(variant.onnx, made.path, made.sha256)
+        rows.append({**base, "artifact": variant.onnx, "path": str(path), "format": "onnx", "precision": "int8",
                      "bytes": made.size_bytes, "sha256": made.sha256, "checks": json.dumps(list(made.checks)),
                      "contract_hash": meta.get("breakout.contract_hash") or None,
                      "checkpoint_sha256": meta.get("breakout.checkpoint_sha256") or None,

@@ -119,7 +119,6 @@ def execute(m: LocalisationMeasurement, ctx: RunContext) -> None:
     states, _, _ = load_states(ctx, m.fixed_states)
     obs = states.obs
     baseline = ctx.spec.runtimes[m.baseline_runtime]
-    baseline_path = ctx.spec.artifacts[baseline.artifact].path
     check_lineage(ctx, [r.artifact for r in map(ctx.spec.runtimes.get, m.runtimes)])
     baseline_actions = None
     candidates = [r for r in m.ordered_runtimes() if r != m.baseline_runtime]
@@ -141,24 +140,28 @@ def execute(m: LocalisationMeasurement, ctx: RunContext) -> None:
             ctx.progress.advance(task)
             continue
         started = time.perf_counter()
-        if baseline_actions is None:
-            baseline_actions = greedy(q_values(baseline_path, obs).astype(np.float64))
-        actions = greedy(q_values(artifact.path, obs).astype(np.float64))
-        flipped = np.flatnonzero(actions != baseline_actions).tolist()
-        try:
-            found = localise(baseline_path, artifact.path, obs, flipped=flipped, metric=m.metric,
-                             tolerance=m.tolerance)
-        except LocaliseError as exc:  # e.g. a graph whose tensors match none of the baseline's
-            record(ctx, row, False, str(exc))
+        # the files read are those the run recorded, each one file throughout (runner.run.artifact_files)
+        with ctx.files.loaded(baseline.artifact, f"runtime {m.baseline_runtime}") as (baseline_path, _), \
+                ctx.files.loaded(config.artifact, f"runtime {name}") as (candidate_path, sha256):
+            if baseline_actions is None:
+                baseline_actions = greedy(q_values(baseline_path, obs).astype(np.float64))
+            actions = greedy(q_values(candidate_path, obs).astype(np.float64))
+            flipped = np.flatnonzero(actions != baseline_actions).tolist()
+            try:
+                found = localise(baseline_path, candidate_path, obs, flipped=flipped, metric=m.metric,
+                                 tolerance=m.tolerance)
+            except LocaliseError as exc:  # e.g. a graph whose tensors match none of the baseline's
+                found = str(exc)
+        if isinstance(found, str):
+            record(ctx, row, False, found)
         else:
-            _store(ctx, m, name, found, baseline_actions, actions, row, time.perf_counter() - started)
+            _store(ctx, m, name, found, baseline_actions, actions, {**row, "artifact_sha256": sha256},
+                   time.perf_counter() - started)
         ctx.progress.advance(task)
 
 
 def _store(ctx: RunContext, m: LocalisationMeasurement, name: str, found, baseline_actions, actions, row: dict,
            wall: float) -> None:
-    from breakout_core.hashing import file_sha256
-
     base = {"run_id": ctx.run_id, "measurement": m.name, "candidate": name}
     depth = {layer.tensor: layer.depth for layer in found.layers}
     column = {tensor: k for k, tensor in enumerate(layer.tensor for layer in found.layers)}
@@ -172,8 +175,7 @@ def _store(ctx: RunContext, m: LocalisationMeasurement, name: str, found, baseli
               "first_error": float(found.state_errors[i, column[first]]) if first else None}
              for i, first in sorted(found.first_divergence.items())]
     first = found.first_layer()
-    path = row["artifact"]
-    sha = file_sha256(path)
+    sha = row["artifact_sha256"]
     ctx.store.append_rows("localisation_layers", layers)
     if flips:
         ctx.store.append_rows("localisation_flips", flips)
@@ -183,7 +185,7 @@ def _store(ctx: RunContext, m: LocalisationMeasurement, name: str, found, baseli
         "first_layer": first.tensor if first else None, "first_depth": first.depth if first else None,
         "unmatched": json.dumps(list(found.unmatched)), "exposure_max_abs_diff": found.exposure_max_abs_diff,
         "wall_s": wall}])
-    record(ctx, {**row, "artifact_sha256": sha}, True, None, {
+    record(ctx, row, True, None, {
         "requested": json.loads(row["requested"]),
         "actual": {"provider": "CPUExecutionProvider", "device": "cpu", "precision": row["precision"],
                    "threads": 1, "batch_size": 1, "tensors_exposed": len(layers)},

@@ -184,8 +184,6 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
     if ctx.already_stored("repair_results", m.name):
         return
     started = time.perf_counter()
-    artifacts = ctx.spec.artifacts
-    source = artifacts[m.source].path
     check_lineage(ctx, [m.source])
     check = load_states(ctx, m.check_states)[0].obs
     folder = ctx.artifacts_dir / m.name
@@ -194,8 +192,8 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
     if m.precision == "int8":
         task = ctx.progress.add_task(f"{m.name} · capture {m.calibration.n_states} calibration states", total=1,
                                      unit="capture")
-        calibration = capture_states(ctx, artifacts[m.checkpoint].path, m.calibration.n_states,
-                                     m.calibration.capture)
+        with ctx.files.loaded(m.checkpoint, f"measurement {m.name}'s calibration") as (checkpoint, _):
+            calibration = capture_states(ctx, checkpoint, m.calibration.n_states, m.calibration.capture)
         calibration_path = save_fixed_states(folder / "calibration_states.npz", calibration)
         ctx.progress.advance(task)
         converters = {method: Int8Converter(calibration.obs, calibrate_method=method, per_channel=m.per_channel,
@@ -203,15 +201,15 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
     else:
         converters = {None: Fp16Converter(keep_float=tuple(m.keep_float))}
     results = {}
-    for method, convert in converters.items():
-        task = ctx.progress.add_task(f"{m.name} · {method or m.precision}: rank nodes, then keep the worst in float",
-                                     total=1, unit="searches")
-        results[method] = repair_search(source, check, folder / (method or m.precision), convert=convert,
-                                        target=target, latency_runs=m.latency_runs)
-        ctx.progress.advance(task)
+    with ctx.files.loaded(m.source, f"measurement {m.name}") as (source, source_sha256):
+        for method, convert in converters.items():
+            task = ctx.progress.add_task(f"{m.name} · {method or m.precision}: rank nodes, then keep the worst in "
+                                         "float", total=1, unit="searches")
+            results[method] = repair_search(source, check, folder / (method or m.precision), convert=convert,
+                                            target=target, latency_runs=m.latency_runs)
+            ctx.progress.advance(task)
     method, step, met = _choose(results)
-    output = Path(artifacts[m.output].path).resolve()
-    _copy(step.path, output)
+    output = ctx.files.publish(m.output, step.path, step.sha256).resolve()  # the chosen step's file, in one rename
     base = {"run_id": ctx.run_id, "measurement": m.name}
     ctx.store.append_rows("repair_steps", [
         {**base, "calibrate_method": name, "step": k, "kept_float": json.dumps([*m.keep_float, *s.excluded]),
@@ -226,8 +224,8 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
         for name, result in results.items() for r, (node, score) in enumerate(result.order)])
     chosen = results[method]
     ctx.store.append_rows("repair_results", [{
-        **base, "output": m.output, "path": str(output), "sha256": file_sha256(output), "precision": m.precision,
-        "source_sha256": file_sha256(source), "calibrate_method": method, "step": chosen.steps.index(step),
+        **base, "output": m.output, "path": str(output), "sha256": step.sha256, "precision": m.precision,
+        "source_sha256": source_sha256, "calibrate_method": method, "step": chosen.steps.index(step),
         "met_target": met, "target": target.describe(),
         "calibration_states": None if calibration is None else len(calibration),
         "calibration_seeds": None if calibration is None else json.dumps(sorted({int(s)
@@ -237,7 +235,7 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
         "check_states_dropped": chosen.check_states_dropped, "cpu": json.dumps(chosen.cpu),
         "onnxruntime": ort.__version__, "wall_s": time.perf_counter() - started}])
     ctx.store.append_rows("artifacts", [{**base, "label": f"{m.output} (onnx, {m.precision})", "path": str(output),
-                                         "bytes": output.stat().st_size}])
+                                         "bytes": step.path.stat().st_size}])
 
 
 def _choose(results: dict) -> tuple:
@@ -250,13 +248,6 @@ def _choose(results: dict) -> tuple:
         return method, step, True
     method, step = min(steps, key=lambda item: (-item[1].agreement, item[1].max_abs_dq))
     return method, step, False
-
-
-def _copy(source: Path, destination: Path) -> None:
-    import shutil
-
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, destination)
 
 
 def metrics(con, run_id: str, m: RepairMeasurement, candidate: str, baseline: str | None) -> dict[str, float]:

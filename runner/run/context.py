@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
     from breakout_core.contract import Contract
+    from runner.run.artifact_files import RunFiles
     from runner.run.executor import Executor
     from runner.store.database import Store
 
@@ -28,6 +29,7 @@ class RunContext:
     artifacts_dir: Path  # runs/<run_id>: checkpoints and other files a run makes
     resume: bool = False  # continuing an unfinished run: kinds skip or go on with finished work
     executor: "Executor | None" = None  # where trainings run; None: in this process
+    files: "RunFiles | None" = None  # the artifacts' hashes and output paths; None: no spec artifacts are checked
 
     def already_stored(self, table: str, measurement: str, **columns: Any) -> bool:
         """On --resume: whether `table` holds rows of this run's `measurement` where each of

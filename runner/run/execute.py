@@ -49,7 +49,27 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
     """Execute every measurement of `loaded`; returns the run id and its verdict rows.
 
     With `resume`, the latest interrupted or failed run of the same spec text goes on under
-    its own run id; each kind skips or continues the work that run already stored."""
+    its own run id; each kind skips or continues the work that run already stored. Every path
+    the spec's measurements write is locked before anything is stored, until the run ends
+    (runner.run.artifact_files)."""
+    from runner.kinds.registry import KINDS
+    from runner.run.artifact_files import RunFiles
+
+    spec = loaded.spec
+    if resume:
+        run_id = store.unfinished_run(spec.name, loaded.hash)
+        if run_id is None:
+            raise ResumeRefused(f"no interrupted or failed run of spec {spec.name!r} with this exact text to resume")
+    else:
+        run_id = new_run_id()
+    files = RunFiles(run_id, spec, store, Path(runs_dir) / run_id,
+                     [name for m in spec.measurements for name in KINDS[m.kind].outputs(m)])
+    with files.locked():  # a path another run writes refuses this one here (ArtifactBusy)
+        return _run_locked(loaded, store, reports_dir, console, run_id, files, resume, runs_dir, executor)
+
+
+def _run_locked(loaded: LoadedSpec, store, reports_dir: Path, console, run_id: str, files, resume: bool,
+                runs_dir: Path, executor: "Executor | None") -> tuple[str, list[dict]]:
     from runner.kinds.registry import KINDS
     from runner.run.context import RunContext
     from runner.run.progress import run_progress
@@ -60,9 +80,6 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
     spec = loaded.spec
     contract = spec.contract.build()
     if resume:
-        run_id = store.unfinished_run(spec.name, loaded.hash)
-        if run_id is None:
-            raise ResumeRefused(f"no interrupted or failed run of spec {spec.name!r} with this exact text to resume")
         own = _stored_contract(store, run_id)
         if own.hash != contract.hash:
             console.print(f"run {run_id} goes on under its own contract {own.name} ({own.hash}), not {contract.name} "
@@ -76,7 +93,6 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
                 raise ResumeRefused(problem)
         store.reopen_run(run_id)
     else:
-        run_id = new_run_id()
         store.begin_run({
             "run_id": run_id, "spec_name": spec.name, "spec_path": str(loaded.path), "spec_hash": loaded.hash,
             "spec_text": loaded.text, "spec_settings": json.dumps(settings_as_written(loaded.text)),
@@ -87,9 +103,10 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
     progress = run_progress(console)
     ctx = RunContext(run_id=run_id, spec=spec, contract=contract, store=store,
                      reports_dir=Path(reports_dir), progress=progress,
-                     artifacts_dir=Path(runs_dir) / run_id, resume=resume, executor=executor)
+                     artifacts_dir=Path(runs_dir) / run_id, resume=resume, executor=executor, files=files)
     try:
         with Heartbeat(store, run_id):  # stopped before the run's status is set below
+            files.record_inputs(resume)  # the sha256 of each file it reads, which every load is held to
             with _sigterm_interrupts(), progress:
                 for measurement in spec.measurements:
                     KINDS[measurement.kind].execute(measurement, ctx)

@@ -1,4 +1,4 @@
-"""The store's own tables: runs, verdicts, artifacts and spooled batches, and the
+"""The store's own tables: runs, verdicts, artifacts, run files and spooled batches, and the
 latest_verdicts view. Each kind declares its tables in its `Kind`; these are the ones every run has."""
 
 from __future__ import annotations
@@ -73,6 +73,18 @@ MIGRATIONS: list[tuple[str, str]] = [
         "0005_runs_overrides",  # the `--set path=value` arguments laid on the spec file, as given (NULL: none)
         """
         ALTER TABLE runs ADD COLUMN overrides JSON;
+        """,
+    ),
+    (
+        # the sha256 of each artifact a run read (at its start) or wrote (when it published it), which
+        # every load of that artifact in the run is held to (runner.run.artifact_files)
+        "0006_run_files",
+        """
+        CREATE TABLE run_files (
+            run_id VARCHAR NOT NULL, artifact VARCHAR NOT NULL,
+            role VARCHAR NOT NULL CHECK (role IN ('input', 'output')), path VARCHAR NOT NULL,
+            sha256 VARCHAR NOT NULL, bytes BIGINT NOT NULL, recorded_at TIMESTAMPTZ NOT NULL
+        );
         """,
     ),
 ]

@@ -40,6 +40,11 @@ def open_runtime(ctx, measurement: str, name: str) -> Iterator[Any]:
         else:
             row["load_s"] = time.perf_counter() - started
             row["artifact_sha256"] = runtime.artifact_sha256
+            try:  # the file this runtime loaded is the one this run recorded, or no row is stored
+                check_loaded(ctx, config.artifact, runtime.artifact_sha256, f"runtime {name}")
+            except BaseException:
+                runtime.close()
+                raise
     runtime_status.record(ctx, row, ok, reason, runtime.describe() if ok else None)
     if not ok:
         yield None
@@ -52,12 +57,23 @@ def open_runtime(ctx, measurement: str, name: str) -> Iterator[Any]:
 
 def load_states(ctx, artifact_name: str):
     """The fixed states of an artifact, refused if captured under another contract."""
+    from breakout_core.files import same_file
     from breakout_core.fixed_states import file_sha256, load_fixed_states
 
     check_lineage(ctx, [artifact_name])
     path = ctx.spec.artifacts[artifact_name].path
-    states = load_fixed_states(path, expected_contract_hash=ctx.contract.hash)
-    return states, path, file_sha256(path)
+    with same_file(path):  # the states loaded are the file hashed
+        sha256 = file_sha256(path)
+        check_loaded(ctx, artifact_name, sha256, "the fixed states")
+        states = load_fixed_states(path, expected_contract_hash=ctx.contract.hash)
+    return states, path, sha256
+
+
+def check_loaded(ctx, artifact_name: str, sha256: str, what: str) -> None:
+    """Refuse a file loaded for an artifact that is not the one this run recorded for it
+    (runner.run.artifact_files); a context without those records checks nothing."""
+    if ctx.files is not None:
+        ctx.files.check(artifact_name, sha256, what)
 
 
 def chunks(n: int, batch: int) -> list[slice]:

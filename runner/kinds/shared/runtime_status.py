@@ -112,16 +112,25 @@ def found_unavailable(ctx, measurement: str, runtime: str) -> bool:
     return ctx.already_stored("runtime_status", measurement, runtime=runtime, available=False)
 
 
+def runtimes_ran(con, run_id: str) -> list[dict]:
+    """Each runtime of a run, in order of recording: its measurement, the file it was given and
+    the sha256 of the bytes it loaded (null where it could not run)."""
+    rows = con.execute("SELECT measurement, runtime, artifact, artifact_sha256, available FROM runtime_status "
+                       "WHERE run_id = ? ORDER BY recorded_at, measurement, runtime", [run_id]).fetchall()
+    return [dict(zip(("measurement", "runtime", "artifact", "artifact_sha256", "available"), row)) for row in rows]
+
+
 def runtime_sections(con, run_id: str, measurement: str) -> list:
     """The report's runtime table (none when no runtime was recorded), to start a kind's sections:
-    each runtime's availability, reason, and what actually ran."""
+    each runtime's availability, reason, what actually ran and the sha256 of the file it loaded."""
     from runner.report.html import blank_nulls, table_html
     from runner.report.section import Section
 
     frame = con.execute(
         "SELECT runtime, backend, precision, available, reason, device, provider, actual_precision, "
         "nodes_by_provider, nodes_off_provider, quantized_node_count, integer_kernels, cpu_int8_dot_product, "
-        "load_s FROM runtime_summary WHERE run_id = ? AND measurement = ? "
+        "load_s, left(artifact_sha256, 12) AS artifact_sha256 FROM runtime_summary WHERE run_id = ? "
+        "AND measurement = ? "
         "ORDER BY runtime", [run_id, measurement]).df()
     if frame.empty:
         return []

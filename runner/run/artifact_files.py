@@ -1,0 +1,167 @@
+"""A run's artifact files: which bytes it read and wrote, and no other run's bytes in its rows.
+
+- Outputs: before a run stores anything it locks every path its measurements write (an OS
+  lock on a hidden `.NAME.lock` file beside the path, naming the run), and holds the locks
+  until it ends; a second run that wants one of those paths is refused in one line naming
+  the run that holds it. A kind writes each file under the run's own folder
+  (`runs/<run_id>/outputs/<artifact>/`) and publishes it to the spec's path in one rename
+  (breakout_core.files.publish); the run's copy stays beside its other files.
+- Inputs: as the run starts, the sha256 of every artifact it reads and does not write, and
+  of every checkpoint policy's file (as `policies.NAME`), is recorded (the store's
+  `run_files`; a resumed run goes on with the hashes its first start recorded).
+- Loads: every load of an artifact is checked against the hash this run recorded for it
+  (an output's when it was published, an input's at the start); another file is refused
+  before any row about it is stored, and the run fails with one line naming both hashes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from breakout_core.files import NoSpaceLeft, is_no_space, publish, same_file
+from breakout_core.hashing import file_sha256
+from runner.run.errors import ArtifactBusy, ArtifactChanged
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file of an output path: hidden, beside it."""
+    return path.with_name(f".{path.name}.lock")
+
+
+class RunFiles:
+    """The artifact files of one run: the locks on its outputs, the hashes it holds them to."""
+
+    def __init__(self, run_id: str, spec, store, folder: Path, outputs: list[str]):
+        self.run_id, self.spec, self.store, self.folder = run_id, spec, store, Path(folder)
+        self.outputs = list(dict.fromkeys(outputs))
+        self.expected: dict[str, str] = {}  # artifact name -> the sha256 this run holds it to
+        self._locks: list[int] = []
+
+    # -- outputs ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self) -> Iterator["RunFiles"]:
+        """Hold the lock of every output path until the block ends (refused: ArtifactBusy)."""
+        try:
+            for name in self.outputs:
+                self._lock(name, Path(self.spec.artifacts[name].path))
+            yield self
+        finally:
+            for fd in self._locks:
+                os.close(fd)  # releases its lock
+            self._locks.clear()
+
+    def _lock(self, name: str, path: Path) -> None:
+        lock = lock_path(path)
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if is_no_space(exc):
+                raise NoSpaceLeft(lock) from None
+            raise ArtifactBusy(f"artifacts.{name}: cannot lock {path} for writing ({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _holder(fd)
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            raise ArtifactBusy(f"artifacts.{name}: {path} is being written by run {holder}; wait for it to end, "
+                               "or give this artifact another path") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"run_id": self.run_id, "pid": os.getpid(), "host": socket.gethostname()}).encode(),
+                  0)
+        self._locks.append(fd)
+
+    def output_path(self, name: str) -> Path:
+        """Where this run writes artifact `name` before publishing it: under its own folder."""
+        return self.folder / "outputs" / name / Path(self.spec.artifacts[name].path).name
+
+    def readable_path(self, name: str) -> Path:
+        """The file to read for artifact `name`: this run's own copy where it wrote one."""
+        own = self.output_path(name)
+        return own if name in self.outputs and own.is_file() else Path(self.spec.artifacts[name].path)
+
+    def publish(self, name: str, written: Path, sha256: str) -> Path:
+        """Put this run's file for `name` at the spec's path in one rename; `sha256` (of the
+        bytes written) is what every later load of it is held to."""
+        if name not in self.outputs:
+            raise ValueError(f"artifacts.{name} is not an output of this spec: it is not written")
+        if (now := file_sha256(written)) != sha256:
+            raise ArtifactChanged(f"artifacts.{name}: {written} has sha256 {now[:12]}, not the {sha256[:12]} this "
+                                  "run wrote; nothing is published")
+        target = publish(written, self.spec.artifacts[name].path)
+        self._record(name, "output", target, sha256, Path(written).stat().st_size)
+        return target
+
+    # -- inputs and loads ---------------------------------------------------------------------
+    def record_inputs(self, resume: bool) -> None:
+        """Hash every artifact this run reads and does not write, as it starts (a resumed run
+        takes back the hashes it recorded before, inputs and published outputs alike)."""
+        if resume:
+            with self.store.reader() as con:
+                self.expected.update(con.execute("SELECT artifact, sha256 FROM run_files WHERE run_id = ? "
+                                                 "ORDER BY recorded_at", [self.run_id]).fetchall())  # latest last
+        for name, path in self._files().items():
+            if name in self.outputs or name in self.expected or not path.is_file():
+                continue
+            with same_file(path):
+                sha256 = file_sha256(path)
+            self._record(name, "input", path, sha256, path.stat().st_size)
+
+    def check(self, name: str, sha256: str, what: str) -> None:
+        """Refuse `sha256`, what `what` loaded for artifact `name`, unless it is the one this run
+        holds that artifact to; an artifact with none yet (a file that did not exist when the
+        run started) is held from now on to the first file loaded."""
+        expected, path = self.expected.get(name), self._files()[name]
+        if expected is None:
+            self._record(name, "input", path, sha256, path.stat().st_size if path.is_file() else 0)
+        elif expected != sha256:
+            role = "wrote" if name in self.outputs else "recorded at its start"
+            where = name if name.startswith("policies.") else f"artifacts.{name}"
+            raise ArtifactChanged(
+                f"{where} ({path}): {what} loaded sha256 {sha256[:12]}, but this run {role} sha256 {expected[:12]}: "
+                "another file was put at that path; no row about it is stored")
+
+    @contextlib.contextmanager
+    def loaded(self, name: str, what: str) -> Iterator[tuple[Path, str]]:
+        """(path, sha256) of artifact `name`, checked; everything the block reads from the path is
+        that one file (breakout_core.files.FileReplaced otherwise)."""
+        path = self.readable_path(name) if name in self.spec.artifacts else self._files()[name]
+        with same_file(path):
+            sha256 = file_sha256(path)
+            self.check(name, sha256, what)
+            yield path, sha256
+
+    def _files(self) -> dict[str, Path]:
+        """Every file the spec names: its artifacts by name, its checkpoint policies as `policies.NAME`."""
+        files = {name: Path(artifact.path) for name, artifact in self.spec.artifacts.items()}
+        files.update({f"policies.{name}": Path(policy.path) for name, policy in self.spec.policies.items()
+                      if getattr(policy, "path", None)})
+        return files
+
+    def _record(self, name: str, role: str, path: Path, sha256: str, size: int) -> None:
+        from runner.store.database import utcnow
+
+        self.expected[name] = sha256
+        self.store.append_rows("run_files", [{"run_id": self.run_id, "artifact": name, "role": role,
+                                              "path": str(path), "sha256": sha256, "bytes": size,
+                                              "recorded_at": utcnow()}])
+
+
+def _holder(fd: int) -> str:
+    """Who holds a lock file, as it wrote itself there."""
+    try:
+        held = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        held = {}
+    if not held.get("run_id"):
+        return "(another run, still starting)"
+    return f"{held['run_id']} (pid {held.get('pid')} on {held.get('host')})"
