@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from breakout_core.runtimes.actual import ActualRun, Int8Run
 from breakout_core.runtimes.base import Option, Runtime, RuntimeUnavailable
 from breakout_core.runtimes.browser_runtime import BrowserRuntime
 from breakout_core.runtimes.onnxruntime_runtime import OnnxRuntimeRuntime
@@ -48,7 +49,9 @@ def runtime_available(name: str, **options: Any) -> tuple[bool, str]:
 
 __all__ = [
     "RUNTIMES",
+    "ActualRun",
     "BrowserRuntime",
+    "Int8Run",
     "OnnxRuntimeRuntime",
     "Option",
     "Runtime",

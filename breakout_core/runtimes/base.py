@@ -4,7 +4,8 @@
     with SomeRuntime(**options) as rt:                # constructing never touches a device
         rt.load(artifact)                             # RuntimeUnavailable(reason) if it cannot run here
         q = rt.infer(obs)                             # uint8 (B, 4, 84, 84) -> float32 (B, 4), a fresh copy
-        rt.describe()                                 # what was requested and what actually ran
+        rt.actual()                                   # what actually ran (actual.ActualRun)
+        rt.describe()                                 # what was requested and what actually ran, as JSON
 
 A runtime that cannot run as requested says so, with the precise reason, through
 available() and RuntimeUnavailable; it never falls back to another device or precision.
@@ -21,6 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from breakout_core.hashing import file_sha256
+from breakout_core.runtimes.actual import ActualRun
 
 OBS_SHAPE = (4, 84, 84)
 NUM_ACTIONS = 4
@@ -178,8 +180,14 @@ class Runtime(ABC):
 
         return measure_latency(self.infer, obs, warmup=warmup, iterations=iterations)
 
+    def actual(self) -> ActualRun | None:
+        """What actually ran (None until loaded)."""
+        return self._actual() if self._loaded else None
+
     def describe(self) -> dict[str, Any]:
-        """What was requested and what actually ran (device, precision, provider, versions)."""
+        """What was requested and what actually ran (ActualRun.as_json()), with versions: the
+        JSON that runtime_status stores."""
+        actual = self.actual()
         ok, reason = type(self)._available(self.requested)
         info: dict[str, Any] = {
             "runtime": self.name,
@@ -189,7 +197,7 @@ class Runtime(ABC):
             "loaded": self._loaded,
             "artifact": str(self.artifact) if self.artifact else None,
             "artifact_sha256": self.artifact_sha256,
-            "actual": self._actual() if self._loaded else None,
+            "actual": None if actual is None else actual.as_json(),
             "versions": self._versions(),
         }
         return info
@@ -220,7 +228,7 @@ class Runtime(ABC):
     def _infer(self, obs: np.ndarray) -> np.ndarray: ...
 
     @abstractmethod
-    def _actual(self) -> dict[str, Any]: ...
+    def _actual(self) -> ActualRun: ...
 
     def _versions(self) -> dict[str, str]:
         return {"numpy": np.__version__}

@@ -40,7 +40,10 @@ def open_runtime(ctx, measurement: str, name: str) -> Iterator[Any]:
         else:
             row["load_s"] = time.perf_counter() - started
             row["artifact_sha256"] = runtime.artifact_sha256
-    runtime_status.record(ctx, row, ok, reason, runtime.describe() if ok else None)
+    if ok:
+        runtime_status.record(ctx, row, ok, reason, runtime.describe(), runtime.actual())
+    else:
+        runtime_status.record(ctx, row, ok, reason)
     if not ok:
         yield None
         return
