@@ -5,9 +5,9 @@
         rt.load("model.onnx")
         q = rt.infer(states.obs)
 
-Importing this package imports no backend library: torch, onnxruntime, tensorrt, pycuda, playwright and aiohttp
-are imported by available() and load(), so a machine without a GPU stack can list every
-runtime and say why one cannot run.
+Importing this package imports no backend library: torch, onnxruntime, openvino, tensorrt,
+pycuda, playwright and aiohttp are imported by available() and load(), so a machine without a
+GPU stack can list every runtime and say why one cannot run.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from breakout_core.runtimes.actual import ActualRun, Int8Run
 from breakout_core.runtimes.base import Option, Runtime, RuntimeUnavailable
 from breakout_core.runtimes.browser_runtime import BrowserRuntime
 from breakout_core.runtimes.onnxruntime_runtime import OnnxRuntimeRuntime
+from breakout_core.runtimes.openvino_runtime import OpenVINORuntime
 from breakout_core.runtimes.tensorrt_runtime import TensorRTRuntime
 from breakout_core.runtimes.torch_runtime import TorchRuntime
 
@@ -25,6 +26,7 @@ from breakout_core.runtimes.torch_runtime import TorchRuntime
 RUNTIMES: dict[str, type[Runtime]] = {
     TorchRuntime.name: TorchRuntime,
     OnnxRuntimeRuntime.name: OnnxRuntimeRuntime,
+    OpenVINORuntime.name: OpenVINORuntime,
     TensorRTRuntime.name: TensorRTRuntime,
     BrowserRuntime.name: BrowserRuntime,
 }
@@ -53,6 +55,7 @@ __all__ = [
     "BrowserRuntime",
     "Int8Run",
     "OnnxRuntimeRuntime",
+    "OpenVINORuntime",
     "Option",
     "Runtime",
     "RuntimeUnavailable",

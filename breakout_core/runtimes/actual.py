@@ -22,6 +22,19 @@ class Int8Run:
     nodes_excluded: tuple[str, ...] = ()  # nodes kept in float on request
     integer_kernels: tuple[str, ...] | None = None  # nodes (or layers) that computed on integers; None: not read
 
+    @classmethod
+    def from_metadata(cls, metadata: dict[str, str], integer_kernels: tuple[str, ...] | None) -> "Int8Run":
+        """The record of an INT8 file from what its quantizer wrote (breakout_core.quantize's
+        `breakout.int8_*` metadata) and what a backend saw run on integers."""
+        recorded = metadata.get("breakout.int8_nodes_quantized")
+        return cls(
+            method=metadata.get("breakout.int8_method"),
+            calibrate_method=metadata.get("breakout.int8_calibrate_method") or None,
+            nodes_quantized=tuple(recorded.split(",")) if recorded else None,
+            nodes_excluded=tuple(n for n in metadata.get("breakout.int8_nodes_excluded", "").split(",") if n),
+            integer_kernels=integer_kernels,
+        )
+
 
 @dataclass(frozen=True)
 class ActualRun:

@@ -77,6 +77,9 @@ class Runtime(ABC):
     artifact_types: ClassVar[tuple[str, ...]]
     OPTIONS: ClassVar[dict[str, Option]] = {}
     CALL_TIMER: ClassVar[str] = "time.perf_counter() around infer() in Python"  # the clock of timed_infer()
+    # the pyproject extra that installs its library (`pip install -e '.[EXTRA]'`); None: the
+    # package's own dependencies carry it
+    EXTRA: ClassVar[str | None] = None
 
     def __init__(self, **options: Any):
         self.requested = self.resolve_options(**options)
@@ -102,7 +105,7 @@ class Runtime(ABC):
 
     @classmethod
     def precision(cls, options: dict[str, Any], artifact_precision: str) -> str:
-        """'fp32' or 'fp16': what it computes in with these options on a file of `artifact_precision`
+        """'fp32', 'fp16', 'bf16' or 'int8': what it computes in with these options on a file of `artifact_precision`
         (by default the file's own; a backend with a precision option says its own)."""
         return options.get("precision", artifact_precision)
 

@@ -224,16 +224,8 @@ class OnnxRuntimeRuntime(Runtime):
         """How the INT8 file was quantized (its metadata) and which nodes ran integer kernels."""
         from breakout_core.quantize import INTEGER_OPS
 
-        meta = self._model_meta
-        recorded = meta.get("breakout.int8_nodes_quantized")
-        return Int8Run(
-            method=meta.get("breakout.int8_method"),
-            calibrate_method=meta.get("breakout.int8_calibrate_method") or None,
-            nodes_quantized=tuple(recorded.split(",")) if recorded else None,
-            nodes_excluded=tuple(n for n in meta.get("breakout.int8_nodes_excluded", "").split(",") if n),
-            integer_kernels=(None if self._nodes is None
-                             else tuple(n["node"] for n in self._nodes if n["op"] in INTEGER_OPS)),
-        )
+        kernels = None if self._nodes is None else tuple(n["node"] for n in self._nodes if n["op"] in INTEGER_OPS)
+        return Int8Run.from_metadata(self._model_meta, kernels)
 
     def _versions(self) -> dict[str, str]:
         versions = {"numpy": np.__version__}

@@ -47,6 +47,7 @@ ENGINE_SUFFIXES = (".engine", ".plan")
 class TensorRTRuntime(Runtime):
     name = "tensorrt"
     artifact_types = ("onnx", "engine")
+    EXTRA = "gpu"
     OPTIONS = {
         "precision": Option("fp32", ("fp32", "fp16")),
         "device_index": Option(0, value_type=int, minimum=0),
