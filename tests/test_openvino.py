@@ -133,3 +133,20 @@ def test_without_the_package_it_is_unavailable_with_the_reason():
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("(False, \"openvino cannot be imported (ModuleNotFoundError")
     assert "pip install -e '.[openvino]'" in out.stdout
+
+
+@needs_openvino
+def test_a_parity_run_stores_what_openvino_ran(write_spec, tmp_path):
+    import duckdb
+
+    path = write_spec(SPEC.format(fp32=FP32, states=STATES, option="performance_hint: latency"))
+    result = CliRunner().invoke(main, ["run", str(path), "--db", str(tmp_path / "r.duckdb"), "--no-report",
+                                       "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output[-3000:]
+    with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
+        row = con.execute("SELECT backend, precision, actual_precision, device, provider, cpu_isa IS NOT NULL, "
+                          "runtime_describe->>'$.actual.inference_precision' FROM runtime_status "
+                          "WHERE runtime = 'ov'").fetchone()
+        worst = con.execute("SELECT max(max_abs_dq) FROM parity_summary WHERE candidate = 'ov'").fetchone()[0]
+    assert row == ("openvino", "fp32", "fp32", "cpu", "CPU", True, "f32")
+    assert worst < 1e-5

@@ -114,7 +114,11 @@ class OpenVINORuntime(Runtime):
         }
         if self.requested["threads"] is not None:
             config["INFERENCE_NUM_THREADS"] = int(self.requested["threads"])
-        self._compiled = core.compile_model(model, "CPU", config)
+        try:
+            self._compiled = core.compile_model(model, "CPU", config)
+        except Exception as exc:  # the plugin raises one class for every refusal
+            raise ValueError(f"{path}: OpenVINO's CPU plugin cannot compile this model: "
+                             f"{' '.join(str(exc).split())}") from None
         ran = self._compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
         if ran != self.requested["inference_precision"]:
             self._compiled = None
