@@ -81,8 +81,13 @@ def test_int8_qdq_file_runs_integer_kernels_like_onnxruntime(tmp_path, states):
 def test_bf16_where_the_cpu_has_it_is_recorded_as_bf16(states):
     if "BF16" not in (cpu_capabilities() or ()):
         pytest.skip("this CPU does not compute bf16 in OpenVINO's CPU plugin")
-    _, actual = _q("openvino", FP32, states[:2], threads=1, inference_precision="bf16")
+    from breakout_core.parity import default_tolerance
+
+    baseline, _ = _q("onnxruntime", FP32, states, intra_op_threads=1)
+    candidate, actual = _q("openvino", FP32, states, threads=1, inference_precision="bf16")
     assert actual.precision == "bf16" and actual.details["compute_layers_by_precision"] == {"bf16": 5}
+    assert compare_q(baseline, candidate, precision="bf16").allclose, default_tolerance("bf16")
+    assert not compare_q(baseline, candidate).allclose  # bf16 is not fp32, and parity does not read it as such
 
 
 SPEC = """\

@@ -14,7 +14,7 @@ import pytest
 from runtime_artifacts import N_STATES
 
 from breakout_core.latency import measure_latency
-from breakout_core.parity import compare_q
+from breakout_core.parity import TOLERANCES, compare_q
 from breakout_core.runtimes import (
     RUNTIMES,
     OnnxRuntimeRuntime,
@@ -45,6 +45,8 @@ def test_every_registered_backend_declares_what_the_runner_reads():
         defaults = backend.resolve_options()
         assert set(defaults) == set(backend.OPTIONS), name
         assert backend.needs(defaults) <= {"gpu", "browser"}, name
+        for weights in ("fp32", "fp16", "int8"):  # parity has a default tolerance for what it computes in
+            assert backend.precision(defaults, weights) in TOLERANCES, (name, weights)
         ok, reason = backend.available(**defaults)
         assert isinstance(ok, bool) and isinstance(reason, str) and (ok == (reason == "")), (name, ok, reason)
         with pytest.raises(ValueError, match=f"runtime {name!r}: unknown option"):
