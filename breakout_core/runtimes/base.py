@@ -105,8 +105,8 @@ class Runtime(ABC):
 
     @classmethod
     def precision(cls, options: dict[str, Any], artifact_precision: str) -> str:
-        """'fp32', 'fp16', 'bf16' or 'int8': what it computes in with these options on a file of `artifact_precision`
-        (by default the file's own; a backend with a precision option says its own)."""
+        """'fp32', 'fp16', 'bf16' or 'int8': what it computes in with these options on a file of
+        `artifact_precision` (by default the file's own; a backend with a precision option says its own)."""
         return options.get("precision", artifact_precision)
 
     @classmethod

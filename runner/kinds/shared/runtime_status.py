@@ -5,7 +5,7 @@ with that reason; the report shows the table first.
 
 Its columns are read by field from the runtime's `ActualRun` (breakout_core.runtimes.actual):
 the device, provider and precision that ran, where its nodes ran and, where the backend says
-so, an INT8 file's quantized nodes an INT8 file's quantized nodes (the source
+so, an INT8 file's quantized nodes (the source
 graph's, as its quantizer recorded them), how many nodes ran integer kernels, and, for a
 runtime on the CPU, its INT8 instruction sets: `cpu_int8_dot_product` is true only with
 AVX-512 VNNI, AVX-VNNI or AMX, so a figure from an AVX2-only CPU is never read as one from a
