@@ -243,6 +243,13 @@ def onnx_contract(path: str | Path) -> tuple[str | None, str | None]:
     return None, inspect_onnx(path).metadata.get(META_PREFIX + "contract_hash") or None
 
 
+def onnx_precision(path: str | Path) -> str:
+    """'fp32', 'fp16' or 'int8': the precision of an ONNX file's weights, as its writer recorded
+    it (`breakout.precision`), else as its initializers say. Every backend reads it here."""
+    info = inspect_onnx(path)
+    return info.metadata.get(META_PREFIX + "precision") or info.precision
+
+
 def inspect_onnx(path: str | Path) -> OnnxInfo:
     """Graph inputs/outputs (dtype, shape), opset, precision, ops and metadata of a model file."""
     import onnx

@@ -28,11 +28,14 @@ FP16_TOLERANCE = (1e-3, 1e-3)
 # on states whose Q-values are about 1 to 3): 5e-2 says only that no Q-value moved far. The
 # decisions are judged by agreement, and an INT8 file's worth by the games it plays.
 INT8_TOLERANCE = (5e-2, 5e-2)
-TOLERANCES = {"fp32": FP32_TOLERANCE, "fp16": FP16_TOLERANCE, "int8": INT8_TOLERANCE}
+# bf16 keeps 8 bits of significand to fp16's 11: each rounding is 8 times coarser, and so is this.
+BF16_TOLERANCE = (8e-3, 8e-3)
+TOLERANCES = {"fp32": FP32_TOLERANCE, "fp16": FP16_TOLERANCE, "bf16": BF16_TOLERANCE, "int8": INT8_TOLERANCE}
 
 
 def default_tolerance(precision: str) -> tuple[float, float]:
-    """(atol, rtol) for a candidate's precision: 'fp32' 1e-5/1e-5, 'fp16' 1e-3/1e-3, 'int8' 5e-2/5e-2."""
+    """(atol, rtol) for a candidate's precision: 'fp32' 1e-5/1e-5, 'fp16' 1e-3/1e-3, 'bf16' 8e-3/8e-3,
+    'int8' 5e-2/5e-2."""
     try:
         return TOLERANCES[precision]
     except KeyError:

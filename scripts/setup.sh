@@ -13,7 +13,8 @@ if ((${#missing[@]})); then
 fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate
-pip install -q -e '.[test]'
+# openvino: the openvino runtime's tests run here too (a wheel of about 60 MB, seconds of tests)
+pip install -q -e '.[test,openvino]'
 # rliable's metrics module checks the statistics over training seeds in the tests; its bootstrap
 # module needs arch, which does not import beside pandas 3, so only the package itself is installed
 pip install -q --no-deps rliable==1.2.0

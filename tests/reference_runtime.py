@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from breakout_core.runtimes import Option, Runtime
+from breakout_core.runtimes import ActualRun, Option, Runtime
 from breakout_core.runtimes.base import import_error_reason
 
 
@@ -43,8 +43,8 @@ class ReferenceRuntime(Runtime):
             raise ValueError(f"batch {len(obs)} is larger than max_batch {self.requested['max_batch']}")
         return np.array(self._evaluator.run(None, {self._input: obs})[0], dtype=np.float32)
 
-    def _actual(self) -> dict[str, Any]:
-        return {"device": "cpu", "precision": "fp32", "evaluator": "onnx.reference.ReferenceEvaluator"}
+    def _actual(self) -> ActualRun:
+        return ActualRun(device="cpu", precision="fp32", details={"evaluator": "onnx.reference.ReferenceEvaluator"})
 
     def _close(self) -> None:
         self._evaluator = None

@@ -1,6 +1,6 @@
 """A backend defined in tests/ (reference_runtime.py) and registered with one line: specs
-accept its options, `runner schema` describes them, and a parity run on the shipped model
-stores it like any other runtime."""
+accept its options, `runner schema` describes them, and parity, latency and a closed loop on
+the shipped model store it like any other runtime, with no other edit."""
 
 from __future__ import annotations
 
@@ -31,6 +31,16 @@ measurements:
     fixed_states: fixed_states
     runtimes: [torch_fp32, reference]
     batch_sizes: [1, 16]
+  - kind: latency
+    name: latency
+    fixed_states: fixed_states
+    runtimes: [torch_fp32, reference]
+    warmup: 2
+    iterations: 64
+  - kind: closed_loop
+    name: closed_loop
+    runtimes: [torch_fp32, reference]
+    steps: 24
 verdicts:
   - name: same_decisions
     measurement: parity
@@ -78,6 +88,12 @@ def test_a_backend_registered_from_tests_validates_describes_and_runs(tmp_path):
                              "WHERE runtime = 'reference'").fetchall()
         counts = dict(con.execute("SELECT runtime, count(*) FROM parity_q GROUP BY runtime").fetchall())
         verdict = con.execute("SELECT outcome FROM verdicts WHERE verdict = 'same_decisions'").fetchone()[0]
-    assert status == [("onnx_reference", True, "onnx.reference.ReferenceEvaluator")]
+        timed = dict(con.execute("SELECT runtime, n FROM latency_summary WHERE batch_size = 1").fetchall())
+        played = con.execute("SELECT a.step, a.action, b.action FROM closed_loop_steps a JOIN closed_loop_steps b "
+                             "USING (step) WHERE a.runtime = 'torch_fp32' AND b.runtime = 'reference' "
+                             "ORDER BY step").fetchall()
+    assert status == [("onnx_reference", True, "onnx.reference.ReferenceEvaluator")] * 3  # one per measurement
+    assert timed == {"torch_fp32": 64, "reference": 64}
+    assert len(played) == 24 and all(ours == theirs for _, ours, theirs in played)
     assert counts == {"torch_fp32": 120, "reference": 120}  # 60 states at batch sizes 1 and 16
     assert verdict == "deployment-worthy"

@@ -19,7 +19,7 @@ import pytest
 from test_end_to_end import cli
 
 from breakout_core.parity import compare_q
-from breakout_core.runtimes import runtime_available
+from breakout_core.runtimes import RUNTIMES, runtime_available
 from runner.kinds.shared.runtime_lifecycle import greedy
 from runner.spec.document import SpecError, load_spec
 from runner.spec.runtimes import RUNTIME_CONFIGS
@@ -227,7 +227,7 @@ def test_valid_deploy_spec(checkpoint, write_spec):
 
 @pytest.mark.parametrize("old,new,line,message", [
     ("runtime: onnxruntime, provider: cpu", "runtime: tflite, provider: cpu", 8,
-     "does not match any of the expected tags: 'torch', 'onnxruntime', 'tensorrt'"),
+     f"does not match any of the expected tags: {', '.join(map(repr, RUNTIMES))}"),
     ("provider: cpu, artifact", "provider: rocm, artifact", 8, "Input should be 'cpu' or 'cuda'"),
     ("provider: cpu, artifact", "provider: cpu, disable_cpu_ep_fallback: true, artifact", 8,
      "disable_cpu_ep_fallback applies to a non-CPU provider"),

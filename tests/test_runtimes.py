@@ -3,42 +3,65 @@ against the CPU where this machine has them, their unavailable path where it doe
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
 from runtime_artifacts import N_STATES
 
 from breakout_core.latency import measure_latency
-from breakout_core.parity import compare_q
+from breakout_core.parity import TOLERANCES, compare_q
 from breakout_core.runtimes import (
     RUNTIMES,
-    BrowserRuntime,
     OnnxRuntimeRuntime,
+    Option,
+    Runtime,
     RuntimeUnavailable,
-    TensorRTRuntime,
-    TorchRuntime,
     make_runtime,
     runtime_available,
 )
 
 
-def test_registry_and_option_validation():
-    assert RUNTIMES == {"torch": TorchRuntime, "onnxruntime": OnnxRuntimeRuntime, "tensorrt": TensorRTRuntime,
-                        "browser": BrowserRuntime}
-    assert isinstance(make_runtime("onnxruntime", provider="cpu"), OnnxRuntimeRuntime)
-    with pytest.raises(ValueError, match="unknown runtime 'tflite'; known: browser, onnxruntime, tensorrt, torch"):
+def test_every_registered_backend_declares_what_the_runner_reads():
+    """Derived from the registry, so a new backend is checked without an edit here: its name,
+    documented module, the files it loads, options with valid defaults, what it needs of a
+    machine, its extra, and an available() that says why not."""
+    from runner.spec.runtimes import ARTIFACT_TYPES
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert {"torch", "onnxruntime"} <= set(RUNTIMES)  # the reference backends stay registered
+    for name, backend in RUNTIMES.items():
+        assert backend.name == name and issubclass(backend, Runtime) and not inspect.isabstract(backend), name
+        assert (sys.modules[backend.__module__].__doc__ or "").strip(), f"{name}: its module says nothing"
+        assert backend.artifact_types and set(backend.artifact_types) <= set(ARTIFACT_TYPES.values()), name
+        assert backend.EXTRA is None or backend.EXTRA in extras, f"{name}: extra {backend.EXTRA!r} not in pyproject"
+        for key, option in backend.OPTIONS.items():
+            assert isinstance(option, Option) and (option.choices or option.value_type), f"{name}.{key}"
+        defaults = backend.resolve_options()
+        assert set(defaults) == set(backend.OPTIONS), name
+        assert backend.needs(defaults) <= {"gpu", "browser"}, name
+        for weights in ("fp32", "fp16", "int8"):  # parity has a default tolerance for what it computes in
+            assert backend.precision(defaults, weights) in TOLERANCES, (name, weights)
+        ok, reason = backend.available(**defaults)
+        assert isinstance(ok, bool) and isinstance(reason, str) and (ok == (reason == "")), (name, ok, reason)
+        with pytest.raises(ValueError, match=f"runtime {name!r}: unknown option"):
+            make_runtime(name, no_such_option=1)
+    with pytest.raises(ValueError, match=f"unknown runtime 'tflite'; known: {', '.join(sorted(RUNTIMES))}"):
         make_runtime("tflite")
-    with pytest.raises(ValueError, match="unknown option"):
-        make_runtime("torch", provider="cpu")
+    assert isinstance(make_runtime("onnxruntime", provider="cpu"), OnnxRuntimeRuntime)
     with pytest.raises(ValueError, match="is not one of"):
         make_runtime("onnxruntime", provider="rocm")
 
 
 def test_importing_the_package_imports_no_backend():
     code = ("import sys, breakout_core.runtimes; "
-            "print(sorted(m for m in ('torch', 'onnxruntime', 'tensorrt', 'pycuda', 'playwright', 'aiohttp') "
+            "print(sorted(m for m in ('torch', 'onnxruntime', 'openvino', 'tensorrt', 'pycuda', 'playwright', "
+            "'aiohttp') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"

@@ -343,17 +343,68 @@ def test_cli_schema():
     assert "measurements" in schema["else"]["required"] and schema["properties"]["extends"]["type"] == "string"
 
 
+def _repository_outputs(specs: list[Path]) -> dict[str, str]:
+    """{resolved path: spec name} of every file a spec in specs/ writes (made_by: itself)."""
+    from runner.spec.extends import resolve_extends
+
+    produced = {}
+    for path in specs:
+        data = resolve_extends(load_yaml(path)).data
+        for artifact in (data.get("artifacts") or {}).values():
+            if artifact.get("made_by") == data["name"]:
+                produced[str((path.parent / artifact["path"]).resolve())] = data["name"]
+    return produced
+
+
+WAITING = re.compile(r".*: file not found: (?P<path>.+); it is made by spec '(?P<maker>\w+)' \((?P<producer>.+)\): "
+                     r"run `runner run (?P=producer)` first")
+
+
 def test_repository_specs_validate():
+    """Every spec in specs/ validates. On a fresh checkout a spec may read a file that another
+    spec in specs/ writes and has not written yet: that, and only that, is reported, naming the
+    spec to run first."""
     specs = [path for path in sorted((REPO / "specs").glob("*.yaml")) if not is_base_only(path)]
     if not specs:
         pytest.skip("no specs/*.yaml in the repository yet")
+    produced = _repository_outputs(specs)
     problems = []
     for path in specs:
         try:
             load_spec(path)
         except SpecError as exc:
             problems += exc.problems
-    assert problems == []
+    waiting = [(line, WAITING.fullmatch(line)) for line in problems]
+    assert [line for line, found in waiting if not found] == []
+    for line, found in waiting:
+        assert produced.get(str(Path(found["path"]).resolve())) == found["maker"], line
+        assert Path(found["producer"]).resolve() == REPO / "specs" / f"{found['maker']}.yaml", line
+
+
+def test_a_file_another_spec_makes_says_run_it_first(write_spec, tmp_path):
+    """The one problem a fresh checkout may show, in the words test_repository_specs_validate reads."""
+    write_spec("name: maker\n", name="maker.yaml")
+    consumer = write_spec(f"""\
+name: consumer
+contract: {{name: breakout-v3, other_contracts: deliberate}}
+artifacts:
+  onnx: {{path: out/model.onnx, made_by: maker}}
+  states: {{path: {REPO / "models" / "reference" / "fixed_states_60.npz"}}}
+  fp32: {{path: {REPO / "models" / "reference" / "dqn_breakout.onnx"}}}
+runtimes:
+  ort: {{runtime: onnxruntime, intra_op_threads: 1, artifact: onnx}}
+  ort_fp32: {{runtime: onnxruntime, intra_op_threads: 1, artifact: fp32}}
+measurements:
+  - {{kind: parity, name: p, fixed_states: states, runtimes: [ort_fp32, ort]}}
+""", name="consumer.yaml")
+    result = CliRunner().invoke(main, ["validate", str(consumer)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, lines
+    (line,) = lines
+    found = WAITING.fullmatch(line)
+    assert found and found["maker"] == "maker" and Path(found["producer"]) == tmp_path / "maker.yaml", line
+    assert line.startswith(f"error: {consumer}:4: artifacts.onnx.path: ")
 
 
 TRAIN_SWEEP = """\

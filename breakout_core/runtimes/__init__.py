@@ -5,18 +5,20 @@
         rt.load("model.onnx")
         q = rt.infer(states.obs)
 
-Importing this package imports no backend library: torch, onnxruntime, tensorrt, pycuda, playwright and aiohttp
-are imported by available() and load(), so a machine without a GPU stack can list every
-runtime and say why one cannot run.
+Importing this package imports no backend library: torch, onnxruntime, openvino, tensorrt,
+pycuda, playwright and aiohttp are imported by available() and load(), so a machine without a
+GPU stack can list every runtime and say why one cannot run.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from breakout_core.runtimes.actual import ActualRun, Int8Run
 from breakout_core.runtimes.base import Option, Runtime, RuntimeUnavailable
 from breakout_core.runtimes.browser_runtime import BrowserRuntime
 from breakout_core.runtimes.onnxruntime_runtime import OnnxRuntimeRuntime
+from breakout_core.runtimes.openvino_runtime import OpenVINORuntime
 from breakout_core.runtimes.tensorrt_runtime import TensorRTRuntime
 from breakout_core.runtimes.torch_runtime import TorchRuntime
 
@@ -24,6 +26,7 @@ from breakout_core.runtimes.torch_runtime import TorchRuntime
 RUNTIMES: dict[str, type[Runtime]] = {
     TorchRuntime.name: TorchRuntime,
     OnnxRuntimeRuntime.name: OnnxRuntimeRuntime,
+    OpenVINORuntime.name: OpenVINORuntime,
     TensorRTRuntime.name: TensorRTRuntime,
     BrowserRuntime.name: BrowserRuntime,
 }
@@ -48,8 +51,11 @@ def runtime_available(name: str, **options: Any) -> tuple[bool, str]:
 
 __all__ = [
     "RUNTIMES",
+    "ActualRun",
     "BrowserRuntime",
+    "Int8Run",
     "OnnxRuntimeRuntime",
+    "OpenVINORuntime",
     "Option",
     "Runtime",
     "RuntimeUnavailable",

@@ -4,7 +4,8 @@
     with SomeRuntime(**options) as rt:                # constructing never touches a device
         rt.load(artifact)                             # RuntimeUnavailable(reason) if it cannot run here
         q = rt.infer(obs)                             # uint8 (B, 4, 84, 84) -> float32 (B, 4), a fresh copy
-        rt.describe()                                 # what was requested and what actually ran
+        rt.actual()                                   # what actually ran (actual.ActualRun)
+        rt.describe()                                 # what was requested and what actually ran, as JSON
 
 A runtime that cannot run as requested says so, with the precise reason, through
 available() and RuntimeUnavailable; it never falls back to another device or precision.
@@ -23,6 +24,7 @@ import numpy as np
 
 from breakout_core.files import FileReplaced, same_file
 from breakout_core.hashing import file_sha256
+from breakout_core.runtimes.actual import ActualRun
 
 OBS_SHAPE = (4, 84, 84)
 NUM_ACTIONS = 4
@@ -77,6 +79,9 @@ class Runtime(ABC):
     artifact_types: ClassVar[tuple[str, ...]]
     OPTIONS: ClassVar[dict[str, Option]] = {}
     CALL_TIMER: ClassVar[str] = "time.perf_counter() around infer() in Python"  # the clock of timed_infer()
+    # the pyproject extra that installs its library (`pip install -e '.[EXTRA]'`); None: the
+    # package's own dependencies carry it
+    EXTRA: ClassVar[str | None] = None
 
     def __init__(self, **options: Any):
         self.requested = self.resolve_options(**options)
@@ -102,8 +107,8 @@ class Runtime(ABC):
 
     @classmethod
     def precision(cls, options: dict[str, Any], artifact_precision: str) -> str:
-        """'fp32' or 'fp16': what it computes in with these options on a file of `artifact_precision`
-        (by default the file's own; a backend with a precision option says its own)."""
+        """'fp32', 'fp16', 'bf16' or 'int8': what it computes in with these options on a file of
+        `artifact_precision` (by default the file's own; a backend with a precision option says its own)."""
         return options.get("precision", artifact_precision)
 
     @classmethod
@@ -186,8 +191,14 @@ class Runtime(ABC):
 
         return measure_latency(self.infer, obs, warmup=warmup, iterations=iterations)
 
+    def actual(self) -> ActualRun | None:
+        """What actually ran (None until loaded)."""
+        return self._actual() if self._loaded else None
+
     def describe(self) -> dict[str, Any]:
-        """What was requested and what actually ran (device, precision, provider, versions)."""
+        """What was requested and what actually ran (ActualRun.as_json()), with versions: the
+        JSON that runtime_status stores."""
+        actual = self.actual()
         ok, reason = type(self)._available(self.requested)
         info: dict[str, Any] = {
             "runtime": self.name,
@@ -197,7 +208,7 @@ class Runtime(ABC):
             "loaded": self._loaded,
             "artifact": str(self.artifact) if self.artifact else None,
             "artifact_sha256": self.artifact_sha256,
-            "actual": self._actual() if self._loaded else None,
+            "actual": None if actual is None else actual.as_json(),
             "versions": self._versions(),
         }
         return info
@@ -228,7 +239,7 @@ class Runtime(ABC):
     def _infer(self, obs: np.ndarray) -> np.ndarray: ...
 
     @abstractmethod
-    def _actual(self) -> dict[str, Any]: ...
+    def _actual(self) -> ActualRun: ...
 
     def _versions(self) -> dict[str, str]:
         return {"numpy": np.__version__}

@@ -17,15 +17,18 @@ thread count and performance.now()'s resolution.
 from __future__ import annotations
 
 import base64
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from breakout_core.runtimes.actual import ActualRun
 from breakout_core.runtimes.base import NUM_ACTIONS, Option, Runtime, RuntimeUnavailable, installed_version
 
 PAGE = "/runtime.html"
 MODEL_ROUTE = "/artifact/model.onnx"
+ACTUAL_FIELDS = {f.name for f in fields(ActualRun)}  # the page's keys that ActualRun's fields hold
 PAGE_TIMEOUT_MS = 120_000  # model load and a WebGPU pipeline compile on SwiftShader take seconds
 
 
@@ -116,17 +119,21 @@ class BrowserRuntime(Runtime):
                               timer="performance.now() in the page",
                               timer_resolution_s=float(self._page_info["timer_resolution_ms"]) / 1000.0)
 
-    def _actual(self) -> dict[str, Any]:
-        info = dict(self._page_info)
-        adapter = info.get("adapter")
-        return {
-            **info,
-            "provider": info["actual_provider"],
-            "device": ("webgpu software adapter (SwiftShader, runs on the CPU)" if adapter and adapter.get("software")
-                       else f"webgpu adapter {adapter}" if adapter else "cpu (WebAssembly)"),
-            "browser_version": self._browser_version,
-            "precision": "fp32",
-        }
+    def _actual(self) -> ActualRun:
+        details = {key: value for key, value in self._page_info.items() if key not in ACTUAL_FIELDS}
+        # the page counts the nodes off the requested provider; it cannot name them
+        details["nodes_off_requested_provider_count"] = self._page_info.get("nodes_not_on_requested_provider")
+        adapter = details.get("adapter")
+        software = bool(adapter and adapter.get("software"))
+        return ActualRun(
+            device=("webgpu software adapter (SwiftShader, runs on the CPU)" if software
+                    else f"webgpu adapter {adapter}" if adapter else "cpu (WebAssembly)"),
+            precision="fp32",
+            provider=self._page_info["actual_provider"],
+            software_device=software,
+            nodes_by_provider=self._page_info.get("nodes_by_provider"),
+            details={**details, "browser_version": self._browser_version},
+        )
 
     def _versions(self) -> dict[str, str]:
         from breakout_core.browser.server import ort_web_version

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from breakout_core.export import onnx_precision
+from breakout_core.runtimes.actual import ActualRun, Int8Run
 from breakout_core.runtimes.base import NUM_ACTIONS, OBS_SHAPE, Option, Runtime, RuntimeUnavailable, import_error_reason
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
@@ -144,7 +146,7 @@ class OnnxRuntimeRuntime(Runtime):
         self._output_type = outputs[0].type
         meta = self._session_obj.get_modelmeta().custom_metadata_map
         self._model_meta = dict(meta)
-        self._precision = meta.get("breakout.precision") or _precision_from_file(path)
+        self._precision = onnx_precision(path)
 
     def _profile_placement(self, path: Path) -> list[dict[str, Any]]:
         """Each node's provider, op and output type, from the profile of one batch-1 run."""
@@ -179,61 +181,51 @@ class OnnxRuntimeRuntime(Runtime):
             raise ValueError(f"model output has shape {q.shape}, expected (B, {NUM_ACTIONS})")
         return np.array(q, dtype=np.float32, copy=True)
 
-    def _actual(self) -> dict[str, Any]:
+    def _actual(self) -> ActualRun:
         session = self._session_obj
         providers = session.get_providers()
-        actual: dict[str, Any] = {
+        on_cpu = providers[0] == "CPUExecutionProvider"
+        details: dict[str, Any] = {
             "providers": providers,
-            "provider": providers[0],
             "provider_options": session.get_provider_options(),
-            "device": "cpu" if providers[0] == "CPUExecutionProvider" else f"cuda:{self.requested['device_index']}",
-            "precision": self._precision,
             "graph_optimization_level": OPTIMIZATION_LEVELS[self.requested["graph_optimization_level"]],
             "intra_op_threads": self.requested["intra_op_threads"] or "onnxruntime default",
             "cpu_ep_fallback_disabled": bool(self.requested["disable_cpu_ep_fallback"]),
             "output_type": self._output_type,
             "model_metadata": self._model_meta,
         }
-        if providers[0] == "CPUExecutionProvider":
-            from breakout_core.quantize import cpu_isa
-
-            actual["cpu_isa"] = cpu_isa()
-        if self._precision == "int8":
-            actual["int8"] = self._int8()
+        by_provider = off_provider = None
         if self._nodes is not None:
-            by_provider: dict[str, int] = {}
+            by_provider = {}
             for node in self._nodes:
                 by_provider[node["provider"]] = by_provider.get(node["provider"], 0) + 1
-            actual["nodes"] = self._nodes
-            actual["node_count"] = len(self._nodes)
-            actual["nodes_by_provider"] = by_provider
-            actual["nodes_not_on_requested_provider"] = [
-                n["node"] for n in self._nodes if n["provider"] != providers[0]
-            ]
+            off_provider = tuple(n["node"] for n in self._nodes if n["provider"] != providers[0])
             inserted = sum(n["op"] == "Cast" and n["node"].startswith(INSERTED_CAST_PREFIX) for n in self._nodes)
-            actual["inserted_precision_casts"] = inserted
+            details.update(nodes=self._nodes, node_count=len(self._nodes), inserted_precision_casts=inserted)
             if inserted and self._precision == "fp16":
-                actual["precision_note"] = (
+                details["precision_note"] = (
                     f"{inserted} cast(s) inserted by onnxruntime: ops without an FP16 kernel on "
                     f"{providers[0]} ran in FP32 on the FP16 weights (see nodes[].output_dtypes)"
                 )
-        return actual
+        from breakout_core.quantize import cpu_isa
 
-    def _int8(self) -> dict[str, Any]:
+        return ActualRun(
+            device="cpu" if on_cpu else f"cuda:{self.requested['device_index']}",
+            precision=self._precision,
+            provider=providers[0],
+            cpu_isa=cpu_isa() if on_cpu else None,
+            int8=self._int8() if self._precision == "int8" else None,
+            nodes_by_provider=by_provider,
+            nodes_not_on_requested_provider=off_provider,
+            details=details,
+        )
+
+    def _int8(self) -> Int8Run:
         """How the INT8 file was quantized (its metadata) and which nodes ran integer kernels."""
         from breakout_core.quantize import INTEGER_OPS
 
-        meta = self._model_meta
-        recorded = meta.get("breakout.int8_nodes_quantized")
-        found: dict[str, Any] = {
-            "method": meta.get("breakout.int8_method"),
-            "calibrate_method": meta.get("breakout.int8_calibrate_method") or None,
-            "nodes_quantized": recorded.split(",") if recorded else None,  # None: not recorded in the file
-            "nodes_excluded": [n for n in meta.get("breakout.int8_nodes_excluded", "").split(",") if n],
-        }
-        if self._nodes is not None:
-            found["integer_kernels"] = [n["node"] for n in self._nodes if n["op"] in INTEGER_OPS]
-        return found
+        kernels = None if self._nodes is None else tuple(n["node"] for n in self._nodes if n["op"] in INTEGER_OPS)
+        return Int8Run.from_metadata(self._model_meta, kernels)
 
     def _versions(self) -> dict[str, str]:
         versions = {"numpy": np.__version__}
@@ -248,8 +240,3 @@ class OnnxRuntimeRuntime(Runtime):
     def _close(self) -> None:
         self._session_obj = None
 
-
-def _precision_from_file(path: Path) -> str:
-    from breakout_core.export import inspect_onnx
-
-    return inspect_onnx(path).precision

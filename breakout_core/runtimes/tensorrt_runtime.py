@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from breakout_core.files import write_whole
+from breakout_core.runtimes.actual import ActualRun
 from breakout_core.runtimes.base import (
     NUM_ACTIONS,
     OBS_SHAPE,
@@ -47,6 +48,7 @@ ENGINE_SUFFIXES = (".engine", ".plan")
 class TensorRTRuntime(Runtime):
     name = "tensorrt"
     artifact_types = ("onnx", "engine")
+    EXTRA = "gpu"
     OPTIONS = {
         "precision": Option("fp32", ("fp32", "fp16")),
         "device_index": Option(0, value_type=int, minimum=0),
@@ -132,17 +134,17 @@ class TensorRTRuntime(Runtime):
 
     def _build(self, path: Path) -> bytes:
         trt = self._trt
-        from breakout_core.export import inspect_onnx
+        from breakout_core.export import onnx_precision
 
-        onnx_precision = inspect_onnx(path).precision
+        file_precision = onnx_precision(path)
         precision = self.requested["precision"]
         creation = trt.NetworkDefinitionCreationFlag
         flags = 0
         if precision == "fp32":
-            if onnx_precision != "fp32":
-                raise ValueError(f"{path} holds {onnx_precision} weights; an fp32 engine needs the FP32 ONNX file")
+            if file_precision != "fp32":
+                raise ValueError(f"{path} holds {file_precision} weights; an fp32 engine needs the FP32 ONNX file")
             mode = "fp32"
-        elif onnx_precision == "fp16":
+        elif file_precision == "fp16":
             if not hasattr(creation, "STRONGLY_TYPED"):
                 raise RuntimeUnavailable(self.name, f"TensorRT {trt.__version__} has no STRONGLY_TYPED networks "
                                                     "for an FP16 ONNX file; give the FP32 file for BuilderFlag.FP16")
@@ -182,7 +184,7 @@ class TensorRTRuntime(Runtime):
         self._build_info = {
             "built": True,
             "mode": mode,
-            "onnx_precision": onnx_precision,
+            "onnx_precision": file_precision,
             "build_s": build_s,
             "tf32_allowed": bool(tf32 is None or self.requested["allow_tf32"]),
             "workspace_bytes": int(self.requested["workspace_bytes"]),
@@ -232,21 +234,22 @@ class TensorRTRuntime(Runtime):
         self._stream.synchronize()
         return self._host_out[:batch].copy()  # the page-locked buffer is reused by the next call
 
-    def _actual(self) -> dict[str, Any]:
+    def _actual(self) -> ActualRun:
         major, minor = self._device.compute_capability()
-        actual: dict[str, Any] = {
-            "device": f"cuda:{self.requested['device_index']}",
-            "device_name": self._device.name(),
-            "compute_capability": f"{major}.{minor}",
-            "precision": self.requested["precision"],
-            "engine_path": str(self.engine_path),
-            "engine_bytes": self.engine_bytes,
-            "max_batch": self._max_batch,
-            "io": f"{self._input_name} uint8 -> {self._output_name} float32",
-            **self._build_info,
-        }
-        actual.update(self._layer_summary())
-        return actual
+        return ActualRun(
+            device=f"cuda:{self.requested['device_index']}",
+            precision=self.requested["precision"],
+            details={
+                "device_name": self._device.name(),
+                "compute_capability": f"{major}.{minor}",
+                "engine_path": str(self.engine_path),
+                "engine_bytes": self.engine_bytes,
+                "max_batch": self._max_batch,
+                "io": f"{self._input_name} uint8 -> {self._output_name} float32",
+                **self._build_info,
+                **self._layer_summary(),
+            },
+        )
 
     def _layer_summary(self) -> dict[str, Any]:
         """Layer count and the output data types TensorRT chose, from the engine inspector."""

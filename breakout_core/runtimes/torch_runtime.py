@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from breakout_core.runtimes.actual import ActualRun
 from breakout_core.runtimes.base import Option, Runtime
 
 CPU_FP16_REASON = (
@@ -100,22 +101,24 @@ class TorchRuntime(Runtime):
             q = self._network(x).float().cpu()  # .cpu() waits for the device
         return q.numpy().copy()
 
-    def _actual(self) -> dict[str, Any]:
+    def _actual(self) -> ActualRun:
         torch = self._torch
         param = next(self._network.parameters())
-        actual: dict[str, Any] = {
-            "device": str(param.device),
-            "precision": {torch.float32: "fp32", torch.float16: "fp16"}.get(param.dtype, str(param.dtype)),
+        details: dict[str, Any] = {
             "weights_dtype": str(param.dtype).replace("torch.", ""),
             "architecture": self.checkpoint_meta.get("architecture"),
             "contract_hash": self.checkpoint_meta.get("contract_hash"),
             "cpu_threads": torch.get_num_threads(),
         }
         if param.device.type == "cuda":
-            actual["device_name"] = torch.cuda.get_device_name(param.device)
-            actual["cudnn_allow_tf32"] = bool(torch.backends.cudnn.allow_tf32)
-            actual["matmul_allow_tf32"] = bool(torch.backends.cuda.matmul.allow_tf32)
-        return actual
+            details["device_name"] = torch.cuda.get_device_name(param.device)
+            details["cudnn_allow_tf32"] = bool(torch.backends.cudnn.allow_tf32)
+            details["matmul_allow_tf32"] = bool(torch.backends.cuda.matmul.allow_tf32)
+        return ActualRun(
+            device=str(param.device),
+            precision={torch.float32: "fp32", torch.float16: "fp16"}.get(param.dtype, str(param.dtype)),
+            details=details,
+        )
 
     def _versions(self) -> dict[str, str]:
         import torch

@@ -51,9 +51,9 @@ def interface_problem(path: Path) -> str | None:
 def artifact_override(artifact: str, path: Path) -> str:
     """The `--set` that makes `artifact` of the check spec this file: its absolute path (a
     relative one would be read from the spec's folder) and the precision of its weights."""
-    from breakout_core.export import inspect_onnx
+    from breakout_core.export import onnx_precision
 
-    value = {"path": str(path.resolve()), "precision": inspect_onnx(path).precision}
+    value = {"path": str(path.resolve()), "precision": onnx_precision(path)}
     return f"artifacts.{artifact}={json.dumps(value)}"
 
 

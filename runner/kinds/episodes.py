@@ -179,9 +179,8 @@ def _play_games(m: EpisodesMeasurement, ctx: RunContext, name: str, runtime, see
 
 def _device(runtime) -> dict:
     """The device that ran, and whether it is a software adapter (WebGPU on SwiftShader)."""
-    actual = runtime.describe()["actual"] or {}
-    adapter = actual.get("adapter") or {}
-    return {"device": actual.get("device"), "software_adapter": bool(adapter.get("software"))}
+    actual = runtime.actual()
+    return {"device": actual.device, "software_adapter": actual.software_device}
 
 
 def _game_call_metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: str) -> dict:

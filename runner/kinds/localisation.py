@@ -22,6 +22,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from breakout_core.runtimes.actual import ActualRun
 from runner.kinds.kind import Kind
 from runner.kinds.shared.lineage import check_lineage
 from runner.kinds.shared.runtime_lifecycle import greedy, load_states
@@ -185,11 +186,11 @@ def _store(ctx: RunContext, m: LocalisationMeasurement, name: str, found, baseli
         "first_layer": first.tensor if first else None, "first_depth": first.depth if first else None,
         "unmatched": json.dumps(list(found.unmatched)), "exposure_max_abs_diff": found.exposure_max_abs_diff,
         "wall_s": wall}])
+    actual = ActualRun(device="cpu", precision=row["precision"], provider="CPUExecutionProvider",
+                       details={"threads": 1, "batch_size": 1, "tensors_exposed": len(layers)})
     record(ctx, row, True, None, {
-        "requested": json.loads(row["requested"]),
-        "actual": {"provider": "CPUExecutionProvider", "device": "cpu", "precision": row["precision"],
-                   "threads": 1, "batch_size": 1, "tensors_exposed": len(layers)},
-        "note": "run by breakout_core.localise, every float tensor a graph output"})
+        "requested": json.loads(row["requested"]), "actual": actual.as_json(),
+        "note": "run by breakout_core.localise, every float tensor a graph output"}, actual)
 
 
 def metrics(con, run_id: str, m: LocalisationMeasurement, candidate: str, baseline: str | None) -> dict[str, float]:

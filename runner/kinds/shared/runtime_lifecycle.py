@@ -45,7 +45,10 @@ def open_runtime(ctx, measurement: str, name: str) -> Iterator[Any]:
             except BaseException:
                 runtime.close()
                 raise
-    runtime_status.record(ctx, row, ok, reason, runtime.describe() if ok else None)
+    if ok:
+        runtime_status.record(ctx, row, ok, reason, runtime.describe(), runtime.actual())
+    else:
+        runtime_status.record(ctx, row, ok, reason)
     if not ok:
         yield None
         return

@@ -3,7 +3,9 @@ of a measurement, available with what actually ran (describe()) and its load tim
 unavailable with the reason. Verdicts that need an unavailable runtime say `unavailable`
 with that reason; the report shows the table first.
 
-Where describe() says so, the row also carries an INT8 file's quantized nodes (the source
+Its columns are read by field from the runtime's `ActualRun` (breakout_core.runtimes.actual):
+the device, provider and precision that ran, where its nodes ran and, where the backend says
+so, an INT8 file's quantized nodes (the source
 graph's, as its quantizer recorded them), how many nodes ran integer kernels, and, for a
 runtime on the CPU, its INT8 instruction sets: `cpu_int8_dot_product` is true only with
 AVX-512 VNNI, AVX-VNNI or AMX, so a figure from an AVX2-only CPU is never read as one from a
@@ -12,9 +14,12 @@ VNNI CPU."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.store import schema
+
+if TYPE_CHECKING:
+    from breakout_core.runtimes.actual import ActualRun
 
 MIGRATIONS = [
     (
@@ -46,17 +51,31 @@ MIGRATIONS = [
         ALTER TABLE runtime_status ADD COLUMN cpu_isa JSON;
         """,
     ),
+    (
+        "0402_runtime_status_actual",
+        """
+        ALTER TABLE runtime_status ADD COLUMN device VARCHAR;
+        ALTER TABLE runtime_status ADD COLUMN provider VARCHAR;
+        ALTER TABLE runtime_status ADD COLUMN actual_precision VARCHAR;
+        ALTER TABLE runtime_status ADD COLUMN software_device BOOLEAN;
+        ALTER TABLE runtime_status ADD COLUMN nodes_by_provider JSON;
+        ALTER TABLE runtime_status ADD COLUMN nodes_off_provider JSON;
+        UPDATE runtime_status SET device = runtime_describe->>'$.actual.device',
+            provider = runtime_describe->>'$.actual.provider',
+            actual_precision = runtime_describe->>'$.actual.precision',
+            software_device = coalesce(CAST(runtime_describe->>'$.actual.adapter.software' AS BOOLEAN), false),
+            nodes_by_provider = runtime_describe->'$.actual.nodes_by_provider',
+            nodes_off_provider = runtime_describe->'$.actual.nodes_not_on_requested_provider'
+        WHERE json_extract(runtime_describe, '$.actual') IS NOT NULL;
+        """,
+    ),
 ]
 
 VIEWS = [
     """
     CREATE OR REPLACE VIEW runtime_summary AS
     SELECT run_id, measurement, runtime, backend, precision, available, reason,
-           runtime_describe->>'$.actual.device' AS device,
-           runtime_describe->>'$.actual.provider' AS provider,
-           runtime_describe->>'$.actual.precision' AS actual_precision,
-           runtime_describe->>'$.actual.nodes_by_provider' AS nodes_by_provider,
-           runtime_describe->>'$.actual.nodes_not_on_requested_provider' AS nodes_off_provider,
+           device, provider, actual_precision, software_device, nodes_by_provider, nodes_off_provider,
            load_s, artifact, artifact_sha256,
            json_array_length(quantized_nodes) AS quantized_node_count, integer_kernels,
            cpu_int8_dot_product, cpu_isa->>'$.avx512_vnni' AS cpu_avx512_vnni, cpu_isa->>'$.avx2' AS cpu_avx2,
@@ -68,20 +87,31 @@ VIEWS = [
 schema.declare("runtime_status", MIGRATIONS, VIEWS)
 
 
-def record(ctx, row: dict[str, Any], available: bool, reason: str | None, describe: dict | None = None) -> None:
-    """One runtime_status row: `row` names the runtime and its artifact; describe() when it loaded."""
+def record(ctx, row: dict[str, Any], available: bool, reason: str | None, describe: dict | None = None,
+           actual: "ActualRun | None" = None) -> None:
+    """One runtime_status row: `row` names the runtime and its artifact; when it loaded, its
+    describe() (stored as JSON) and its ActualRun, whose fields fill the columns."""
     from runner.store.database import utcnow
 
-    actual = (describe or {}).get("actual", {})
-    int8, isa = actual.get("int8") or {}, actual.get("cpu_isa")
-    kernels = int8.get("integer_kernels")
+    int8 = actual.int8 if actual is not None else None
+    isa = actual.cpu_isa if actual is not None else None
+    kernels = int8.integer_kernels if int8 is not None else None
+    quantized = int8.nodes_quantized if int8 is not None else None
     ctx.store.append_rows("runtime_status", [{
         **row, "available": available, "reason": reason or None, "recorded_at": utcnow(),
         "runtime_describe": None if describe is None else json.dumps(describe, default=str),
-        "quantized_nodes": None if int8.get("nodes_quantized") is None else json.dumps(int8["nodes_quantized"]),
+        "quantized_nodes": None if quantized is None else json.dumps(list(quantized)),
         "integer_kernels": None if kernels is None else len(kernels),
         "cpu_int8_dot_product": None if isa is None else isa.get("int8_dot_product"),
-        "cpu_isa": None if isa is None else json.dumps(isa)}])
+        "cpu_isa": None if isa is None else json.dumps(isa),
+        "device": None if actual is None else actual.device,
+        "provider": None if actual is None else actual.provider,
+        "actual_precision": None if actual is None else actual.precision,
+        "software_device": None if actual is None else actual.software_device,
+        "nodes_by_provider": None if actual is None or actual.nodes_by_provider is None
+        else json.dumps(actual.nodes_by_provider),
+        "nodes_off_provider": None if actual is None or actual.nodes_not_on_requested_provider is None
+        else json.dumps(list(actual.nodes_not_on_requested_provider))}])
 
 
 def unavailable_reason(con, run_id: str, measurements, runtimes) -> str | None:
