@@ -30,7 +30,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from runner.compare.rows import Row, RunSide, episode_rows, runtime_problem, unavailable_rows
 from runner.kinds.kind import Kind
-from runner.kinds.shared import episode_scores, staged_games
+from runner.kinds.shared import episode_scores, staged_games, stalls
 from runner.kinds.shared.episode_scores import BootstrapSpec, episode_row, score_metrics, score_report
 from runner.kinds.shared.runtime_lifecycle import RuntimePolicy, open_runtime
 from runner.kinds.shared.runtime_metrics import (
@@ -41,6 +41,7 @@ from runner.kinds.shared.runtime_metrics import (
 )
 from runner.kinds.shared.runtime_status import found_unavailable, runtime_sections, with_unavailable
 from runner.kinds.shared.staged_games import StagesSpec, looks_report, play_in_stages, staged_metrics, stages_problem
+from runner.kinds.shared.stalls import stall_metrics
 from runner.report.section import Section
 from runner.run.context import RunContext
 from runner.spec.fields import Name, Seeds, seed_list
@@ -117,7 +118,7 @@ MIGRATIONS = [
 GAME_CALL_METRIC_NAMES = ("candidate_game_call_p50_ms", "candidate_game_call_p95_ms", "baseline_game_call_p95_ms",
                           "game_call_p95_ratio")
 METRIC_NAMES = (episode_scores.METRIC_NAMES + GAME_CALL_METRIC_NAMES + PARITY_METRIC_NAMES + LATENCY_METRIC_NAMES
-                + staged_games.METRIC_NAMES)
+                + staged_games.METRIC_NAMES + stalls.METRIC_NAMES)
 BOOTSTRAP_INTERVAL = ("paired_score_diff_ci_low", "paired_score_diff_ci_high")
 
 
@@ -208,6 +209,7 @@ def _game_call_metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str,
 
 def metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: str) -> dict:
     found = score_metrics(con, run_id, m.name, m.bootstrap, candidate, baseline)
+    found.update(stall_metrics(con, run_id, m.name, candidate, baseline))
     if m.stages is not None:
         found.update(staged_metrics(con, run_id, m.name, candidate, baseline))
     found.update(_game_call_metrics(con, run_id, m, candidate, baseline))

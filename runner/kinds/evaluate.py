@@ -27,6 +27,8 @@ from runner.kinds.shared.episode_scores import (
     score_report,
 )
 from runner.kinds.shared.selection_seeds import HELD_OUT, describe, seed_ranges, selection_of
+from runner.kinds.shared.stalls import METRIC_NAMES as STALL_METRIC_NAMES
+from runner.kinds.shared.stalls import stall_metrics
 from runner.report.section import Section
 from runner.run.context import RunContext
 from runner.spec.fields import MAX_SEED, Name, Seeds, StrictModel, seed_list
@@ -160,6 +162,8 @@ def _selection_rows(con, run_id: str, measurement: str) -> list[tuple]:
 
 def metrics(con, run_id: str, m: EvaluateMeasurement, candidate: str, baseline: str) -> dict:
     found = score_metrics(con, run_id, m.name, m.bootstrap, candidate, baseline)
+    if baseline is not None:
+        found.update(stall_metrics(con, run_id, m.name, candidate, baseline))
     rows = {row[0]: row for row in _selection_rows(con, run_id, m.name)}
     if candidate in rows:
         found["candidate_held_out"] = 1.0 if rows[candidate][1] == HELD_OUT else 0.0  # unknown is not held out
@@ -226,7 +230,7 @@ KIND = Kind(
     views=[],
     execute=execute,
     participants=lambda m: list(m.policies),
-    metric_names=METRIC_NAMES + SELECTION_METRIC_NAMES,
+    metric_names=METRIC_NAMES + STALL_METRIC_NAMES + SELECTION_METRIC_NAMES,
     metrics=metrics,
     report=report,
     compare=compare_evaluate,
