@@ -31,6 +31,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from runner.compare.rows import Row, RunSide, episode_rows, runtime_problem, unavailable_rows
 from runner.kinds.kind import Kind
 from runner.kinds.shared import episode_scores, staged_games, stalls
+from runner.kinds.shared.drawn_seeds import played_seeds
 from runner.kinds.shared.episode_scores import BootstrapSpec, episode_row, score_metrics, score_report
 from runner.kinds.shared.runtime_lifecycle import RuntimePolicy, open_runtime
 from runner.kinds.shared.runtime_metrics import (
@@ -44,14 +45,15 @@ from runner.kinds.shared.staged_games import StagesSpec, looks_report, play_in_s
 from runner.kinds.shared.stalls import stall_metrics
 from runner.report.section import Section
 from runner.run.context import RunContext
-from runner.spec.fields import Name, Seeds, seed_list
+from runner.spec.fields import Name, PlayedSeeds, possible_seeds, seed_count
 from runner.spec.runtimes import RuntimeMeasurement
 
 
 class EpisodesMeasurement(RuntimeMeasurement):
     kind: Literal["episodes"]
     name: Name
-    seeds: Seeds = Field(description="episode seeds: a list, or {start, count}")
+    seeds: PlayedSeeds = Field(description="episode seeds: a list, {start, count}, or {drawn: N}: N seeds drawn "
+                               "for the files of the runtimes other than the baseline")
     batch_size: int = Field(default=8, ge=1, le=256,
                             description="episodes played side by side (one inference per step)")
     bootstrap: BootstrapSpec = BootstrapSpec()
@@ -64,7 +66,7 @@ class EpisodesMeasurement(RuntimeMeasurement):
     @classmethod
     def _stages_fit(cls, stages: StagesSpec | None, info: ValidationInfo) -> StagesSpec | None:
         seeds = info.data.get("seeds")  # validated before stages; absent when they were refused
-        if stages is not None and seeds is not None and (problem := stages_problem(stages, len(seed_list(seeds)))):
+        if stages is not None and seeds is not None and (problem := stages_problem(stages, seed_count(seeds))):
             raise ValueError(problem)
         return stages
 
@@ -125,7 +127,7 @@ BOOTSTRAP_INTERVAL = ("paired_score_diff_ci_low", "paired_score_diff_ci_high")
 def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
     from breakout_core.driver import evaluation_driver
 
-    seeds = seed_list(m.seeds)
+    seeds = played_seeds(ctx, m.name, m.seeds, candidate_files(m, ctx))
     if m.stages is not None:
         with closing(evaluation_driver(ctx.contract, m.batch_size, m.stages.games, len(m.runtimes))) as driver:
             play_in_stages(m, ctx, seeds, lambda name, runtime, block, task: _play_games(
@@ -137,6 +139,12 @@ def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
         with closing(evaluation_driver(ctx.contract, m.batch_size, len(seeds), len(pending))) as driver:
             for name in pending:  # one driver serves every runtime
                 _play_runtime(m, ctx, name, seeds, driver)
+
+
+def candidate_files(m: EpisodesMeasurement, ctx: RunContext) -> dict[str, str]:
+    """The files whose sha256 keys drawn seeds: those of every runtime but the baseline."""
+    spec = ctx.spec
+    return {name: spec.artifacts[spec.runtimes[name].artifact].path for name in m.ordered_runtimes()[1:]}
 
 
 def _play_runtime(m: EpisodesMeasurement, ctx: RunContext, name: str, seeds: list[int], driver) -> None:
@@ -263,6 +271,6 @@ KIND = Kind(
     references=EpisodesMeasurement.references,
     metric_problem=EpisodesMeasurement.metric_problem,
     compare=compare_episodes,
-    episode_seeds=lambda m: [(("seeds",), seed_list(m.seeds))],
+    episode_seeds=lambda m: [(("seeds",), possible_seeds(m.seeds))],
     not_settings=frozenset({"runtimes", "baseline", "seeds", "batch_size", "bootstrap", "parity", "latency"}),
 )

@@ -45,11 +45,13 @@ def new_run_id() -> str:
 
 
 def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: bool = False,
-             runs_dir: Path = Path("runs"), executor: "Executor | None" = None) -> tuple[str, list[dict]]:
+             runs_dir: Path = Path("runs"), executor: "Executor | None" = None,
+             confirm: bool = False) -> tuple[str, list[dict]]:
     """Execute every measurement of `loaded`; returns the run id and its verdict rows.
 
     With `resume`, the latest interrupted or failed run of the same spec text goes on under
-    its own run id; each kind skips or continues the work that run already stored."""
+    its own run id; each kind skips or continues the work that run already stored. With
+    `confirm`, seeds a spec draws come from the confirmation range."""
     from runner.kinds.registry import KINDS
     from runner.run.context import RunContext
     from runner.run.progress import run_progress
@@ -87,7 +89,8 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
     progress = run_progress(console)
     ctx = RunContext(run_id=run_id, spec=spec, contract=contract, store=store,
                      reports_dir=Path(reports_dir), progress=progress,
-                     artifacts_dir=Path(runs_dir) / run_id, resume=resume, executor=executor)
+                     artifacts_dir=Path(runs_dir) / run_id, resume=resume, executor=executor,
+                     confirm=confirm)
     try:
         with Heartbeat(store, run_id):  # stopped before the run's status is set below
             with _sigterm_interrupts(), progress:

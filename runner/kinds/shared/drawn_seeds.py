@@ -1,0 +1,67 @@
+"""The seeds a measurement plays, where its spec writes `seeds: {drawn: N}`: drawn when it
+starts from the reserved range (runner.spec.seed_pools), keyed by the sha256 of its candidate
+files, and stored in `drawn_seeds` with the pool, the key and each file's sha256, so the run
+records which games it played and why those. Explicit seeds are played as written.
+
+Which files are the candidates is each kind's to say: the `episodes` kind's are the files its
+runtimes other than the baseline load; the `evaluate` kind's, the checkpoint files of its
+policies. On --resume the seeds the run drew are played on, whatever the files hold now.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from runner.spec.fields import DrawnSeeds, seed_list
+from runner.store import schema
+
+if TYPE_CHECKING:
+    from runner.run.context import RunContext
+
+MIGRATIONS = [
+    (
+        "0105_drawn_seeds",
+        """
+        CREATE TABLE drawn_seeds (
+            run_id VARCHAR NOT NULL, measurement VARCHAR NOT NULL,
+            pool VARCHAR NOT NULL CHECK (pool IN ('check', 'confirmation')),
+            key VARCHAR NOT NULL, files JSON NOT NULL, seeds JSON NOT NULL
+        )
+        """,
+    )
+]
+
+schema.declare("drawn_seeds", MIGRATIONS)
+
+
+def played_seeds(ctx: "RunContext", measurement: str, seeds, files: dict[str, str]) -> list[int]:
+    """The seeds `measurement` plays: as written, or drawn for `files` ({name: path}) and stored."""
+    from breakout_core.hashing import file_sha256
+    from runner.spec.seed_pools import draw_key, draw_seeds
+
+    if not isinstance(seeds, DrawnSeeds):
+        return seed_list(seeds)
+    if ctx.resume:
+        with ctx.store.reader() as con:
+            stored = con.execute("SELECT seeds FROM drawn_seeds WHERE run_id = ? AND measurement = ?",
+                                 [ctx.run_id, measurement]).fetchone()
+        if stored is not None:
+            return json.loads(stored[0])
+    sha256s = {name: file_sha256(path) for name, path in sorted(files.items())}
+    key = draw_key(sha256s.values())
+    pool = "confirmation" if ctx.confirm else "check"
+    drawn = draw_seeds(key, seeds.drawn, pool)
+    ctx.store.append_rows("drawn_seeds", [{"run_id": ctx.run_id, "measurement": measurement, "pool": pool, "key": key,
+                                           "files": json.dumps(sha256s), "seeds": json.dumps(drawn)}])
+    return drawn
+
+
+def drawn_note(con, run_id: str, measurement: str) -> str | None:
+    """How the measurement's seeds were drawn, for a verdict's reason and the report; None where written."""
+    row = con.execute("SELECT pool, key, seeds FROM drawn_seeds WHERE run_id = ? AND measurement = ?",
+                      [run_id, measurement]).fetchone()
+    if row is None:
+        return None
+    pool, key, seeds = row
+    return f"{len(json.loads(seeds))} seeds drawn from the {pool} range, key {key[:12]}"
