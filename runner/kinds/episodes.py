@@ -31,7 +31,8 @@ from pydantic import Field, ValidationInfo, field_validator
 from runner.compare.rows import Row, RunSide, episode_rows, runtime_problem, unavailable_rows
 from runner.kinds.kind import Kind
 from runner.kinds.shared import episode_scores, staged_games, stalls
-from runner.kinds.shared.drawn_seeds import played_seeds
+from runner.kinds.shared.baseline_games import game_key, mark_played, reuse_games, reused_count
+from runner.kinds.shared.drawn_seeds import played_seeds, seeds_report
 from runner.kinds.shared.episode_scores import BootstrapSpec, episode_row, score_metrics, score_report
 from runner.kinds.shared.runtime_lifecycle import RuntimePolicy, open_runtime
 from runner.kinds.shared.runtime_metrics import (
@@ -157,8 +158,17 @@ def _play_runtime(m: EpisodesMeasurement, ctx: RunContext, name: str, seeds: lis
 
 def _play_games(m: EpisodesMeasurement, ctx: RunContext, name: str, runtime, seeds: list[int], driver, task) -> None:
     """One loaded runtime plays `seeds`, advancing the progress `task` a game at a time and
-    adding to its transitions; its games, its inference counts and each call's time are stored."""
+    adding to its transitions; its games, its inference counts and each call's time are stored.
+    The baseline's games stored under the same key are copied instead (shared.baseline_games)."""
     from breakout_core.evaluator import evaluate as play
+
+    key = None
+    if name == m.baseline_runtime:
+        key, keyed_by = game_key(ctx, name, driver.num_slots)
+        left = reuse_games(ctx, m.name, name, seeds, key, keyed_by)
+        ctx.progress.advance(task, len(seeds) - len(left))
+        if not (seeds := left):
+            return
     policy = RuntimePolicy(runtime, name)
     made = [next(t for t in ctx.progress.tasks if t.id == task).fields["transitions"]]
 
@@ -184,6 +194,8 @@ def _play_games(m: EpisodesMeasurement, ctx: RunContext, name: str, runtime, see
         {"run_id": ctx.run_id, "measurement": m.name, "runtime": name, "call": first_call + i, "states": states,
          "ms": 1000 * s}
         for i, (states, s) in enumerate(zip(policy.call_states, policy.call_seconds))])
+    if key is not None:
+        mark_played(ctx, m.name, name, seeds, key, keyed_by)
 
 
 def _device(runtime) -> dict:
@@ -218,6 +230,8 @@ def _game_call_metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str,
 def metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: str) -> dict:
     found = score_metrics(con, run_id, m.name, m.bootstrap, candidate, baseline)
     found.update(stall_metrics(con, run_id, m.name, candidate, baseline))
+    if baseline == m.baseline_runtime and (reused := reused_count(con, run_id, m.name, baseline)):
+        found["baseline_games_reused"] = float(reused)  # copied from an earlier run under the same key
     if m.stages is not None:
         found.update(staged_metrics(con, run_id, m.name, candidate, baseline))
     found.update(_game_call_metrics(con, run_id, m, candidate, baseline))
@@ -247,7 +261,7 @@ def report(con, run_id: str, m: EpisodesMeasurement) -> list[Section]:
         sections.append(Section(f"{m.name}: inference per runtime (one call per vector step of {m.batch_size} games; "
                                 "each call timed inside the game loop by the runtime's clock)",
                                 html=table_html(blank_nulls(inference))))
-    return sections
+    return sections + seeds_report(con, run_id, m.name)
 
 
 # -- runner compare ---------------------------------------------------------------------------

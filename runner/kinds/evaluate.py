@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from breakout_core.hashing import file_sha256
 from runner.compare.rows import Row, RunSide, differences, episode_rows
 from runner.kinds.kind import Kind
-from runner.kinds.shared.drawn_seeds import played_seeds
+from runner.kinds.shared.drawn_seeds import played_seeds, seeds_report
 from runner.kinds.shared.episode_scores import (
     METRIC_NAMES,
     BootstrapSpec,
@@ -193,7 +193,7 @@ def report(con, run_id: str, m: EvaluateMeasurement) -> list[Section]:
             f"{m.name}: held out, or played on the seeds it was chosen on "
             f"(seeds {seed_ranges(_played(con, run_id, m))})",
             html=table_html(blank_nulls(files))))
-    return sections
+    return sections + seeds_report(con, run_id, m.name)
 
 
 def _played(con, run_id: str, m: EvaluateMeasurement) -> list[int]:

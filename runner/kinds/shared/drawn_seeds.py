@@ -17,6 +17,7 @@ from runner.spec.fields import DrawnSeeds, seed_list
 from runner.store import schema
 
 if TYPE_CHECKING:
+    from runner.report.section import Section
     from runner.run.context import RunContext
 
 MIGRATIONS = [
@@ -57,11 +58,22 @@ def played_seeds(ctx: "RunContext", measurement: str, seeds, files: dict[str, st
     return drawn
 
 
-def drawn_note(con, run_id: str, measurement: str) -> str | None:
-    """How the measurement's seeds were drawn, for a verdict's reason and the report; None where written."""
-    row = con.execute("SELECT pool, key, seeds FROM drawn_seeds WHERE run_id = ? AND measurement = ?",
-                      [run_id, measurement]).fetchone()
-    if row is None:
-        return None
-    pool, key, seeds = row
-    return f"{len(json.loads(seeds))} seeds drawn from the {pool} range, key {key[:12]}"
+def seeds_report(con, run_id: str, measurement: str) -> "list[Section]":
+    """Where the seeds were drawn, and which baseline games were copied from earlier runs."""
+    from runner.report.html import table_html
+    from runner.report.section import Section
+
+    drawn = con.execute("SELECT pool, key, files, seeds FROM drawn_seeds WHERE run_id = ? AND measurement = ?",
+                        [run_id, measurement]).df()
+    reused = con.execute("SELECT runtime, reused_from, count(*) AS games, min(key) AS key FROM baseline_games "
+                         "WHERE run_id = ? AND measurement = ? AND reused_from IS NOT NULL GROUP BY ALL "
+                         "ORDER BY runtime, reused_from", [run_id, measurement]).df()
+    sections = []
+    if not drawn.empty:
+        sections.append(Section(f"{measurement}: seeds drawn for the candidate files (keyed by their sha256)",
+                                html=table_html(drawn)))
+    if not reused.empty:
+        sections.append(Section(f"{measurement}: baseline games copied from earlier runs under the same key "
+                                "(runtime, file, CPU, packages and contract alike), not replayed",
+                                html=table_html(reused)))
+    return sections
