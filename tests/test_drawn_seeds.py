@@ -126,3 +126,68 @@ def test_calibration_seeds_a_draw_could_give_are_refused_where_they_are_declared
     assert "held-out seeds must be disjoint from every game the spec plays: measurement 'int8_games' (seeds) " \
            f"plays {CHECK_RANGE.start + 5}" in str(refused.value)
     assert load_spec(spec).spec.measurements[-1].seeds.drawn == 400  # as shipped: 9100-9107, never drawn
+
+
+def _context(tmp_path: Path, run_id: str, contract=None):
+    from runner.run.context import RunContext
+    from runner.store.database import Store
+
+    spec = load_spec(REPO / "specs" / "check_onnx.yaml").spec
+    return RunContext(run_id=run_id, spec=spec, contract=contract or spec.contract.build(),
+                      store=Store(tmp_path / "r.duckdb"), reports_dir=tmp_path, progress=None,
+                      artifacts_dir=tmp_path)
+
+
+def test_stored_baseline_games_are_copied_only_under_the_same_key(tmp_path):
+    from runner.kinds.shared.baseline_games import game_key, mark_played, reuse_games
+
+    earlier = _context(tmp_path, "earlier")
+    key, keyed_by = game_key(earlier, "baseline", 10)
+    assert game_key(earlier, "baseline", 10)[0] == key and keyed_by["batch_size"] == 10
+    assert keyed_by["file_sha256"] == file_sha256(REPO / "models" / "reference" / "dqn_breakout.onnx")
+    assert {"cpu", "packages", "contract", "backend", "options"} <= set(keyed_by)
+    other_contract = _context(tmp_path, "x", earlier.contract.replace(max_episode_frames=1000))
+    others = {game_key(earlier, "baseline", 1)[0], game_key(earlier, "candidate", 10)[0],  # another batch, file
+              game_key(other_contract, "baseline", 10)[0]}
+    assert key not in others and len(others) == 3
+    earlier.store.append_rows("episodes", [
+        {"run_id": "earlier", "measurement": "games", "policy": "baseline", "seed": seed, "score": 10.0 + seed,
+         "steps": 100, "frames": 400, "ended_by": "game_over", "action_noop": 1, "action_fire": 2, "action_right": 3,
+         "action_left": 4, "wall_s": 1.0, "contract_hash": earlier.contract.hash} for seed in (5, 6)])
+    mark_played(earlier, "games", "baseline", [5, 6], key, keyed_by)
+    later = _context(tmp_path, "later")
+    assert reuse_games(later, "games", "baseline", [7, 6, 5], key, keyed_by) == [7]  # 7 is left to play
+    assert reuse_games(later, "games", "baseline", [5], others.pop(), keyed_by) == [5]  # another key: none
+    with later.store.reader() as con:
+        copied = con.execute("SELECT seed, score, action_left FROM episodes WHERE run_id = 'later' ORDER BY seed"
+                             ).fetchall()
+        marks = con.execute("SELECT seed, reused_from FROM baseline_games WHERE run_id = 'later' ORDER BY seed"
+                            ).fetchall()
+    assert copied == [(5, 15.0, 4), (6, 16.0, 4)] and marks == [(5, "earlier"), (6, "earlier")]
+    # a copy is never copied from: only games that were played
+    assert reuse_games(_context(tmp_path, "third"), "games", "baseline", [5], key, keyed_by) == []
+    with later.store.reader() as con:
+        assert con.execute("SELECT DISTINCT reused_from FROM baseline_games WHERE run_id = 'third'").fetchall() == \
+            [("earlier",)]
+
+
+def test_a_gif_cannot_name_a_seed_not_yet_drawn(tmp_path, write_spec):
+    spec = write_spec("""\
+name: gif
+policies:
+  a: {type: random}
+measurements:
+  - kind: evaluate
+    name: games
+    policies: [a]
+    seeds: {drawn: 2}
+    gif: {policy: a, seed: 3}
+verdicts:
+  - name: v
+    measurement: games
+    candidate: a
+    deployment_worthy_when: {candidate_mean_score: ">= 0"}
+""")
+    result = cli("run", str(spec), "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, f"{spec}:9: measurements[0].gif.seed: gif.seed names a seed, and drawn "
+                                        "seeds are known only once the run draws them")
