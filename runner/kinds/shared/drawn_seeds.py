@@ -6,6 +6,8 @@ records which games it played and why those. Explicit seeds are played as writte
 Which files are the candidates is each kind's to say: the `episodes` kind's are the files its
 runtimes other than the baseline load; the `evaluate` kind's, the checkpoint files of its
 policies. On --resume the seeds the run drew are played on, whatever the files hold now.
+`seeds_report` shows the draw, and the baseline games copied from earlier runs
+(runner.kinds.shared.baseline_games), so a report says where every game came from.
 """
 
 from __future__ import annotations
