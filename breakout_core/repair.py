@@ -24,13 +24,17 @@ or Gemm kept in float between quantized neighbours gets int8 weights from ONNX R
 itself when the session is made, and the step records which (`excluded_quantized_at_load`);
 the search then goes on to the next node (an FP16 node kept in float32 has nothing of the
 kind). The CPU's INT8 instruction sets are recorded with the figures (`quantize.cpu_isa`).
+
+Between searches (one per calibration method) `choose_step` picks the file to ship from what
+the check states say alone: latency moves with a shared machine's load, so a tie broken by
+it would ship a different file from one run to the next.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
@@ -230,6 +234,27 @@ def repair_search(
             break
     return RepairResult(precision=convert.precision, steps=tuple(steps), order=order, target=target, chosen=chosen,
                         cpu=cpu_isa(), check_states=len(check_states), check_states_dropped=int((~fresh).sum()))
+
+
+def choose_step(results: Mapping[str | None, RepairResult]) -> tuple[str | None, RepairStep, bool]:
+    """(search name, step, met the target) of the file to write: among passing steps of every
+    search, the fewest nodes kept in float, then the lowest mean |dQ| on the check states; where
+    none passes, the closest (highest agreement, then lowest max |dQ|, then lowest mean |dQ|).
+    The search's name and the file's sha256 settle an exact tie, so the choice is the same in
+    every run whose steps agree. Latency is never consulted: it is reported beside the choice."""
+    steps = [(name, step) for name, result in results.items() for step in result.steps]
+    if not steps:
+        raise ValueError("no search made a step: nothing to choose from")
+
+    def settled(item: tuple[str | None, RepairStep]) -> tuple[str, str]:
+        return item[0] or "", item[1].sha256
+
+    passing = [item for item in steps if item[1].passes]
+    if passing:
+        name, step = min(passing, key=lambda it: (len(it[1].excluded), it[1].mean_abs_dq, *settled(it)))
+        return name, step, True
+    name, step = min(steps, key=lambda it: (-it[1].agreement, it[1].max_abs_dq, it[1].mean_abs_dq, *settled(it)))
+    return name, step, False
 
 
 def q_values(path: str | Path, states: np.ndarray) -> np.ndarray:

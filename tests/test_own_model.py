@@ -201,4 +201,4 @@ def test_check_rejects_a_model_whose_decisions_changed(tmp_path):
     candidate = json.dumps({"path": str(model.resolve()), "precision": "fp32"})
     assert json.loads(overrides) == [f"artifacts.candidate={candidate}", *fewer]
     assert read_spec_text(text)["artifacts"]["candidate"] == {"path": str(model.resolve()), "precision": "fp32"}
-    assert outcomes["same_decisions"] == "rejected" and len(outcomes) == 4
+    assert outcomes["same_decisions"] == "rejected" and len(outcomes) == 5

@@ -3,13 +3,21 @@ recorded with its agreement, max |dQ| and interleaved latency, and the target is
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from tiny_onnx import fragile_weights, tiny_model, tiny_states
 
-from breakout_core.repair import Int8Converter, RepairTarget, interleaved_p50_ms, q_values, repair_search
+from breakout_core.repair import (
+    Int8Converter,
+    RepairTarget,
+    choose_step,
+    interleaved_p50_ms,
+    q_values,
+    repair_search,
+)
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +84,47 @@ def test_batch_one_outputs_and_interleaved_latency(fragile):
     assert q.shape == (6, 4) and q.dtype == np.float32
     p50s = interleaved_p50_ms([fragile, fragile], states, runs=64, warmup=2)
     assert len(p50s) == 2 and all(p > 0 for p in p50s)
+
+
+def test_the_choice_between_searches_ignores_latency_and_repeats(tmp_path, fragile):
+    """Two calibration methods searched twice: both runs choose the same file, the one with
+    the fewest nodes in float and then the lowest mean |dQ|, whatever the latency says."""
+    calibration, check = tiny_states(64, seed=1), tiny_states(100, seed=2)
+    target = RepairTarget(min_agreement=0.95)
+
+    def searches(folder: Path) -> dict:
+        return {method: repair_search(fragile, check, folder / method, target=target, latency_runs=64,
+                                      convert=Int8Converter(calibration, calibrate_method=method))
+                for method in ("minmax", "percentile")}
+
+    first, second = searches(tmp_path / "a"), searches(tmp_path / "b")
+    method, step, met = choose_step(first)
+    assert met and step.passes
+    passing = [s for result in first.values() for s in result.steps if s.passes]
+    assert len(passing) == 2  # one per method, each with the fragile layer kept in float
+    fewest = min(len(s.excluded) for s in passing)
+    assert len(step.excluded) == fewest
+    assert step.mean_abs_dq == min(s.mean_abs_dq for s in passing if len(s.excluded) == fewest)
+    again = choose_step(second)
+    assert (again[0], again[1].sha256, again[2]) == (method, step.sha256, True)
+    # the latency ratios turned around (the other file ten times faster): the same file
+    other = next(s for s in passing if s is not step)
+    slowed = {name: replace(result, steps=tuple(replace(s, p50_ms=10 * s.fp32_p50_ms) if s is step else
+                                                replace(s, p50_ms=0.1 * s.fp32_p50_ms) if s is other else s
+                                                for s in result.steps))
+              for name, result in first.items()}
+    assert choose_step(slowed)[1].sha256 == step.sha256
+
+
+def test_where_no_step_passes_the_closest_is_chosen(tmp_path, fragile):
+    check = tiny_states(60, seed=2)
+    strict = RepairTarget(min_agreement=None, max_abs_dq=1e-9)
+    results = {method: repair_search(fragile, check, tmp_path / method, target=strict, latency_runs=64,
+                                     convert=Int8Converter(tiny_states(64, seed=1), calibrate_method=method))
+               for method in ("minmax", "percentile")}
+    method, step, met = choose_step(results)
+    steps = [s for result in results.values() for s in result.steps]
+    assert not met and step.agreement == max(s.agreement for s in steps)
+    assert step.max_abs_dq == min(s.max_abs_dq for s in steps if s.agreement == step.agreement)
+    with pytest.raises(ValueError, match="no search made a step"):
+        choose_step({})

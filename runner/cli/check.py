@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from runner.cli.exit_codes import ExitCode, fail
-from runner.cli.options import db_option, reports_option, set_option
+from runner.cli.options import confirm_option, db_option, reports_option, set_option
 
 CHECK_SPEC = Path(__file__).resolve().parents[2] / "specs" / "check_onnx.yaml"
 WORTHY = "deployment-worthy"
@@ -69,17 +69,21 @@ def summary(verdicts: list[dict]) -> str:
 @click.option("--baseline", metavar="OTHER.onnx", type=click.Path(path_type=Path), default=None,
               help="check against this ONNX model (default: the reference FP32 ONNX the spec names)")
 @set_option
+@confirm_option
 @db_option
 @reports_option
 @click.pass_context
-def check(ctx: click.Context, model: Path, baseline: Path | None, overrides: tuple[str, ...], db: Path | None,
-          reports_dir: Path) -> None:
+def check(ctx: click.Context, model: Path, baseline: Path | None, overrides: tuple[str, ...], confirm: bool,
+          db: Path | None, reports_dir: Path) -> None:
     """Check MODEL.onnx against the reference agent's FP32 ONNX (or --baseline) on ONNX Runtime's
     CPU: the same action on 60 fixed states, batch-1 latency at most 10% slower, the same score
     over a 256-step closed loop, and no more than 1 point of mean score lost over 30 full games
     (specs/check_onnx.yaml). Exit 0 when every verdict is deployment-worthy; 1 when any is
     rejected, inconclusive or unavailable (a gate does not pass without evidence); 2 for a
-    missing or unreadable model."""
+    missing or unreadable model.
+
+    The games are played on seeds drawn for MODEL (keyed by its sha256: a new file, new games);
+    --confirm draws them from the confirmation range, which no spec names."""
     sets = []
     for label, path, artifact in (("MODEL", model, "candidate"), ("--baseline", baseline, "baseline")):
         if path is None:
@@ -90,7 +94,7 @@ def check(ctx: click.Context, model: Path, baseline: Path | None, overrides: tup
         sets.append(artifact_override(artifact, path))
     run = ctx.find_root().command.get_command(ctx, "run")
     verdicts = ctx.invoke(run, spec_path=CHECK_SPEC, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,
-                          fail_on=frozenset(), as_json=False)
+                          fail_on=frozenset(), as_json=False, confirm=confirm)
     passed = bool(verdicts) and all(v["outcome"] == WORTHY for v in verdicts)
     click.echo(f"check {'passed' if passed else 'failed'}: {summary(verdicts)} ({model})")
     sys.exit(ExitCode.OK if passed else ExitCode.SAID_NO)

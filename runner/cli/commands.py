@@ -18,7 +18,7 @@ from breakout_core.messages import first_line
 from runner.cli.check import check
 from runner.cli.exit_codes import ExitCode, fail, store_error_code
 from runner.cli.json_output import emit_json, json_option
-from runner.cli.options import db_option, reports_option, set_option
+from runner.cli.options import confirm_option, db_option, reports_option, set_option
 from runner.cli.specs_list import specs
 from runner.cli.verdict_listing import fail_on_outcomes
 
@@ -144,6 +144,7 @@ def schema() -> None:
 @reports_option
 @click.option("--report/--no-report", default=True, show_default=True, help="write the run's HTML report at the end")
 @click.option("--resume", is_flag=True, help="go on with this spec's last interrupted or failed run")
+@confirm_option
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
               help="where checkpoints and other run files go")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
@@ -157,7 +158,7 @@ def schema() -> None:
 @json_option
 def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_dir: Path, report: bool, resume: bool,
         runs_dir: Path, executor: str, ray_address: str | None, ray_retries: int, fail_on: frozenset[str],
-        as_json: bool) -> list[dict]:
+        as_json: bool, confirm: bool = False) -> list[dict]:
     """Validate SPEC, execute its measurements, store every row, decide its verdicts (returned to
     a command that invokes this one)."""
     from runner.cli.terminal import log_console
@@ -181,7 +182,7 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
     try:
         store.verify_readable()
         run_id, verdicts = run_spec(loaded, store, reports_dir, console, resume=resume, runs_dir=runs_dir,
-                                    executor=Executor(executor, ray_address, ray_retries))
+                                    executor=Executor(executor, ray_address, ray_retries), confirm=confirm)
     except ResumeRefused as exc:
         fail(str(exc), ExitCode.BAD_INPUT)
     except ArtifactBusy as exc:  # refused before anything was stored

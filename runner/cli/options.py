@@ -14,3 +14,6 @@ set_option = click.option("--set", "overrides", multiple=True, metavar="PATH=VAL
                           help="change a value of the spec before it is validated, e.g. measurements.0.iterations=2000 "
                                "or measurements.NAME.seeds='{start: 0, count: 5}' (mapping keys by name, list items "
                                "by index or name, the value read as YAML; repeatable)")
+confirm_option = click.option("--confirm", is_flag=True,
+                              help="seeds a spec draws (`seeds: {drawn: N}`) come from the confirmation range, "
+                                   "which no spec may name, instead of the check range")

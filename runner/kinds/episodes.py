@@ -30,7 +30,9 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from runner.compare.rows import Row, RunSide, episode_rows, runtime_problem, unavailable_rows
 from runner.kinds.kind import Kind
-from runner.kinds.shared import episode_scores, staged_games
+from runner.kinds.shared import episode_scores, staged_games, stalls
+from runner.kinds.shared.baseline_games import game_key, mark_played, reuse_games, reused_count
+from runner.kinds.shared.drawn_seeds import played_seeds, seeds_report
 from runner.kinds.shared.episode_scores import BootstrapSpec, episode_row, score_metrics, score_report
 from runner.kinds.shared.runtime_lifecycle import RuntimePolicy, open_runtime
 from runner.kinds.shared.runtime_metrics import (
@@ -41,16 +43,18 @@ from runner.kinds.shared.runtime_metrics import (
 )
 from runner.kinds.shared.runtime_status import found_unavailable, runtime_sections, with_unavailable
 from runner.kinds.shared.staged_games import StagesSpec, looks_report, play_in_stages, staged_metrics, stages_problem
+from runner.kinds.shared.stalls import stall_metrics
 from runner.report.section import Section
 from runner.run.context import RunContext
-from runner.spec.fields import Name, Seeds, seed_list
+from runner.spec.fields import Name, PlayedSeeds, possible_seeds, seed_count
 from runner.spec.runtimes import RuntimeMeasurement
 
 
 class EpisodesMeasurement(RuntimeMeasurement):
     kind: Literal["episodes"]
     name: Name
-    seeds: Seeds = Field(description="episode seeds: a list, or {start, count}")
+    seeds: PlayedSeeds = Field(description="episode seeds: a list, {start, count}, or {drawn: N}: N seeds drawn "
+                               "for the files of the runtimes other than the baseline")
     batch_size: int = Field(default=8, ge=1, le=256,
                             description="episodes played side by side (one inference per step)")
     bootstrap: BootstrapSpec = BootstrapSpec()
@@ -63,7 +67,7 @@ class EpisodesMeasurement(RuntimeMeasurement):
     @classmethod
     def _stages_fit(cls, stages: StagesSpec | None, info: ValidationInfo) -> StagesSpec | None:
         seeds = info.data.get("seeds")  # validated before stages; absent when they were refused
-        if stages is not None and seeds is not None and (problem := stages_problem(stages, len(seed_list(seeds)))):
+        if stages is not None and seeds is not None and (problem := stages_problem(stages, seed_count(seeds))):
             raise ValueError(problem)
         return stages
 
@@ -117,14 +121,14 @@ MIGRATIONS = [
 GAME_CALL_METRIC_NAMES = ("candidate_game_call_p50_ms", "candidate_game_call_p95_ms", "baseline_game_call_p95_ms",
                           "game_call_p95_ratio")
 METRIC_NAMES = (episode_scores.METRIC_NAMES + GAME_CALL_METRIC_NAMES + PARITY_METRIC_NAMES + LATENCY_METRIC_NAMES
-                + staged_games.METRIC_NAMES)
+                + staged_games.METRIC_NAMES + stalls.METRIC_NAMES)
 BOOTSTRAP_INTERVAL = ("paired_score_diff_ci_low", "paired_score_diff_ci_high")
 
 
 def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
     from breakout_core.driver import evaluation_driver
 
-    seeds = seed_list(m.seeds)
+    seeds = played_seeds(ctx, m.name, m.seeds, candidate_files(m, ctx))
     if m.stages is not None:
         with closing(evaluation_driver(ctx.contract, m.batch_size, m.stages.games, len(m.runtimes))) as driver:
             play_in_stages(m, ctx, seeds, lambda name, runtime, block, task: _play_games(
@@ -138,6 +142,12 @@ def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
                 _play_runtime(m, ctx, name, seeds, driver)
 
 
+def candidate_files(m: EpisodesMeasurement, ctx: RunContext) -> dict[str, str]:
+    """The files whose sha256 keys drawn seeds: those of every runtime but the baseline."""
+    spec = ctx.spec
+    return {name: spec.artifacts[spec.runtimes[name].artifact].path for name in m.ordered_runtimes()[1:]}
+
+
 def _play_runtime(m: EpisodesMeasurement, ctx: RunContext, name: str, seeds: list[int], driver) -> None:
     with open_runtime(ctx, m.name, name) as runtime:
         if runtime is None:
@@ -148,8 +158,17 @@ def _play_runtime(m: EpisodesMeasurement, ctx: RunContext, name: str, seeds: lis
 
 def _play_games(m: EpisodesMeasurement, ctx: RunContext, name: str, runtime, seeds: list[int], driver, task) -> None:
     """One loaded runtime plays `seeds`, advancing the progress `task` a game at a time and
-    adding to its transitions; its games, its inference counts and each call's time are stored."""
+    adding to its transitions; its games, its inference counts and each call's time are stored.
+    The baseline's games stored under the same key are copied instead (shared.baseline_games)."""
     from breakout_core.evaluator import evaluate as play
+
+    key = None
+    if name == m.baseline_runtime:
+        key, keyed_by = game_key(ctx, name, driver.num_slots)
+        left = reuse_games(ctx, m.name, name, seeds, key, keyed_by)
+        ctx.progress.advance(task, len(seeds) - len(left))
+        if not (seeds := left):
+            return
     policy = RuntimePolicy(runtime, name)
     made = [next(t for t in ctx.progress.tasks if t.id == task).fields["transitions"]]
 
@@ -175,6 +194,8 @@ def _play_games(m: EpisodesMeasurement, ctx: RunContext, name: str, runtime, see
         {"run_id": ctx.run_id, "measurement": m.name, "runtime": name, "call": first_call + i, "states": states,
          "ms": 1000 * s}
         for i, (states, s) in enumerate(zip(policy.call_states, policy.call_seconds))])
+    if key is not None:
+        mark_played(ctx, m.name, name, seeds, key, keyed_by)
 
 
 def _device(runtime) -> dict:
@@ -207,6 +228,9 @@ def _game_call_metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str,
 
 def metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: str) -> dict:
     found = score_metrics(con, run_id, m.name, m.bootstrap, candidate, baseline)
+    found.update(stall_metrics(con, run_id, m.name, candidate, baseline))
+    if baseline == m.baseline_runtime and (reused := reused_count(con, run_id, m.name, baseline)):
+        found["baseline_games_reused"] = float(reused)  # copied from an earlier run under the same key
     if m.stages is not None:
         found.update(staged_metrics(con, run_id, m.name, candidate, baseline))
     found.update(_game_call_metrics(con, run_id, m, candidate, baseline))
@@ -236,7 +260,7 @@ def report(con, run_id: str, m: EpisodesMeasurement) -> list[Section]:
         sections.append(Section(f"{m.name}: inference per runtime (one call per vector step of {m.batch_size} games; "
                                 "each call timed inside the game loop by the runtime's clock)",
                                 html=table_html(blank_nulls(inference))))
-    return sections
+    return sections + seeds_report(con, run_id, m.name)
 
 
 # -- runner compare ---------------------------------------------------------------------------
@@ -260,6 +284,6 @@ KIND = Kind(
     references=EpisodesMeasurement.references,
     metric_problem=EpisodesMeasurement.metric_problem,
     compare=compare_episodes,
-    episode_seeds=lambda m: [(("seeds",), seed_list(m.seeds))],
+    episode_seeds=lambda m: [(("seeds",), possible_seeds(m.seeds))],
     not_settings=frozenset({"runtimes", "baseline", "seeds", "batch_size", "bootstrap", "parity", "latency"}),
 )

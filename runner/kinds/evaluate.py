@@ -19,6 +19,7 @@ from breakout_core.files import same_file
 from breakout_core.hashing import file_sha256
 from runner.compare.rows import Row, RunSide, differences, episode_rows
 from runner.kinds.kind import Kind
+from runner.kinds.shared.drawn_seeds import played_seeds, seeds_report
 from runner.kinds.shared.episode_scores import (
     METRIC_NAMES,
     BootstrapSpec,
@@ -29,9 +30,11 @@ from runner.kinds.shared.episode_scores import (
 )
 from runner.kinds.shared.runtime_lifecycle import check_loaded
 from runner.kinds.shared.selection_seeds import HELD_OUT, describe, seed_ranges, selection_of
+from runner.kinds.shared.stalls import METRIC_NAMES as STALL_METRIC_NAMES
+from runner.kinds.shared.stalls import stall_metrics
 from runner.report.section import Section
 from runner.run.context import RunContext
-from runner.spec.fields import MAX_SEED, Name, Seeds, StrictModel, seed_list
+from runner.spec.fields import MAX_SEED, DrawnSeeds, Name, PlayedSeeds, StrictModel, possible_seeds
 from runner.spec.yaml_source import PlacedError, raise_placed
 
 MIGRATIONS = [
@@ -68,7 +71,8 @@ class EvaluateMeasurement(StrictModel):
     kind: Literal["evaluate"]
     name: Name
     policies: list[Name] = Field(min_length=1, description="names from the spec's policies")
-    seeds: Seeds = Field(description="episode seeds: a list, or {start, count}")
+    seeds: PlayedSeeds = Field(description="episode seeds: a list, {start, count}, or {drawn: N}: N seeds drawn "
+                               "for the checkpoint files of the policies")
     batch_size: int = Field(default=4, ge=1, le=256, description="episodes played side by side")
     policy_seed: int = Field(default=0, ge=0,
                              description="seeds each episode's action randomness with the episode seed")
@@ -84,7 +88,9 @@ class EvaluateMeasurement(StrictModel):
                 ([] if self.gif.policy in self.policies else
                  [PlacedError(f"gif.policy {self.gif.policy!r} is not one of this measurement's policies",
                               ("gif", "policy"))])
-                + ([] if self.gif.seed in seed_list(self.seeds) else
+                + ([PlacedError("gif.seed names a seed, and drawn seeds are known only once the run draws them: "
+                                "give the seeds as a list or {start, count}", ("gif", "seed"))]
+                   if isinstance(self.seeds, DrawnSeeds) else [] if self.gif.seed in possible_seeds(self.seeds) else
                    [PlacedError(f"gif.seed {self.gif.seed} is not one of this measurement's seeds", ("gif", "seed"))]))
         return self
 
@@ -102,7 +108,8 @@ def build_policy(policy_spec, name: str):
 def execute(m: EvaluateMeasurement, ctx: RunContext) -> None:
     from breakout_core.driver import evaluation_driver
 
-    seeds = seed_list(m.seeds)
+    seeds = played_seeds(ctx, m.name, m.seeds, {name: ctx.spec.policies[name].path for name in m.policies
+                                                 if ctx.spec.policies[name].type != "random"})
     pending = [name for name in m.policies if not ctx.already_stored("episodes", m.name, policy=name)]
     if pending:
         with closing(evaluation_driver(ctx.contract, m.batch_size, len(seeds), len(pending))) as driver:
@@ -166,6 +173,8 @@ def _selection_rows(con, run_id: str, measurement: str) -> list[tuple]:
 
 def metrics(con, run_id: str, m: EvaluateMeasurement, candidate: str, baseline: str) -> dict:
     found = score_metrics(con, run_id, m.name, m.bootstrap, candidate, baseline)
+    if baseline is not None:
+        found.update(stall_metrics(con, run_id, m.name, candidate, baseline))
     rows = {row[0]: row for row in _selection_rows(con, run_id, m.name)}
     if candidate in rows:
         found["candidate_held_out"] = 1.0 if rows[candidate][1] == HELD_OUT else 0.0  # unknown is not held out
@@ -187,9 +196,15 @@ def report(con, run_id: str, m: EvaluateMeasurement) -> list[Section]:
         [run_id, m.name]).df()
     if not files.empty:
         sections.insert(1, Section(
-            f"{m.name}: held out, or played on the seeds it was chosen on (seeds {seed_ranges(seed_list(m.seeds))})",
+            f"{m.name}: held out, or played on the seeds it was chosen on "
+            f"(seeds {seed_ranges(_played(con, run_id, m))})",
             html=table_html(blank_nulls(files))))
-    return sections
+    return sections + seeds_report(con, run_id, m.name)
+
+
+def _played(con, run_id: str, m: EvaluateMeasurement) -> list[int]:
+    return [s for (s,) in con.execute("SELECT DISTINCT seed FROM episodes WHERE run_id = ? AND measurement = ? "
+                                      "ORDER BY seed", [run_id, m.name]).fetchall()]
 
 
 # -- runner compare ---------------------------------------------------------------------------
@@ -232,10 +247,10 @@ KIND = Kind(
     views=[],
     execute=execute,
     participants=lambda m: list(m.policies),
-    metric_names=METRIC_NAMES + SELECTION_METRIC_NAMES,
+    metric_names=METRIC_NAMES + STALL_METRIC_NAMES + SELECTION_METRIC_NAMES,
     metrics=metrics,
     report=report,
     compare=compare_evaluate,
-    episode_seeds=lambda m: [(("seeds",), seed_list(m.seeds))],
+    episode_seeds=lambda m: [(("seeds",), possible_seeds(m.seeds))],
     not_settings=frozenset({"policies", "seeds", "batch_size", "gif", "bootstrap"}),
 )

@@ -13,9 +13,10 @@ which no calibration state equals. `precision: fp16`: the same search over the n
 float16 converter converts, kept in float32 through onnxconverter-common's `node_block_list`
 with their FP32 weights (breakout_core.fp16); no calibration, no checkpoint. The stored rows
 of an FP16 search have no calibration method (NULL). Every step is stored with its agreement, |dQ| and batch-1 P50
-timed in turns with FP32's (ONNX Runtime CPU, one thread). The chosen step (fewest nodes in
-float, then the fastest) is copied to the output artifact; where none meets the target,
-the closest step is written and the report says so. Whether its games keep their scores is
+timed in turns with FP32's (ONNX Runtime CPU, one thread). The chosen step
+(breakout_core.repair.choose_step: fewest nodes in float, then the lowest mean |dQ| on the
+check states; latency is reported, never a tie-break) is copied to the output artifact;
+where none meets the target, the closest step is written and the report says so. Whether its games keep their scores is
 for a games measurement to judge: the proxy does not predict scores.
 """
 
@@ -176,7 +177,7 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
 
     from breakout_core.fixed_states import save_fixed_states
     from breakout_core.hashing import file_sha256
-    from breakout_core.repair import Fp16Converter, Int8Converter, RepairTarget, repair_search
+    from breakout_core.repair import Fp16Converter, Int8Converter, RepairTarget, choose_step, repair_search
     from runner.kinds.shared.lineage import check_lineage
     from runner.kinds.shared.runtime_lifecycle import load_states
     from runner.kinds.shared.state_capture import capture_states
@@ -208,7 +209,7 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
             results[method] = repair_search(source, check, folder / (method or m.precision), convert=convert,
                                             target=target, latency_runs=m.latency_runs)
             ctx.progress.advance(task)
-    method, step, met = _choose(results)
+    method, step, met = choose_step(results)
     output = ctx.files.publish(m.output, step.path, step.sha256).resolve()  # the chosen step's file, in one rename
     base = {"run_id": ctx.run_id, "measurement": m.name}
     ctx.store.append_rows("repair_steps", [
@@ -236,18 +237,6 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
         "onnxruntime": ort.__version__, "wall_s": time.perf_counter() - started}])
     ctx.store.append_rows("artifacts", [{**base, "label": f"{m.output} (onnx, {m.precision})", "path": str(output),
                                          "bytes": step.path.stat().st_size}])
-
-
-def _choose(results: dict) -> tuple:
-    """(method, step, met the target): the passing step with the fewest nodes kept in float, then
-    the lowest latency ratio; where none passes, the closest (highest agreement, then lowest max |dQ|)."""
-    steps = [(method, step) for method, result in results.items() for step in result.steps]
-    passing = [(method, step) for method, step in steps if step.passes]
-    if passing:
-        method, step = min(passing, key=lambda item: (len(item[1].excluded), item[1].latency_ratio))
-        return method, step, True
-    method, step = min(steps, key=lambda item: (-item[1].agreement, item[1].max_abs_dq))
-    return method, step, False
 
 
 def metrics(con, run_id: str, m: RepairMeasurement, candidate: str, baseline: str | None) -> dict[str, float]:

@@ -30,6 +30,7 @@ class RunContext:
     resume: bool = False  # continuing an unfinished run: kinds skip or go on with finished work
     executor: "Executor | None" = None  # where trainings run; None: in this process
     files: "RunFiles | None" = None  # the artifacts' hashes and output paths; None: no spec artifacts are checked
+    confirm: bool = False  # `--confirm`: drawn seeds come from the confirmation range (runner.spec.seed_pools)
 
     def already_stored(self, table: str, measurement: str, **columns: Any) -> bool:
         """On --resume: whether `table` holds rows of this run's `measurement` where each of

@@ -45,11 +45,13 @@ def new_run_id() -> str:
 
 
 def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: bool = False,
-             runs_dir: Path = Path("runs"), executor: "Executor | None" = None) -> tuple[str, list[dict]]:
+             runs_dir: Path = Path("runs"), executor: "Executor | None" = None,
+             confirm: bool = False) -> tuple[str, list[dict]]:
     """Execute every measurement of `loaded`; returns the run id and its verdict rows.
 
     With `resume`, the latest interrupted or failed run of the same spec text goes on under
-    its own run id; each kind skips or continues the work that run already stored. Every path
+    its own run id; each kind skips or continues the work that run already stored. With
+    `confirm`, seeds a spec draws come from the confirmation range. Every path
     the spec's measurements write is locked before anything is stored, until the run ends
     (runner.run.artifact_files)."""
     from runner.kinds.registry import KINDS
@@ -65,11 +67,11 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
     files = RunFiles(run_id, spec, store, Path(runs_dir) / run_id,
                      [name for m in spec.measurements for name in KINDS[m.kind].outputs(m)])
     with files.locked():  # a path another run writes refuses this one here (ArtifactBusy)
-        return _run_locked(loaded, store, reports_dir, console, run_id, files, resume, runs_dir, executor)
+        return _run_locked(loaded, store, reports_dir, console, run_id, files, resume, runs_dir, executor, confirm)
 
 
 def _run_locked(loaded: LoadedSpec, store, reports_dir: Path, console, run_id: str, files, resume: bool,
-                runs_dir: Path, executor: "Executor | None") -> tuple[str, list[dict]]:
+                runs_dir: Path, executor: "Executor | None", confirm: bool) -> tuple[str, list[dict]]:
     from runner.kinds.registry import KINDS
     from runner.run.context import RunContext
     from runner.run.progress import run_progress
@@ -103,7 +105,8 @@ def _run_locked(loaded: LoadedSpec, store, reports_dir: Path, console, run_id: s
     progress = run_progress(console)
     ctx = RunContext(run_id=run_id, spec=spec, contract=contract, store=store,
                      reports_dir=Path(reports_dir), progress=progress,
-                     artifacts_dir=Path(runs_dir) / run_id, resume=resume, executor=executor, files=files)
+                     artifacts_dir=Path(runs_dir) / run_id, resume=resume, executor=executor, files=files,
+                     confirm=confirm)
     try:
         with Heartbeat(store, run_id):  # stopped before the run's status is set below
             files.record_inputs(resume)  # the sha256 of each file it reads, which every load is held to

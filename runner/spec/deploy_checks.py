@@ -117,7 +117,8 @@ def _held_out_problems(spec, kinds, check_files: bool) -> list[tuple[tuple, str]
     """Held-out seeds (calibration games) that the spec plays, or that fixed states it reads came
     from: one line per held-out field and game that overlap, at the list entry of the first
     seed in common (at the field where the seeds are a range)."""
-    played = [(f"measurement {m.name!r} ({'.'.join(map(str, loc))}) plays", set(seeds))
+    played = [(f"measurement {m.name!r} ({'.'.join(map(str, loc))}) plays",
+               seeds if isinstance(seeds, range) else set(seeds))  # drawn seeds: a reserved range
               for kind, m in zip(kinds, spec.measurements) for loc, seeds in kind.episode_seeds(m)]
     if check_files:
         played += [(f"the fixed states artifacts.{name} ({artifact.path}) were captured from", seeds)
@@ -129,7 +130,7 @@ def _held_out_problems(spec, kinds, check_files: bool) -> list[tuple[tuple, str]
         for loc, seeds in kind.held_out_seeds(m):
             declared = _value_at(m, loc)
             for who, other in played:
-                if common := sorted(set(seeds) & other):
+                if common := sorted(s for s in set(seeds) if s in other):
                     more = f", ... ({len(common)} in all)" if len(common) > 5 else ""
                     shown = ", ".join(map(str, common[:5])) + more
                     entry = (declared.index(common[0]),) if isinstance(declared, list) else ()

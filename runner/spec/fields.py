@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from breakout_core.contract import MAX_EPISODE_SEED, MAX_REPEAT_ACTION_PROBABILITY
+from runner.spec.seed_pools import CHECK_RANGE, DRAWABLE, confirmation_overlap, shown
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"  # safe as a file name and a SQL string
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
@@ -58,6 +59,8 @@ class SeedRange(StrictModel):
         if self.start + self.count - 1 > MAX_SEED:
             raise ValueError(f"the last seed, {self.start + self.count - 1}, is above {MAX_SEED}, the largest "
                              "episode seed (ALE's sticky-action seed is a 32-bit int)")
+        if problem := confirmation_overlap(range(self.start, self.start + self.count)):
+            raise ValueError(problem)
         return self
 
     def values(self) -> list[int]:
@@ -74,6 +77,8 @@ def _check_seed_list(value: list[int]) -> list[int]:
                          "(ALE's sticky-action seed is a 32-bit int)")
     if len(set(value)) != len(value):
         raise ValueError("seeds must be distinct")
+    if problem := confirmation_overlap(value):
+        raise ValueError(problem)
     return value
 
 
@@ -86,7 +91,35 @@ Seeds = Annotated[
 
 
 def seed_list(seeds: "list[int] | SeedRange") -> list[int]:
+    if isinstance(seeds, DrawnSeeds):
+        raise TypeError("drawn seeds are known once the run draws them: runner.kinds.shared.drawn_seeds")
     return seeds.values() if isinstance(seeds, SeedRange) else list(seeds)
+
+
+class DrawnSeeds(StrictModel):
+    """Seeds drawn for the candidate when the run starts (runner.spec.seed_pools)."""
+
+    drawn: int = Field(gt=0, le=MAX_SEEDS, description=f"how many seeds to draw from the reserved range "
+                       f"{shown(CHECK_RANGE)}, keyed by the sha256 of the candidate files, so new files play new "
+                       "games; `--confirm` draws from the confirmation range instead")
+
+
+# what a kind that plays a candidate's games takes: explicit seeds, or seeds drawn for it
+PlayedSeeds = Annotated[
+    Union[Annotated[list[int], AfterValidator(_check_seed_list), Tag("list")], Annotated[SeedRange, Tag("range")],
+          Annotated[DrawnSeeds, Tag("drawn seeds")]],
+    Discriminator(lambda v: "list" if isinstance(v, list) else
+                  "drawn seeds" if isinstance(v, DrawnSeeds) or (isinstance(v, dict) and "drawn" in v) else "range"),
+]
+
+
+def seed_count(seeds: "list[int] | SeedRange | DrawnSeeds") -> int:
+    return seeds.drawn if isinstance(seeds, DrawnSeeds) else len(seed_list(seeds))
+
+
+def possible_seeds(seeds: "list[int] | SeedRange | DrawnSeeds") -> "list[int] | range":
+    """Every seed these may play: drawn seeds may be any of the reserved ranges'."""
+    return DRAWABLE if isinstance(seeds, DrawnSeeds) else seed_list(seeds)
 
 
 class ContractSpec(StrictModel):

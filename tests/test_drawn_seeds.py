@@ -1,0 +1,193 @@
+"""Seeds drawn for a candidate: the same files draw the same seeds, another candidate file
+other seeds, `--confirm` seeds of the confirmation range; the draw is stored with the run;
+a spec that names a confirmation seed is one line, file:line, exit 2, nothing stored; the
+held-out check still refuses calibration seeds a draw could give."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from test_cli_inputs import assert_one_line_usage_error
+from test_end_to_end import cli
+
+from breakout_core.hashing import file_sha256
+from runner.spec.document import SpecError, load_spec
+from runner.spec.seed_pools import CHECK_RANGE, CONFIRMATION_RANGE, draw_key, draw_seeds
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_draw_is_a_function_of_its_key_and_pool():
+    key = draw_key(["a" * 64])
+    seeds = draw_seeds(key, 400, "check")
+    assert seeds == draw_seeds(key, 400, "check") and len(set(seeds)) == 400
+    assert all(s in CHECK_RANGE for s in seeds) and seeds[:30] == draw_seeds(key, 30, "check")
+    assert all(s in CONFIRMATION_RANGE for s in draw_seeds(key, 400, "confirmation"))
+    other = draw_seeds(draw_key(["b" * 64]), 400, "check")
+    assert len(set(seeds) & set(other)) < 5  # another file: other games
+    assert draw_key(["a" * 64, "b" * 64]) == draw_key(["b" * 64, "a" * 64])  # order does not count
+    assert CHECK_RANGE.start > 20_000  # above every explicit seed a shipped spec names
+    with pytest.raises(ValueError, match="draw 1 to"):
+        draw_seeds(key, 0, "check")
+
+
+SPEC = """\
+name: drawn
+contract: {max_episode_frames: 120, other_contracts: deliberate}
+artifacts:
+  baseline: {path: model.pt}
+  candidate: {path: model.pt}
+runtimes:
+  torch_a: {runtime: torch, threads: 1, artifact: baseline}
+  torch_b: {runtime: torch, threads: 1, artifact: candidate}
+measurements:
+  - kind: episodes
+    name: games
+    baseline: torch_a
+    runtimes: [torch_a, torch_b]
+    seeds: {drawn: 3}
+    batch_size: 3
+verdicts:
+  - name: no_more_stalls
+    measurement: games
+    candidate: torch_b
+    baseline: torch_a
+    deployment_worthy_when: {stall_excess_ci_low: "<= 0"}
+"""
+
+
+@pytest.mark.slow
+def test_the_same_file_draws_the_same_games_and_a_new_one_new_games(tmp_path, checkpoint, write_spec):
+    """Five runs: the second draws the first's seeds and copies its baseline games; another
+    candidate file draws other seeds; --confirm draws from the confirmation range; another
+    contract draws the same seeds but replays the baseline's games."""
+    import torch
+
+    from breakout_core.contract import CONTRACTS
+    from breakout_core.qnetwork import QNetwork, save_checkpoint
+
+    torch.manual_seed(1)
+    save_checkpoint(tmp_path / "other.pt", QNetwork(), CONTRACTS["breakout-v3"], transitions=0)
+    spec = write_spec(SPEC)
+
+    def run(*args: str) -> str:
+        done = cli("run", str(spec), "--db", "r.duckdb", "--no-report", *args, cwd=tmp_path)
+        assert done.exit_code == 0, (done.output, done.exception)
+        return done.stdout.split()[1]
+
+    first, again = run(), run()
+    new_file = run("--set", "artifacts.candidate.path=other.pt")
+    confirmed = run("--confirm")
+    other_contract = run("--set", "contract.max_episode_frames=124")
+    with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
+        drawn = {r: (pool, json.loads(files), json.loads(seeds)) for r, pool, files, seeds in con.execute(
+            "SELECT run_id, pool, files, seeds FROM drawn_seeds WHERE measurement = 'games'").fetchall()}
+        played = dict(con.execute("SELECT run_id, list(DISTINCT seed ORDER BY seed) FROM episodes "
+                                  "GROUP BY run_id").fetchall())
+        reused = con.execute("SELECT run_id, runtime, count(*), list(DISTINCT reused_from) FROM baseline_games "
+                             "WHERE reused_from IS NOT NULL GROUP BY ALL").fetchall()
+        games = {r: con.execute("SELECT seed, score, steps, ended_by FROM episodes WHERE run_id = ? "
+                                "AND policy = 'torch_a' ORDER BY seed", [r]).fetchall() for r in (first, again)}
+        keys = dict(con.execute("SELECT run_id, any_value(key) FROM baseline_games GROUP BY run_id").fetchall())
+    assert drawn[first] == drawn[again] and drawn[first][0] == "check"
+    assert drawn[first][1] == {"torch_b": file_sha256(checkpoint)}  # the candidate's file keys the draw
+    assert drawn[new_file][1] == {"torch_b": file_sha256(tmp_path / "other.pt")}
+    assert not set(drawn[first][2]) & set(drawn[new_file][2])
+    assert drawn[confirmed][0] == "confirmation" and all(s in CONFIRMATION_RANGE for s in drawn[confirmed][2])
+    for run_id, (_, _, seeds) in drawn.items():
+        assert played[run_id] == sorted(seeds)  # both runtimes played exactly the drawn seeds
+    # the baseline's games of the second run are the first's, copied; no other run copied any
+    assert reused == [(again, "torch_a", 3, [first])] and games[again] == games[first]
+    assert drawn[other_contract][2] == drawn[first][2] and keys[other_contract] != keys[first]
+
+
+def test_a_seed_in_the_confirmation_range_is_one_line_and_stores_nothing(tmp_path, checkpoint, write_spec):
+    spec = write_spec(SPEC.replace("seeds: {drawn: 3}", "seeds: {start: 1499999998, count: 3}"))
+    result = cli("run", str(spec), "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, f"{spec}:14: measurements[0].seeds: seed 1500000000 is in the "
+                                        "confirmation range 1500000000-1999999999, which only `--confirm` plays")
+    assert not (tmp_path / "r.duckdb").exists()
+    listed = write_spec(SPEC.replace("seeds: {drawn: 3}", "seeds: [7, 1600000000]"))
+    result = cli("run", str(listed), "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, f"{listed}:14: measurements[0].seeds: seed 1600000000")
+    result = cli("run", str(spec), "--db", "r.duckdb", "--set", "measurements.games.seeds={drawn: 0}", cwd=tmp_path)
+    assert_one_line_usage_error(result, "measurements[0].seeds.drawn: Input should be greater than 0")
+    assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_calibration_seeds_a_draw_could_give_are_refused_where_they_are_declared():
+    spec = REPO / "specs" / "int8_cpu.yaml"
+    capture = "measurements.int8_repair.calibration.capture.episode_seeds"
+    with pytest.raises(SpecError) as refused:
+        load_spec(spec, overrides=(f"{capture}={{start: {CHECK_RANGE.start + 5}, count: 8}}",))
+    assert "held-out seeds must be disjoint from every game the spec plays: measurement 'int8_games' (seeds) " \
+           f"plays {CHECK_RANGE.start + 5}" in str(refused.value)
+    assert load_spec(spec).spec.measurements[-1].seeds.drawn == 400  # as shipped: 9100-9107, never drawn
+
+
+def _context(tmp_path: Path, run_id: str, contract=None):
+    from runner.run.context import RunContext
+    from runner.store.database import Store
+
+    spec = load_spec(REPO / "specs" / "check_onnx.yaml").spec
+    return RunContext(run_id=run_id, spec=spec, contract=contract or spec.contract.build(),
+                      store=Store(tmp_path / "r.duckdb"), reports_dir=tmp_path, progress=None,
+                      artifacts_dir=tmp_path)
+
+
+def test_stored_baseline_games_are_copied_only_under_the_same_key(tmp_path):
+    from runner.kinds.shared.baseline_games import game_key, mark_played, reuse_games
+
+    earlier = _context(tmp_path, "earlier")
+    key, keyed_by = game_key(earlier, "baseline", 10)
+    assert game_key(earlier, "baseline", 10)[0] == key and keyed_by["batch_size"] == 10
+    assert keyed_by["file_sha256"] == file_sha256(REPO / "models" / "reference" / "dqn_breakout.onnx")
+    assert {"cpu", "packages", "contract", "backend", "options"} <= set(keyed_by)
+    other_contract = _context(tmp_path, "x", earlier.contract.replace(max_episode_frames=1000))
+    others = {game_key(earlier, "baseline", 1)[0], game_key(earlier, "candidate", 10)[0],  # another batch, file
+              game_key(other_contract, "baseline", 10)[0]}
+    assert key not in others and len(others) == 3
+    earlier.store.append_rows("episodes", [
+        {"run_id": "earlier", "measurement": "games", "policy": "baseline", "seed": seed, "score": 10.0 + seed,
+         "steps": 100, "frames": 400, "ended_by": "game_over", "action_noop": 1, "action_fire": 2, "action_right": 3,
+         "action_left": 4, "wall_s": 1.0, "contract_hash": earlier.contract.hash} for seed in (5, 6)])
+    mark_played(earlier, "games", "baseline", [5, 6], key, keyed_by)
+    later = _context(tmp_path, "later")
+    assert reuse_games(later, "games", "baseline", [7, 6, 5], key, keyed_by) == [7]  # 7 is left to play
+    assert reuse_games(later, "games", "baseline", [5], others.pop(), keyed_by) == [5]  # another key: none
+    with later.store.reader() as con:
+        copied = con.execute("SELECT seed, score, action_left FROM episodes WHERE run_id = 'later' ORDER BY seed"
+                             ).fetchall()
+        marks = con.execute("SELECT seed, reused_from FROM baseline_games WHERE run_id = 'later' ORDER BY seed"
+                            ).fetchall()
+    assert copied == [(5, 15.0, 4), (6, 16.0, 4)] and marks == [(5, "earlier"), (6, "earlier")]
+    # a copy is never copied from: only games that were played
+    assert reuse_games(_context(tmp_path, "third"), "games", "baseline", [5], key, keyed_by) == []
+    with later.store.reader() as con:
+        assert con.execute("SELECT DISTINCT reused_from FROM baseline_games WHERE run_id = 'third'").fetchall() == \
+            [("earlier",)]
+
+
+def test_a_gif_cannot_name_a_seed_not_yet_drawn(tmp_path, write_spec):
+    spec = write_spec("""\
+name: gif
+policies:
+  a: {type: random}
+measurements:
+  - kind: evaluate
+    name: games
+    policies: [a]
+    seeds: {drawn: 2}
+    gif: {policy: a, seed: 3}
+verdicts:
+  - name: v
+    measurement: games
+    candidate: a
+    deployment_worthy_when: {candidate_mean_score: ">= 0"}
+""")
+    result = cli("run", str(spec), "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, f"{spec}:9: measurements[0].gif.seed: gif.seed names a seed, and drawn "
+                                        "seeds are known only once the run draws them")
