@@ -252,6 +252,24 @@ def capture_from_checkpoint(
     )
 
 
+def capture_from_onnx(onnx_path: str | Path, contract: Contract, *, n_states: int = 60,
+                      episode_seeds: Sequence[int] = tuple(range(6)), epsilon: float = 0.05,
+                      **options: Any) -> FixedStates:
+    """Fixed states from an ONNX model's own play (uint8 input, as adapted) under `contract`, for a
+    model with no checkpoint of this project's; the file's path and sha256 are recorded where a
+    checkpoint's would be. Other options go to capture_fixed_states."""
+    from breakout_core.policies import OnnxPolicy
+
+    policy = OnnxPolicy(onnx_path, epsilon=epsilon)
+    try:
+        states = capture_fixed_states(policy, contract, n_states=n_states, episode_seeds=episode_seeds,
+                                      checkpoint_path=onnx_path, **options)
+    finally:
+        policy.close()
+    states.meta["source"] = "onnx"
+    return states
+
+
 def save_fixed_states(path: str | Path, states: FixedStates) -> Path:
     """Write a versioned, pickle-free .npz (atomically: a reader never sees half a file)."""
     path = Path(path)
