@@ -43,9 +43,16 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
             fail(f"{label} {problem}", ExitCode.BAD_INPUT)
         import onnx
 
+        option = "--input" if artifact == "candidate" else "--baseline-input"
         try:
             convention = InputConvention.parse(declared) if declared else None
-            conventions[artifact] = convention_of(onnx.load(path, load_external_data=False), convention)
+        except ValueError as exc:
+            fail(f"{option} {exc}", ExitCode.BAD_INPUT)
+        model = onnx.load(path, load_external_data=False)
+        if convention is None and artifact == "baseline" and "candidate" in conventions:
+            convention = _same_as_candidate(model, conventions["candidate"])
+        try:
+            conventions[artifact] = convention_of(model, convention)
         except ValueError as exc:
             fail(f"{label} {path}: {exc}", ExitCode.BAD_INPUT)
         sets.append(artifact_override(artifact, path, conventions[artifact]))
@@ -69,6 +76,16 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
             _note_another_agent(runnable["candidate"], Path(spec.artifacts["baseline"].path), reference_states,
                                 files[0][1])
     return sets
+
+
+def _same_as_candidate(model, candidate):
+    """The candidate's convention for a baseline that declares none of its own and whose input has the
+    candidate's dtype and layout (a user's FP32 export beside its conversion), else None."""
+    from breakout_core.input_convention import convention_problem, declared_in
+
+    if candidate.native or declared_in(model) is not None or convention_problem(model, candidate):
+        return None
+    return candidate
 
 
 def onnx_file_problem(path: Path) -> str | None:
@@ -155,8 +172,6 @@ def baseline_states(runnable: Path, baseline: Path, convention, contract) -> Pat
     """The fixed states of the baseline's own games under `contract`: captured once, kept under
     runs/baseline_states/ by the baseline file's sha256 and the contract, reused while both are
     the same."""
-    from dataclasses import replace
-
     from breakout_core.fixed_states import capture_from_onnx, load_fixed_states, save_fixed_states
     from breakout_core.hashing import file_sha256
 
@@ -164,14 +179,13 @@ def baseline_states(runnable: Path, baseline: Path, convention, contract) -> Pat
     path = STATES_FOLDER / f"{baseline.stem}-{sha[:12]}-{contract.hash[:12]}.npz"
     if path.is_file():
         kept = load_fixed_states(path)
-        if kept.checkpoint_sha256 == sha and kept.contract_hash == contract.hash:
+        if kept.meta.get("onnx_sha256") == sha and kept.contract_hash == contract.hash:
             click.echo(f"--baseline {baseline}: fixed states from its own games, captured before: {path}")
             return path
     click.echo(f"--baseline {baseline}: capturing 60 fixed states from its own games under {contract.name} "
                f"(once per baseline file) ...")
-    states = capture_from_onnx(runnable, contract, batch_size=6)
-    states = replace(states, checkpoint_path=str(baseline.resolve()), checkpoint_sha256=sha,
-                     meta={**states.meta, "input": str(convention)})
+    states = capture_from_onnx(runnable, contract, batch_size=6, source=baseline)
+    states.meta["input"] = str(convention)
     save_fixed_states(path, states)
     click.echo(f"--baseline {baseline}: fixed states in {path} "
                f"({states.meta['capture_wall_s']:.0f} s)")
