@@ -27,18 +27,18 @@ def _nature_layers(actions: int = 4) -> list[nn.Module]:
             nn.Linear(512, actions)]
 
 
-def _reference_layers() -> list[torch.Tensor]:
-    """The reference agent's weights and biases in layer order (conv, conv, conv, fc, fc)."""
+def _reference_layers(checkpoint: Path) -> list[torch.Tensor]:
+    """A checkpoint's weights and biases in layer order (conv, conv, conv, fc, fc)."""
     from breakout_core.qnetwork import load_checkpoint
 
-    network, _ = load_checkpoint(REFERENCE_PT)
+    network, _ = load_checkpoint(checkpoint)
     state = network.state_dict()
     order = ["torso.0", "torso.2", "torso.4", "head.0", "head.2"]
     return [state[f"{name}.{part}"] for name in order for part in ("weight", "bias")]
 
 
-def _load(modules: list[nn.Module], actions: int) -> None:
-    weights = _reference_layers()
+def _load(modules: list[nn.Module], actions: int, checkpoint: Path = REFERENCE_PT) -> None:
+    weights = _reference_layers(checkpoint)
     for module, (weight, bias) in zip(modules, zip(weights[::2], weights[1::2])):
         if module.weight.shape == weight.shape:
             module.weight.data.copy_(weight)
@@ -51,11 +51,11 @@ def _load(modules: list[nn.Module], actions: int) -> None:
 class CleanRLQNetwork(nn.Module):
     """CleanRL's shape: `self.network` and `x / 255.0` in forward."""
 
-    def __init__(self, actions: int = 4, scale_inside: bool = True):
+    def __init__(self, actions: int = 4, scale_inside: bool = True, checkpoint: Path = REFERENCE_PT):
         super().__init__()
         self.network = nn.Sequential(*_nature_layers(actions))
         self.scale_inside = scale_inside
-        _load([m for m in self.network if isinstance(m, (nn.Conv2d, nn.Linear))], actions)
+        _load([m for m in self.network if isinstance(m, (nn.Conv2d, nn.Linear))], actions, checkpoint)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.network(x / 255.0 if self.scale_inside else x)
@@ -107,8 +107,10 @@ def export(network: nn.Module, path: Path, example: torch.Tensor, *, dynamic_bat
     return path
 
 
-def cleanrl_onnx(path: Path, *, dynamic_batch: bool = False, actions: int = 4) -> Path:
-    return export(CleanRLQNetwork(actions), path, torch.zeros(1, 4, 84, 84), dynamic_batch=dynamic_batch)
+def cleanrl_onnx(path: Path, *, dynamic_batch: bool = False, actions: int = 4,
+                 checkpoint: Path = REFERENCE_PT) -> Path:
+    network = CleanRLQNetwork(actions, checkpoint=checkpoint)
+    return export(network, path, torch.zeros(1, 4, 84, 84), dynamic_batch=dynamic_batch)
 
 
 def sb3_onnx(path: Path) -> Path:
