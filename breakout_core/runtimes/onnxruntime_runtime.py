@@ -15,6 +15,9 @@ An FP16 model on the CPU provider runs partly emulated: ops without an FP16 CPU 
 in FP32 between casts that ONNX Runtime inserts (`InsertedPrecisionFreeCast*` nodes);
 describe() counts them.
 
+A file whose batch dimension is fixed (torch.onnx.export's default without dynamic_axes is
+1) is fed any batch in calls of that batch; describe() records it as `static_batch`.
+
 An INT8 file (breakout_core.quantize) is described by what its quantizer recorded (method,
 the source graph's nodes it quantized) and by what ran: the nodes whose kernel computes on
 integers (QLinearConv, QGemm, ConvInteger, ... in the placement profile). On the CPU provider
