@@ -107,15 +107,16 @@ def declared_in(model) -> InputConvention | None:
     return InputConvention.parse(text) if text else None
 
 
-def convention_problem(model, declared: InputConvention | None) -> str | None:
-    """Why the model's input does not fit `declared` (or, undeclared, why it needs a declaration)."""
+def convention_problem(model, declared: InputConvention | None, option: str = "--input") -> str | None:
+    """Why the model's input does not fit `declared` (or, undeclared, why it needs a declaration
+    with `option`)."""
     _, dtype, shape = model_input(model)
     if declared is None:
         if dtype == "uint8":
             declared = InputConvention(layout="nhwc" if tuple(shape[1:]) == (84, 84, 4) else "nchw")
             return convention_problem(model, declared)
-        return (f"takes {dtype} {shape}, and a float input does not say its range: declare it with --input "
-                f"{SYNTAX}, e.g. --input {dtype}:0-255:{'nhwc' if tuple(shape[1:]) == (84, 84, 4) else 'nchw'}")
+        return (f"takes {dtype} {shape}, and a float input does not say its range: declare it with {option} "
+                f"{SYNTAX}, e.g. {option} {dtype}:0-255:{'nhwc' if tuple(shape[1:]) == (84, 84, 4) else 'nchw'}")
     if dtype != declared.dtype:
         return f"takes {dtype} {shape}, declared {declared}"
     wanted = (84, 84, 4) if declared.layout == "nhwc" else (4, 84, 84)
@@ -124,11 +125,11 @@ def convention_problem(model, declared: InputConvention | None) -> str | None:
     return None
 
 
-def convention_of(model, declared: InputConvention | None) -> InputConvention:
+def convention_of(model, declared: InputConvention | None, option: str = "--input") -> InputConvention:
     """`declared`, else the file's own declaration, else uint8 in whichever layout its shape is;
     ValueError (one line) when the input does not fit or a float input is undeclared."""
     declared = declared or declared_in(model)
-    problem = convention_problem(model, declared)
+    problem = convention_problem(model, declared, option)
     if problem:
         raise ValueError(problem)
     if declared is None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import torch
 from test_cli_inputs import assert_one_line_usage_error, cli
 from user_exports import (
     cleanrl_onnx,
@@ -42,6 +43,7 @@ def exports(tmp_path_factory) -> dict[str, Path]:
         "cleanrl_dynamic": cleanrl_onnx(folder / "cleanrl_dynamic.onnx", dynamic_batch=True),
         "sb3": sb3_onnx(folder / "sb3.onnx"),
         "nhwc": nhwc_onnx(folder / "nhwc.onnx"),
+        "nhwc_uint8": nhwc_onnx(folder / "nhwc_uint8.onnx", torch.uint8),
         "scaled_outside": scaled_outside_onnx(folder / "scaled_outside.onnx"),
     }
     files["fp16_io"] = fp16_io_onnx(files["cleanrl_dynamic"], folder / "fp16_io.onnx")
@@ -61,6 +63,7 @@ def reference_q(states: np.ndarray) -> np.ndarray:
     ("cleanrl_dynamic", "float32:0-255:nchw", "Cast uint8->float32", 1e-4),
     ("sb3", "float32:0-255:nchw", "Cast uint8->float32", 1e-4),
     ("nhwc", "float32:0-255:nhwc", "Transpose NCHW->NHWC, Cast uint8->float32", 1e-4),
+    ("nhwc_uint8", "uint8:0-255:nhwc", "Transpose NCHW->NHWC", 1e-4),
     ("scaled_outside", "float32:0-1:nchw", "Cast uint8->float32, Div 255", 1e-4),
     ("fp16_io", "float16:0-255:nchw", "Cast uint8->float16, output Cast float16->float32", 3e-2),
 ])
@@ -91,6 +94,13 @@ def test_an_adapter_that_does_not_fit_the_file_is_caught_on_the_states(tmp_path,
     with OnnxRuntimeRuntime(intra_op_threads=1, node_placement=False) as runtime:
         q = runtime.load(adapted.path).infer(FEW)
     assert np.max(np.abs(q - reference_q(FEW))) > 0.1
+
+
+def test_a_uint8_channels_last_file_needs_no_declaration(exports):
+    from breakout_core.input_convention import convention_of
+
+    assert str(convention_of(onnx.load(exports["nhwc_uint8"]), None)) == "uint8:0-255:nhwc"
+    assert convention_of(onnx.load(REFERENCE_ONNX), None).native
 
 
 def test_a_fixed_batch_is_fed_in_calls_of_it_and_said(tmp_path, exports):
@@ -182,3 +192,36 @@ def test_a_user_model_against_its_own_fp32_file(tmp_path, exports, candidate, ba
         patch.chdir(tmp_path)
         again = baseline_states(tmp_path / base, tmp_path / base, None, contract_by_name("breakout-v3"))
     assert (tmp_path / again).resolve() == kept.resolve() and kept.stat().st_mtime_ns == before
+
+
+USER_SPEC = """\
+name: user_float
+artifacts:
+  model: {{path: {model}{declared}}}
+runtimes:
+  ort: {{runtime: onnxruntime, provider: cpu, intra_op_threads: 1, artifact: model}}
+measurements:
+  - kind: closed_loop
+    name: loop
+    runtimes: [ort]
+    seed: 0
+    steps: 16
+"""
+
+
+def test_a_spec_declares_an_artifacts_input_and_its_run_adapts_it_under_its_folder(tmp_path, exports, write_spec):
+    model = shutil.copy(exports["nhwc"], tmp_path / "nhwc.onnx")
+    undeclared = write_spec(USER_SPEC.format(model=model, declared=""))
+    result = cli("validate", str(undeclared), cwd=tmp_path)
+    assert_one_line_usage_error(result, "artifacts.model.input: nhwc.onnx takes float32 ('batch', 84, 84, 4)",
+                                "declare it with input: DTYPE:RANGE:LAYOUT", "e.g. input: float32:0-255:nhwc")
+    spec = write_spec(USER_SPEC.format(model=model, declared=", input: float32:0-255:nhwc"))
+    done = cli("run", str(spec), "--db", "r.duckdb", "--no-report", cwd=tmp_path)
+    assert done.exit_code == 0, (done.output, done.exception)
+    run_id = done.stdout.split()[1]
+    adapted = tmp_path / "runs" / run_id / "inputs" / "model.onnx"
+    meta = {p.key: p.value for p in onnx.load(adapted).metadata_props}
+    assert meta["breakout.input_adapter"] == "Transpose NCHW->NHWC, Cast uint8->float32"
+    with Store(tmp_path / "r.duckdb").reader() as con:
+        (described,) = con.execute("SELECT runtime_describe FROM runtime_status").fetchone()
+    assert json.loads(described)["actual"]["model_metadata"]["breakout.input_source"] == "float32:0-255:nhwc"

@@ -7,7 +7,7 @@ reference agent's weights (same layer shapes), so each plays exactly as the refe
   then `linear`) and a `q_net` head; its forward runs `preprocess_obs`, which casts to float and
   divides by 255 (SB3's export guide: "this pre-processing is done inside the policy"). Exported
   from a random float observation of the policy's (4, 84, 84) space, opset 17.
-Variants: a dynamic batch, channels last (NHWC), scaled to 0-1 outside the network, and an FP16
+Variants: a dynamic batch, channels last (NHWC, float32 or uint8), scaled to 0-1 outside the network, and an FP16
 file with float16 input and output (onnxconverter-common, keep_io_types=False).
 """
 
@@ -117,8 +117,8 @@ def sb3_onnx(path: Path) -> Path:
     return export(SB3QNetwork(), path, torch.randn(1, 4, 84, 84), opset=17)
 
 
-def nhwc_onnx(path: Path) -> Path:
-    return export(ChannelsLast(CleanRLQNetwork()), path, torch.zeros(1, 84, 84, 4), dynamic_batch=True)
+def nhwc_onnx(path: Path, dtype: torch.dtype = torch.float32) -> Path:
+    return export(ChannelsLast(CleanRLQNetwork()), path, torch.zeros(1, 84, 84, 4, dtype=dtype), dynamic_batch=True)
 
 
 def scaled_outside_onnx(path: Path) -> Path:
