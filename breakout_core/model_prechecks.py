@@ -113,10 +113,15 @@ def precheck(path: str | Path, batch_sizes: Iterable[int]) -> Precheck:
 
 
 def spec_batch_sizes(measurements: Iterable[object]) -> set[int]:
-    """Every batch size a spec's measurements feed a model (`batch_sizes`, `batch_size`), and 1."""
+    """Every batch size a spec's measurements (models or their mappings) feed a model
+    (`batch_sizes`, `batch_size`), and 1."""
     sizes = {1}
     for m in measurements:
-        sizes.update(getattr(m, "batch_sizes", None) or ())
-        if isinstance(getattr(m, "batch_size", None), int):
-            sizes.add(m.batch_size)
+        def field(key: str, m=m):
+            return m.get(key) if isinstance(m, dict) else getattr(m, key, None)
+
+        listed, single = field("batch_sizes"), field("batch_size")
+        sizes.update(b for b in (listed if isinstance(listed, list) else ()) if isinstance(b, int) and b > 0)
+        if isinstance(single, int) and single > 0:
+            sizes.add(single)
     return sizes

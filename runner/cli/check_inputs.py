@@ -24,6 +24,7 @@ import numpy as np
 from runner.cli.exit_codes import ExitCode, fail
 
 STATES_FOLDER = Path("runs") / "baseline_states"
+CAPTURE_BATCH = 6  # games a baseline's fixed states are captured from, played side by side
 ANOTHER_AGENT = 0.5  # agreement with the reference below which a candidate looks like another agent
 
 
@@ -56,26 +57,55 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
         except ValueError as exc:
             fail(f"{label} {path}: {exc}", ExitCode.BAD_INPUT)
         sets.append(artifact_override(artifact, path, conventions[artifact]))
-    spec = _spec(check_spec, (*sets, *overrides))
-    if spec is None:
+    document = _document(check_spec, (*sets, *overrides))
+    if document is None:
         return sets  # the run reports what is wrong with the spec or the --set arguments
     from breakout_core.fixed_states import load_fixed_states
     from breakout_core.model_prechecks import spec_batch_sizes
+    from runner.spec.document import load_spec
+    from runner.spec.fields import ContractSpec
 
-    reference_states = load_fixed_states(spec.artifacts["fixed_states"].path).obs
-    sizes = spec_batch_sizes(spec.measurements)
+    plain = load_spec(check_spec).spec  # the spec's own baseline, and the fixed states captured from its agent
+    reference, reference_states = Path(plain.artifacts["baseline"].path), load_fixed_states(
+        plain.artifacts["fixed_states"].path).obs
+    baseline = next((path for _, path, artifact, _ in given if artifact == "baseline"), None)
+    own_states = baseline is not None and not _same_file(baseline, reference) and not any(
+        o.split("=", 1)[0].startswith("artifacts.fixed_states") for o in overrides)
+    try:
+        contract = ContractSpec.model_validate(document.get("contract") or {}).build()
+    except ValueError:  # pydantic's ValidationError: the run says what is wrong, where
+        return sets
+    sizes = spec_batch_sizes(document.get("measurements") or []) | ({CAPTURE_BATCH} if own_states else set())
     with tempfile.TemporaryDirectory(prefix="check-inputs-") as folder:
         runnable = {artifact: _runnable(label, path, conventions[artifact], Path(folder), reference_states, sizes)
                     for label, path, artifact, _ in given}
-        own_states = not any(o.split("=", 1)[0].startswith("artifacts.fixed_states") for o in overrides)
-        if "baseline" in runnable and own_states:
-            baseline = next(path for _, path, artifact, _ in given if artifact == "baseline")
-            states = baseline_states(runnable["baseline"], baseline, conventions["baseline"], spec.contract.build())
+        if own_states:
+            states = baseline_states(runnable["baseline"], baseline, conventions["baseline"], contract)
             sets.append(f"artifacts.fixed_states={json.dumps({'path': str(states.resolve())})}")
-        elif "baseline" not in runnable:
-            _note_another_agent(runnable["candidate"], Path(spec.artifacts["baseline"].path), reference_states,
-                                files[0][1])
+        elif baseline is None:
+            _note_another_agent(runnable["candidate"], reference, reference_states, files[0][1])
     return sets
+
+
+def _document(check_spec: Path, overrides: tuple[str, ...]) -> dict | None:
+    """The check spec as the run will read it (extends and --set laid on), or None where it cannot
+    be read (the run then says why); its fixed states may be replaced by the baseline's own before
+    it validates."""
+    from runner.spec.extends import resolve_extends
+    from runner.spec.overrides import apply_overrides
+    from runner.spec.yaml_source import SpecSourceError, load_yaml
+
+    try:
+        data = apply_overrides(resolve_extends(load_yaml(check_spec)), overrides).data
+    except SpecSourceError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    from breakout_core.hashing import file_sha256
+
+    return b.is_file() and file_sha256(a) == file_sha256(b)
 
 
 def _same_as_candidate(model, candidate):
@@ -135,15 +165,6 @@ def artifact_override(artifact: str, path: Path, convention) -> str:
     return f"artifacts.{artifact}={json.dumps(value)}"
 
 
-def _spec(check_spec: Path, overrides: tuple[str, ...]):
-    from runner.spec.document import SpecError, load_spec
-
-    try:
-        return load_spec(check_spec, overrides=overrides).spec
-    except SpecError:
-        return None
-
-
 def _runnable(label: str, path: Path, convention, folder: Path, states: np.ndarray, sizes: set[int]) -> Path:
     """`path`, or its adapted copy in `folder`, once ONNX Runtime ran it at every batch size."""
     import onnx
@@ -184,7 +205,7 @@ def baseline_states(runnable: Path, baseline: Path, convention, contract) -> Pat
             return path
     click.echo(f"--baseline {baseline}: capturing 60 fixed states from its own games under {contract.name} "
                f"(once per baseline file) ...")
-    states = capture_from_onnx(runnable, contract, batch_size=6, source=baseline)
+    states = capture_from_onnx(runnable, contract, batch_size=CAPTURE_BATCH, source=baseline)
     states.meta["input"] = str(convention)
     save_fixed_states(path, states)
     click.echo(f"--baseline {baseline}: fixed states in {path} "
