@@ -78,10 +78,10 @@ def _input_problem(path: Path, declared: str | None) -> str | None:
 
     try:
         model = onnx.load(path, load_external_data=False)
-        own = declared_in(model)
+        own, dtype = declared_in(model), model_input(model)[1]
     except Exception:  # noqa: BLE001 -- the file's own check says what is wrong with it
         return None
-    if declared is None and own is None and model_input(model)[1] == "uint8":
+    if declared is None and own is None and dtype == "uint8":
         return None
     return convention_problem(model, InputConvention.parse(declared) if declared else own, option="input:")
 
