@@ -177,7 +177,7 @@ def test_a_user_model_against_its_own_fp32_file(tmp_path, exports, candidate, ba
     with Store(tmp_path / "r.duckdb").reader() as con:
         text = con.execute("SELECT spec_text FROM runs").fetchone()[0]
         described = [json.loads(d) for (d,) in con.execute(
-            "SELECT runtime_describe FROM runtime_status WHERE runtime = 'candidate' AND available")]
+            "SELECT runtime_describe FROM runtime_status WHERE runtime = 'candidate' AND available").fetchall()]
         outcomes = dict(con.execute("SELECT verdict, outcome FROM latest_verdicts").fetchall())
     artifacts = read_spec_text(text)["artifacts"]
     assert artifacts["candidate"]["input"] == flags[1] and artifacts["fixed_states"]["path"].endswith(".npz")
