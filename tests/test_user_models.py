@@ -132,6 +132,14 @@ def test_a_file_check_cannot_measure_is_one_line_and_nothing_runs(tmp_path, expo
     assert not (tmp_path / "r.duckdb").exists() and not (tmp_path / "runs").exists()
 
 
+def test_an_undeclared_float_baseline_is_told_its_own_option(tmp_path, exports):
+    shutil.copy(exports["cleanrl"], tmp_path / "fp32.onnx")
+    result = cli("check", str(REFERENCE_ONNX), "--baseline", "fp32.onnx", "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, "--baseline fp32.onnx: takes float32 (1, 4, 84, 84)",
+                                "declare it with --baseline-input DTYPE:RANGE:LAYOUT")
+    assert not (tmp_path / "r.duckdb").exists()
+
+
 def test_another_agent_without_a_baseline_is_told_how_to_give_its_own(tmp_path, capsys):
     """The breakout-v2 agent's weights exported as a user would: no metadata, so no contract to
     refuse it by; it decides otherwise than the reference on most fixed states."""

@@ -33,6 +33,8 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
     """The `--set` arguments that make the check spec's artifacts these files, after every check
     before the run; each `(label, path, artifact, declared input)` with a path. A file that fails
     ends the command with one line and exit 2; notes are printed as they come."""
+    import onnx
+
     from breakout_core.input_convention import InputConvention, convention_of
 
     given = [(label, path, artifact, declared) for label, path, artifact, declared in files if path is not None]
@@ -42,8 +44,6 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
         problem = onnx_file_problem(path)
         if problem:
             fail(f"{label} {problem}", ExitCode.BAD_INPUT)
-        import onnx
-
         option = "--input" if artifact == "candidate" else "--baseline-input"
         try:
             convention = InputConvention.parse(declared) if declared else None
@@ -53,7 +53,7 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
         if convention is None and artifact == "baseline" and "candidate" in conventions:
             convention = _same_as_candidate(model, conventions["candidate"])
         try:
-            conventions[artifact] = convention_of(model, convention)
+            conventions[artifact] = convention_of(model, convention, option)
         except ValueError as exc:
             fail(f"{label} {path}: {exc}", ExitCode.BAD_INPUT)
         sets.append(artifact_override(artifact, path, conventions[artifact]))
