@@ -232,5 +232,5 @@ def test_a_spec_declares_an_artifacts_input_and_its_run_adapts_it_under_its_fold
     meta = {p.key: p.value for p in onnx.load(adapted).metadata_props}
     assert meta["breakout.input_adapter"] == "Transpose NCHW->NHWC, Cast uint8->float32"
     with Store(tmp_path / "r.duckdb").reader() as con:
-        (described,) = con.execute("SELECT runtime_describe FROM runtime_status").fetchone()
-    assert json.loads(described)["actual"]["model_metadata"]["breakout.input_source"] == "float32:0-255:nhwc"
+        shown = con.execute("SELECT input, input_adapter, static_batch FROM runtime_summary").fetchone()
+    assert shown == ("float32:0-255:nhwc", "Transpose NCHW->NHWC, Cast uint8->float32", None)  # the report's table
