@@ -252,6 +252,26 @@ def capture_from_checkpoint(
     )
 
 
+def capture_from_onnx(onnx_path: str | Path, contract: Contract, *, n_states: int = 60,
+                      episode_seeds: Sequence[int] = tuple(range(6)), epsilon: float = 0.05,
+                      source: str | Path | None = None, **options: Any) -> FixedStates:
+    """Fixed states from an ONNX model's own play (uint8 input, as adapted) under `contract`, for a
+    model with no checkpoint of this project's. `source`: the file the model was adapted from
+    (default: `onnx_path`); its path and sha256 are kept in the states' meta (`onnx_path`,
+    `onnx_sha256`), not as a checkpoint's, which an export's lineage checks. Other options go to
+    capture_fixed_states."""
+    from breakout_core.policies import OnnxPolicy
+
+    policy = OnnxPolicy(onnx_path, epsilon=epsilon)
+    try:
+        states = capture_fixed_states(policy, contract, n_states=n_states, episode_seeds=episode_seeds, **options)
+    finally:
+        policy.close()
+    source = Path(source or onnx_path)
+    states.meta.update(onnx_path=str(source.resolve()), onnx_sha256=file_sha256(source))
+    return states
+
+
 def save_fixed_states(path: str | Path, states: FixedStates) -> Path:
     """Write a versioned, pickle-free .npz (atomically: a reader never sees half a file)."""
     path = Path(path)

@@ -68,7 +68,32 @@ class QNetworkPolicy:
             return self.network(self._torch.from_numpy(np.ascontiguousarray(obs))).numpy()
 
     def act(self, obs: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
-        greedy = self.q_values(obs).argmax(axis=1)
-        explore = np.fromiter((rng.random() for rng in rngs), dtype=np.float64, count=len(rngs))
-        random_actions = np.fromiter((rng.integers(NUM_ACTIONS) for rng in rngs), dtype=np.int64, count=len(rngs))
-        return np.where(explore < self.epsilon, random_actions, greedy).astype(np.int64)
+        return epsilon_greedy(self.q_values(obs), rngs, self.epsilon)
+
+
+class OnnxPolicy:
+    """Epsilon-greedy over an ONNX model of the agent (uint8 (B, 4, 84, 84) in) on ONNX Runtime's CPU."""
+
+    def __init__(self, path: str | Path, epsilon: float = 0.0):
+        from breakout_core.runtimes.onnxruntime_runtime import OnnxRuntimeRuntime
+
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+        self.runtime = OnnxRuntimeRuntime(intra_op_threads=1, node_placement=False).load(path)
+        self.epsilon = float(epsilon)
+        self.name = Path(path).stem
+
+    def act(self, obs: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+        return epsilon_greedy(self.runtime.infer(obs), rngs, self.epsilon)
+
+    def close(self) -> None:
+        self.runtime.close()
+
+
+def epsilon_greedy(q: np.ndarray, rngs: Sequence[np.random.Generator], epsilon: float) -> np.ndarray:
+    """Each row's greedy action, or a random one with probability epsilon; every row draws one
+    uniform number and one action whatever epsilon is."""
+    greedy = q.argmax(axis=1)
+    explore = np.fromiter((rng.random() for rng in rngs), dtype=np.float64, count=len(rngs))
+    random_actions = np.fromiter((rng.integers(NUM_ACTIONS) for rng in rngs), dtype=np.int64, count=len(rngs))
+    return np.where(explore < epsilon, random_actions, greedy).astype(np.int64)

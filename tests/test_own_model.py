@@ -176,7 +176,7 @@ def test_check_refuses_a_model_that_does_not_take_the_agents_observations(tmp_pa
 
     tiny_model(tmp_path / "tiny.onnx")  # uint8 (B, 4, 12, 12) in
     result = cli("check", "tiny.onnx", "--db", "r.duckdb", cwd=tmp_path)
-    assert_one_line_usage_error(result, "MODEL tiny.onnx: the agent's model takes one uint8 input (B, 4, 84, 84)",
+    assert_one_line_usage_error(result, "MODEL tiny.onnx: the agent's model takes one input (B, 4, 84, 84)",
                                 "this one has obs: uint8 ('batch', 4, 12, 12)")
     assert not (tmp_path / "r.duckdb").exists()
 

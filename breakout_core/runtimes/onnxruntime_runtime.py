@@ -15,6 +15,9 @@ An FP16 model on the CPU provider runs partly emulated: ops without an FP16 CPU 
 in FP32 between casts that ONNX Runtime inserts (`InsertedPrecisionFreeCast*` nodes);
 describe() counts them.
 
+A file whose batch dimension is fixed (torch.onnx.export's default without dynamic_axes is
+1) is fed any batch in calls of that batch; describe() records it as `static_batch`.
+
 An INT8 file (breakout_core.quantize) is described by what its quantizer recorded (method,
 the source graph's nodes it quantized) and by what ran: the nodes whose kernel computes on
 integers (QLinearConv, QGemm, ConvInteger, ... in the placement profile). On the CPU provider
@@ -143,6 +146,8 @@ class OnnxRuntimeRuntime(Runtime):
                 f"{[(i.name, i.type) for i in inputs]} -> {[(o.name, o.type) for o in outputs]}"
             )
         self._input_name, self._output_name = inputs[0].name, outputs[0].name
+        first = inputs[0].shape[0] if inputs[0].shape else None
+        self._static_batch = first if isinstance(first, int) and first > 0 else None
         self._output_type = outputs[0].type
         meta = self._session_obj.get_modelmeta().custom_metadata_map
         self._model_meta = dict(meta)
@@ -154,7 +159,9 @@ class OnnxRuntimeRuntime(Runtime):
         try:
             session = self._session(path, profile_prefix=str(Path(folder) / "placement"))
             name = session.get_inputs()[0].name
-            session.run(None, {name: np.zeros((1, *OBS_SHAPE), dtype=np.uint8)})
+            first = session.get_inputs()[0].shape[0]
+            batch = first if isinstance(first, int) and first > 0 else 1
+            session.run(None, {name: np.zeros((batch, *OBS_SHAPE), dtype=np.uint8)})
             profile_file = session.end_profiling()
             events = json.loads(Path(profile_file).read_text())
             del session
@@ -176,10 +183,21 @@ class OnnxRuntimeRuntime(Runtime):
 
     # -- running ------------------------------------------------------------------------------
     def _infer(self, obs: np.ndarray) -> np.ndarray:
+        if self._static_batch is not None and len(obs) != self._static_batch:
+            return self._infer_in_calls(obs, self._static_batch)
         q = self._session_obj.run([self._output_name], {self._input_name: obs})[0]
         if q.ndim != 2 or q.shape[1] != NUM_ACTIONS:
             raise ValueError(f"model output has shape {q.shape}, expected (B, {NUM_ACTIONS})")
         return np.array(q, dtype=np.float32, copy=True)
+
+    def _infer_in_calls(self, obs: np.ndarray, batch: int) -> np.ndarray:
+        """A batch the file's fixed batch dimension does not allow, fed in calls of that batch (the
+        last one padded with zeros, whose Q-values are dropped)."""
+        padded = -len(obs) % batch
+        if padded:
+            obs = np.concatenate([obs, np.zeros((padded, *OBS_SHAPE), dtype=np.uint8)])
+        q = np.concatenate([self._infer(obs[i:i + batch]) for i in range(0, len(obs), batch)])
+        return q[: len(q) - padded]
 
     def _actual(self) -> ActualRun:
         session = self._session_obj
@@ -192,6 +210,7 @@ class OnnxRuntimeRuntime(Runtime):
             "intra_op_threads": self.requested["intra_op_threads"] or "onnxruntime default",
             "cpu_ep_fallback_disabled": bool(self.requested["disable_cpu_ep_fallback"]),
             "output_type": self._output_type,
+            "static_batch": self._static_batch,  # a batch fixed in the file: larger ones run in calls of it
             "model_metadata": self._model_meta,
         }
         by_provider = off_provider = None

@@ -52,6 +52,10 @@ def _artifact_problems(spec, context: dict, outputs: set[str]) -> list[tuple[tup
         if own and name not in outputs:
             problems.append((("artifacts", name, "made_by"),
                              f"made_by names this spec, but none of its export measurements writes {name!r}"))
+        if check_files and artifact.type == "onnx" and path.is_file():
+            problem = _input_problem(path, artifact.input)
+            if problem:
+                problems.append((("artifacts", name, "input"), f"{path.name} {problem}"))
         if not check_files or own or path.is_file() or str(path.resolve()) in will_exist:
             continue
         if artifact.made_by is None:
@@ -63,6 +67,23 @@ def _artifact_problems(spec, context: dict, outputs: set[str]) -> list[tuple[tup
             problems.append((("artifacts", name, "path"),
                              f"file not found: {path}; it is made by spec {artifact.made_by!r}{hint}"))
     return problems
+
+
+def _input_problem(path: Path, declared: str | None) -> str | None:
+    """Why an ONNX file's input does not fit its declared convention, or, a float input, why it needs
+    one (breakout_core.input_convention); an undeclared uint8 input is the runtime's to check."""
+    import onnx
+
+    from breakout_core.input_convention import InputConvention, convention_problem, declared_in, model_input
+
+    try:
+        model = onnx.load(path, load_external_data=False)
+        own, dtype = declared_in(model), model_input(model)[1]
+    except Exception:  # noqa: BLE001 -- the file's own check says what is wrong with it
+        return None
+    if declared is None and own is None and dtype == "uint8":
+        return None
+    return convention_problem(model, InputConvention.parse(declared) if declared else own, option="input:")
 
 
 def _runtime_problems(spec) -> list[tuple[tuple, str]]:

@@ -38,6 +38,16 @@ class ArtifactSpec(StrictModel):
     made_by: Name | None = Field(default=None, description="the spec that writes this file; this spec's own name "
                                  "marks an output of one of its export measurements")
     precision: Literal["fp32", "fp16", "int8"] = Field(default="fp32", description="weights of an ONNX file")
+    input: str | None = Field(default=None, description="what an ONNX file's input takes, DTYPE:RANGE:LAYOUT "
+                              "(e.g. float32:0-255:nchw); runtimes load it with an adapter from the agent's uint8 "
+                              "observations in front. None: the file's own breakout.input metadata, else uint8")
+
+    @field_validator("input")
+    @classmethod
+    def _convention(cls, text: str | None) -> str | None:
+        from breakout_core.input_convention import InputConvention
+
+        return None if text is None else str(InputConvention.parse(text))
 
     @field_validator("path")
     @classmethod

@@ -12,6 +12,7 @@ import numpy as np
 
 from runner.kinds.shared import runtime_status
 from runner.kinds.shared.lineage import check_lineage
+from runner.kinds.shared.model_inputs import runtime_file
 from runner.spec.runtimes import runtime_precision
 
 
@@ -34,7 +35,7 @@ def open_runtime(ctx, measurement: str, name: str) -> Iterator[Any]:
     if ok:
         started = time.perf_counter()
         try:
-            runtime.load(artifact.path)
+            runtime.load(runtime_file(ctx, config.artifact))
         except RuntimeUnavailable as exc:
             ok, reason = False, exc.reason
         else:

@@ -79,7 +79,10 @@ VIEWS = [
            load_s, artifact, artifact_sha256,
            json_array_length(quantized_nodes) AS quantized_node_count, integer_kernels,
            cpu_int8_dot_product, cpu_isa->>'$.avx512_vnni' AS cpu_avx512_vnni, cpu_isa->>'$.avx2' AS cpu_avx2,
-           cpu_isa->>'$.avx512f' AS cpu_avx512f
+           cpu_isa->>'$.avx512f' AS cpu_avx512f,
+           runtime_describe->>'$.actual.model_metadata."breakout.input_source"' AS input,
+           runtime_describe->>'$.actual.model_metadata."breakout.input_adapter"' AS input_adapter,
+           CAST(runtime_describe->>'$.actual.static_batch' AS INTEGER) AS static_batch
     FROM runtime_status
     """,
 ]
@@ -159,8 +162,8 @@ def runtime_sections(con, run_id: str, measurement: str) -> list:
     frame = con.execute(
         "SELECT runtime, backend, precision, available, reason, device, provider, actual_precision, "
         "nodes_by_provider, nodes_off_provider, quantized_node_count, integer_kernels, cpu_int8_dot_product, "
-        "load_s, left(artifact_sha256, 12) AS artifact_sha256 FROM runtime_summary WHERE run_id = ? "
-        "AND measurement = ? "
+        "input, input_adapter, static_batch, load_s, left(artifact_sha256, 12) AS artifact_sha256 "
+        "FROM runtime_summary WHERE run_id = ? AND measurement = ? "
         "ORDER BY runtime", [run_id, measurement]).df()
     if frame.empty:
         return []

@@ -1,0 +1,127 @@
+"""What a user's model file must pass before anything is measured: ONNX Runtime opens it, and it runs
+at every batch size a spec will feed it, giving one Q-value per action of the minimal set.
+
+A failure is one line (`ModelRefused`) that says what to change, never ONNX Runtime's raw text
+alone. A batch dimension fixed in the file (torch.onnx.export's default without `dynamic_axes`
+is 1) is not a failure: every runtime then feeds the model in calls of that batch
+(`runtimes/onnxruntime_runtime.py`), and the pre-check says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from breakout_core.envs import NUM_ACTIONS
+from breakout_core.onnx_checks import one_line
+
+FULL_ACTION_SPACE = 18  # ALE's full action set
+
+
+class ModelRefused(ValueError):
+    """A model file that cannot be measured as it is; the message says why and what to change."""
+
+
+@dataclass(frozen=True)
+class Precheck:
+    """What the pre-check found: the batch fixed in the file (None: any) and the sizes it ran."""
+
+    static_batch: int | None
+    batch_sizes: tuple[int, ...]
+
+    def note(self) -> str | None:
+        """The line that says how a fixed batch is fed, or None when the batch is free."""
+        if self.static_batch is None:
+            return None
+        return (f"its batch dimension is fixed at {self.static_batch} (torch.onnx.export's default without "
+                f"dynamic_axes): every batch runs as calls of {self.static_batch}")
+
+
+def session(path: str | Path):
+    """A one-thread CPU session of `path`; ModelRefused with the reason (and, for a known converter
+    failure, the fix) when ONNX Runtime cannot load it."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 -- onnxruntime raises its own Fail, InvalidGraph, ...
+        reason = f"ONNX Runtime cannot load it ({one_line(exc)})"
+        raise ModelRefused(reason + (fp16_cast_fix(path) or "")) from None
+
+
+def fp16_cast_fix(path: str | Path) -> str | None:
+    """The fix, when `path` is onnxconverter-common's FP16 conversion of a uint8-input model: the
+    converter never rewrites a Cast's target type, so the Cast reading the uint8 input still makes
+    float32 while the file declares its output float16 (breakout_core/fp16.py keeps that Cast in
+    float32 for this reason)."""
+    import onnx
+
+    model = onnx.load(path)
+    graph = model.graph
+    if not graph.input or graph.input[0].type.tensor_type.elem_type != onnx.TensorProto.UINT8:
+        return None
+    if not any(i.data_type == onnx.TensorProto.FLOAT16 for i in graph.initializer):
+        return None
+    casts = [n for n in graph.node if n.op_type == "Cast" and graph.input[0].name in n.input
+             and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT for a in n.attribute)]
+    if not casts:
+        return None
+    return (f"; this is onnxconverter-common's FP16 converter on a uint8-input model: it leaves the Cast "
+            f"{casts[0].name!r} making float32 but declares its output float16. Convert the FP32 file again with "
+            f"float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=[{casts[0].name!r}])")
+
+
+def output_problem(actions: int) -> str | None:
+    """Why a model giving `actions` Q-values cannot play the minimal-action game."""
+    if actions == NUM_ACTIONS:
+        return None
+    if actions == FULL_ACTION_SPACE:
+        return (f"it gives {actions} Q-values, ALE's full action space (full_action_space=True); "
+                f"judge it under the contract option full_action_space")
+    return f"it gives {actions} Q-values; Breakout's minimal action set has {NUM_ACTIONS}"
+
+
+def precheck(path: str | Path, batch_sizes: Iterable[int]) -> Precheck:
+    """Open `path` (uint8 (B, 4, 84, 84) in, as adapted) in ONNX Runtime and run it at each batch size,
+    in calls of its fixed batch where it has one; ModelRefused naming what is wrong."""
+    sess = session(path)
+    inputs, outputs = sess.get_inputs(), sess.get_outputs()
+    if len(inputs) != 1 or len(outputs) != 1:
+        raise ModelRefused(f"it has {len(inputs)} inputs and {len(outputs)} outputs; the agent's model has one of each")
+    first = inputs[0].shape[0] if inputs[0].shape else None
+    static = first if isinstance(first, int) and first > 0 else None
+    sizes = tuple(sorted({int(b) for b in batch_sizes}))
+    for size in sizes:
+        call = static or size
+        obs = np.zeros((call, 4, 84, 84), dtype=np.uint8)
+        try:
+            q = sess.run(None, {inputs[0].name: obs})[0]
+        except Exception as exc:  # noqa: BLE001 -- the run's own error, on one line
+            raise ModelRefused(f"ONNX Runtime could not run it at batch {call} ({one_line(exc)})") from None
+        if q.ndim != 2 or q.shape[0] != call:
+            raise ModelRefused(f"its output has shape {tuple(q.shape)} for a batch of {call}; expected ({call}, "
+                               f"{NUM_ACTIONS})")
+        problem = output_problem(q.shape[1])
+        if problem:
+            raise ModelRefused(problem)
+    return Precheck(static_batch=static, batch_sizes=sizes)
+
+
+def spec_batch_sizes(measurements: Iterable[object]) -> set[int]:
+    """Every batch size a spec's measurements (models or their mappings) feed a model
+    (`batch_sizes`, `batch_size`), and 1."""
+    sizes = {1}
+    for m in measurements:
+        def field(key: str, m=m):
+            return m.get(key) if isinstance(m, dict) else getattr(m, key, None)
+
+        listed, single = field("batch_sizes"), field("batch_size")
+        sizes.update(b for b in (listed if isinstance(listed, list) else ()) if isinstance(b, int) and b > 0)
+        if isinstance(single, int) and single > 0:
+            sizes.add(single)
+    return sizes

@@ -1,0 +1,229 @@
+"""What `runner check` does with the user's files before the run starts, so that a file it cannot
+measure is one line and exit 2 with nothing stored:
+
+- the input convention of each file (`--input`, `--baseline-input`, else its `breakout.input`
+  metadata, else uint8); an undeclared float input is refused, never guessed;
+- the adapter in front of it, checked on the spec's fixed states (the run writes its own copy
+  under its folder, breakout_core.input_convention);
+- ONNX Runtime opens it and runs it at every batch size the spec feeds (breakout_core.model_prechecks);
+- with `--baseline`, the fixed states come from the baseline's own games under the spec's
+  contract, captured once per baseline file (by sha256) and contract, kept under
+  runs/baseline_states/; without it, a candidate that decides otherwise than the reference on
+  most fixed states is told it looks like another agent.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import click
+import numpy as np
+
+from runner.cli.exit_codes import ExitCode, fail
+
+STATES_FOLDER = Path("runs") / "baseline_states"
+CAPTURE_BATCH = 6  # games a baseline's fixed states are captured from, played side by side
+ANOTHER_AGENT = 0.5  # agreement with the reference below which a candidate looks like another agent
+
+
+def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overrides: tuple[str, ...],
+                   check_spec: Path) -> list[str]:
+    """The `--set` arguments that make the check spec's artifacts these files, after every check
+    before the run; each `(label, path, artifact, declared input)` with a path. A file that fails
+    ends the command with one line and exit 2; notes are printed as they come."""
+    import onnx
+
+    from breakout_core.input_convention import InputConvention, convention_of
+
+    given = [(label, path, artifact, declared) for label, path, artifact, declared in files if path is not None]
+    conventions: dict[str, InputConvention] = {}
+    sets = []
+    for label, path, artifact, declared in given:
+        problem = onnx_file_problem(path)
+        if problem:
+            fail(f"{label} {problem}", ExitCode.BAD_INPUT)
+        option = "--input" if artifact == "candidate" else "--baseline-input"
+        try:
+            convention = InputConvention.parse(declared) if declared else None
+        except ValueError as exc:
+            fail(f"{option} {exc}", ExitCode.BAD_INPUT)
+        model = onnx.load(path, load_external_data=False)
+        if convention is None and artifact == "baseline" and "candidate" in conventions:
+            convention = _same_as_candidate(model, conventions["candidate"])
+        try:
+            conventions[artifact] = convention_of(model, convention, option)
+        except ValueError as exc:
+            fail(f"{label} {path}: {exc}", ExitCode.BAD_INPUT)
+        sets.append(artifact_override(artifact, path, conventions[artifact]))
+    document = _document(check_spec, (*sets, *overrides))
+    if document is None:
+        return sets  # the run reports what is wrong with the spec or the --set arguments
+    from breakout_core.fixed_states import load_fixed_states
+    from breakout_core.model_prechecks import spec_batch_sizes
+    from runner.spec.document import load_spec
+    from runner.spec.fields import ContractSpec
+
+    plain = load_spec(check_spec).spec  # the spec's own baseline, and the fixed states captured from its agent
+    reference, reference_states = Path(plain.artifacts["baseline"].path), load_fixed_states(
+        plain.artifacts["fixed_states"].path).obs
+    baseline = next((path for _, path, artifact, _ in given if artifact == "baseline"), None)
+    own_states = baseline is not None and not _same_file(baseline, reference) and not any(
+        o.split("=", 1)[0].startswith("artifacts.fixed_states") for o in overrides)
+    try:
+        contract = ContractSpec.model_validate(document.get("contract") or {}).build()
+    except ValueError:  # pydantic's ValidationError: the run says what is wrong, where
+        return sets
+    sizes = spec_batch_sizes(document.get("measurements") or []) | ({CAPTURE_BATCH} if own_states else set())
+    with tempfile.TemporaryDirectory(prefix="check-inputs-") as folder:
+        runnable = {artifact: _runnable(label, path, conventions[artifact], Path(folder), reference_states, sizes)
+                    for label, path, artifact, _ in given}
+        if own_states:
+            states = baseline_states(runnable["baseline"], baseline, conventions["baseline"], contract)
+            sets.append(f"artifacts.fixed_states={json.dumps({'path': str(states.resolve())})}")
+        elif baseline is None:
+            _note_another_agent(runnable["candidate"], reference, reference_states, files[0][1])
+    return sets
+
+
+def _document(check_spec: Path, overrides: tuple[str, ...]) -> dict | None:
+    """The check spec as the run will read it (extends and --set laid on), or None where it cannot
+    be read (the run then says why); its fixed states may be replaced by the baseline's own before
+    it validates."""
+    from runner.spec.extends import resolve_extends
+    from runner.spec.overrides import apply_overrides
+    from runner.spec.yaml_source import SpecSourceError, load_yaml
+
+    try:
+        data = apply_overrides(resolve_extends(load_yaml(check_spec)), overrides).data
+    except SpecSourceError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    from breakout_core.hashing import file_sha256
+
+    return b.is_file() and file_sha256(a) == file_sha256(b)
+
+
+def _same_as_candidate(model, candidate):
+    """The candidate's convention for a baseline that declares none of its own and whose input has the
+    candidate's dtype and layout (a user's FP32 export beside its conversion), else None."""
+    from breakout_core.input_convention import convention_problem, declared_in
+
+    if candidate.native or declared_in(model) is not None or convention_problem(model, candidate):
+        return None
+    return candidate
+
+
+def onnx_file_problem(path: Path) -> str | None:
+    """Why `path` cannot be checked: missing, not a file, not an ONNX model, or one that does not
+    map the agent's observations to its Q-values."""
+    from runner.spec.file_checks import file_problem
+
+    if not path.exists():
+        return f"{path}: no such file"
+    if not path.is_file():
+        return f"{path}: not a file"
+    return file_problem(path, "onnx") or interface_problem(path)
+
+
+def interface_problem(path: Path) -> str | None:
+    """Why the model in `path` cannot play: it must take one input (B, 4, 84, 84), or channels last
+    (B, 84, 84, 4), and give one output (B, actions); a named dimension fits any size."""
+    from breakout_core.export import inspect_onnx
+    from breakout_core.model_prechecks import output_problem
+    from breakout_core.runtimes.base import NUM_ACTIONS, OBS_SHAPE
+
+    def fits(shape: tuple, wanted: tuple) -> bool:
+        sizes = zip(shape[1:], wanted)
+        return len(shape) == len(wanted) + 1 and all(isinstance(d, str) or d in (0, w) for d, w in sizes)
+
+    info = inspect_onnx(path)
+    wanted = (f"one input (B, {', '.join(map(str, OBS_SHAPE))}) or channels last (B, 84, 84, 4) and one output "
+              f"(B, {NUM_ACTIONS})")
+    shown = "; ".join(f"{t.name}: {t.dtype} {tuple(t.shape)}" for t in (*info.inputs, *info.outputs))
+    if len(info.inputs) != 1 or len(info.outputs) != 1 or len(info.outputs[0].shape) != 2 \
+            or not (fits(info.inputs[0].shape, OBS_SHAPE) or fits(info.inputs[0].shape, (84, 84, 4))):
+        return f"{path}: the agent's model takes {wanted}; this one has {shown}"
+    actions = info.outputs[0].shape[1]
+    problem = output_problem(actions) if isinstance(actions, int) and actions > 0 else None
+    return f"{path}: {problem}" if problem else None
+
+
+def artifact_override(artifact: str, path: Path, convention) -> str:
+    """The `--set` that makes `artifact` of the check spec this file: its absolute path (a
+    relative one would be read from the spec's folder), the precision of its weights and the
+    input convention it was declared with (none for the agent's own uint8 observations)."""
+    from breakout_core.export import inspect_onnx
+
+    value = {"path": str(path.resolve()), "precision": inspect_onnx(path).precision}
+    if not convention.native:
+        value["input"] = str(convention)
+    return f"artifacts.{artifact}={json.dumps(value)}"
+
+
+def _runnable(label: str, path: Path, convention, folder: Path, states: np.ndarray, sizes: set[int]) -> Path:
+    """`path`, or its adapted copy in `folder`, once ONNX Runtime ran it at every batch size."""
+    import onnx
+
+    from breakout_core.input_convention import needs_adapter, write_adapted
+    from breakout_core.model_prechecks import ModelRefused, precheck
+    from breakout_core.onnx_checks import ModelCheckError
+
+    runnable = path
+    try:
+        if needs_adapter(onnx.load(path, load_external_data=False), convention):
+            adapted = write_adapted(path, convention, folder / f"{label.strip('-')}.onnx", states)
+            click.echo(f"{label} {path}: input {convention}, fed through the adapter {adapted.adapter} "
+                       f"(max |dQ| {adapted.max_abs_diff:.2g} against the file fed {convention} on "
+                       f"{adapted.states} fixed states)")
+            runnable = adapted.path
+        note = precheck(runnable, sizes).note()
+    except (ModelRefused, ModelCheckError) as exc:
+        fail(f"{label} {path}: {exc}", ExitCode.BAD_INPUT)
+    if note:
+        click.echo(f"{label} {path}: {note}")
+    return runnable
+
+
+def baseline_states(runnable: Path, baseline: Path, convention, contract) -> Path:
+    """The fixed states of the baseline's own games under `contract`: captured once, kept under
+    runs/baseline_states/ by the baseline file's sha256 and the contract, reused while both are
+    the same."""
+    from breakout_core.fixed_states import capture_from_onnx, load_fixed_states, save_fixed_states
+    from breakout_core.hashing import file_sha256
+
+    sha = file_sha256(baseline)
+    path = STATES_FOLDER / f"{baseline.stem}-{sha[:12]}-{contract.hash[:12]}.npz"
+    if path.is_file():
+        kept = load_fixed_states(path)
+        if kept.meta.get("onnx_sha256") == sha and kept.contract_hash == contract.hash:
+            click.echo(f"--baseline {baseline}: fixed states from its own games, captured before: {path}")
+            return path
+    click.echo(f"--baseline {baseline}: capturing 60 fixed states from its own games under {contract.name} "
+               f"(once per baseline file) ...")
+    states = capture_from_onnx(runnable, contract, batch_size=CAPTURE_BATCH, source=baseline)
+    states.meta["input"] = str(convention)
+    save_fixed_states(path, states)
+    click.echo(f"--baseline {baseline}: fixed states in {path} "
+               f"({states.meta['capture_wall_s']:.0f} s)")
+    return path
+
+
+def _note_another_agent(candidate: Path, reference: Path, states: np.ndarray, given: Path) -> None:
+    """One line when the candidate takes other actions than the reference on most fixed states."""
+    from breakout_core.model_prechecks import session
+
+    def actions(path: Path) -> np.ndarray:
+        sess = session(path)
+        name = sess.get_inputs()[0].name
+        return np.concatenate([sess.run(None, {name: states[i:i + 1]})[0] for i in range(len(states))]).argmax(1)
+
+    same = float(np.mean(actions(candidate) == actions(reference)))
+    if same < ANOTHER_AGENT:
+        click.echo(f"MODEL {given}: the same action as the reference agent on only {same:.0%} of its {len(states)} "
+                   f"fixed states: it looks like another agent; check it against its own FP32 file with "
+                   f"--baseline YOUR_FP32.onnx")
