@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from breakout_core.contract import CONTRACTS
 from runner.cli.exit_codes import ExitCode, fail
 from runner.cli.options import db_option, reports_option, set_option
 
@@ -68,18 +69,22 @@ def summary(verdicts: list[dict]) -> str:
 @click.argument("model", metavar="MODEL.onnx", type=click.Path(path_type=Path))
 @click.option("--baseline", metavar="OTHER.onnx", type=click.Path(path_type=Path), default=None,
               help="check against this ONNX model (default: the reference FP32 ONNX the spec names)")
+@click.option("--contract", "contract_name", type=click.Choice(sorted(CONTRACTS)), default=None,
+              help="the game both models play: a shipped preset (docs/contracts.md); default breakout-v3")
 @set_option
 @db_option
 @reports_option
 @click.pass_context
-def check(ctx: click.Context, model: Path, baseline: Path | None, overrides: tuple[str, ...], db: Path | None,
-          reports_dir: Path) -> None:
+def check(ctx: click.Context, model: Path, baseline: Path | None, contract_name: str | None,
+          overrides: tuple[str, ...], db: Path | None, reports_dir: Path) -> None:
     """Check MODEL.onnx against the reference agent's FP32 ONNX (or --baseline) on ONNX Runtime's
     CPU: the same action on 60 fixed states, batch-1 latency at most 10% slower, the same score
     over a 256-step closed loop, and no more than 1 point of mean score lost over 30 full games
     (specs/check_onnx.yaml). Exit 0 when every verdict is deployment-worthy; 1 when any is
     rejected, inconclusive or unavailable (a gate does not pass without evidence); 2 for a
     missing or unreadable model."""
+    from runner.cli.check_contract import contract_sets, judged_contract, unlabelled_line
+
     sets = []
     for label, path, artifact in (("MODEL", model, "candidate"), ("--baseline", baseline, "baseline")):
         if path is None:
@@ -88,6 +93,15 @@ def check(ctx: click.Context, model: Path, baseline: Path | None, overrides: tup
         if problem:
             fail(f"{label} {problem}", ExitCode.BAD_INPUT)
         sets.append(artifact_override(artifact, path))
+    sets += [f"contract.name={contract_name}"] if contract_name else []
+    contract = judged_contract(CHECK_SPEC, (*sets, *overrides))
+    if contract is not None:  # else the run says what is wrong with the spec
+        click.echo(f"check {model} under contract {contract.described()}")
+        for label, path in (("MODEL", model), ("--baseline", baseline)):
+            note = path and unlabelled_line(label, path, contract)
+            if note:
+                click.echo(note)
+        sets += contract_sets(contract, baseline)
     run = ctx.find_root().command.get_command(ctx, "run")
     verdicts = ctx.invoke(run, spec_path=CHECK_SPEC, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,
                           fail_on=frozenset(), as_json=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from breakout_core.contract import CONTRACTS
+from breakout_core.contract import CONTRACTS, DEFAULT_CONTRACT
 from breakout_core.files import is_no_space
 from breakout_core.messages import first_line
 from runner.cli.check import check
@@ -378,7 +378,7 @@ def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor:
               help="port on 127.0.0.1 (0: any free port)")
 @click.option("--pace-ms", default=1000 / 15, show_default="66.67", type=FiniteFloatRange(min=0),
               help="ms between agent steps (66.7: 15 steps a second, the game's real speed)")
-@click.option("--contract", "contract_name", default="breakout-v3", show_default=True,
+@click.option("--contract", "contract_name", default=DEFAULT_CONTRACT, show_default=True,
               type=click.Choice(sorted(CONTRACTS)), help="the game both sides play")
 @db_option
 def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contract_name: str,

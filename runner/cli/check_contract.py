@@ -1,0 +1,77 @@
+"""The game `runner check` plays: the contract a `--contract` preset and the `--set` arguments make
+of the check spec, said in words before anything runs, and the fixed states it needs under it.
+
+A contract other than the check spec's own (breakout-v3) needs fixed states captured under it:
+the shipped ones are breakout-v3 states. Without `--baseline`, the reference agent plays the
+chosen game deliberately (the same network as the reference FP32 ONNX file), and its 60 states
+are captured once per contract and reference checkpoint and kept under `exports/check/`
+(`reference_states_under`). With `--baseline`, the states are the baseline's own games
+(captured by playing the baseline ONNX under the spec's contract).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from breakout_core.contract import DEFAULT_CONTRACT, Contract, contract_by_name
+
+ROOT = Path(__file__).resolve().parents[2]
+STATES_CACHE = ROOT / "exports" / "check"  # fixed states of the reference agent under another contract
+REFERENCE_CHECKPOINT = ROOT / "models" / "reference" / "dqn_breakout.pt"
+
+
+def judged_contract(spec_path: Path, overrides: tuple[str, ...]) -> Contract | None:
+    """The contract `spec_path` plays with `overrides` laid on it; None where they do not make one
+    (the run then says why, in its own words)."""
+    from pydantic import ValidationError
+
+    from runner.spec.extends import resolve_extends
+    from runner.spec.fields import ContractSpec
+    from runner.spec.overrides import apply_overrides
+    from runner.spec.yaml_source import SpecSourceError, load_yaml
+
+    try:
+        data = apply_overrides(resolve_extends(load_yaml(spec_path)), overrides).data
+        return ContractSpec.model_validate(data.get("contract") or {}).build()
+    except (SpecSourceError, ValidationError, AttributeError):
+        return None
+
+
+def contract_sets(contract: Contract, baseline: Path | None) -> list[str]:
+    """The `--set` arguments a check under `contract` needs besides the contract itself.
+
+    Under another game than the shipped fixed states', without a baseline of the user's own,
+    the reference FP32 file plays that game deliberately (it was trained under breakout-v3), on
+    states captured under it. With `--baseline`, the states come from the baseline's own games."""
+    if contract.hash == contract_by_name(DEFAULT_CONTRACT).hash or baseline is not None:
+        return []
+    states = reference_states_under(contract)
+    return ["contract.other_contracts=deliberate", f"artifacts.fixed_states.path={states}"]
+
+
+def reference_states_under(contract: Contract, *, n_states: int = 60) -> Path:
+    """The reference agent's fixed states under `contract`, as day22_export captures its own (6
+    full games, seeds 0-5, epsilon 0.05), captured once and reused while the checkpoint is the same."""
+    from breakout_core.fixed_states import capture_from_checkpoint, save_fixed_states
+    from breakout_core.hashing import file_sha256
+
+    path = STATES_CACHE / f"fixed_states_{contract.hash}_{file_sha256(REFERENCE_CHECKPOINT)[:16]}.npz"
+    if not path.is_file():
+        click.echo(f"capturing {n_states} fixed states from the reference agent's games under {contract.name} "
+                   f"(once; kept in {path})", err=True)
+        states = capture_from_checkpoint(REFERENCE_CHECKPOINT, n_states=n_states, contract=contract,
+                                         other_contract_deliberate=True)
+        save_fixed_states(path, states)
+    return path
+
+
+def unlabelled_line(label: str, path: Path, contract: Contract) -> str | None:
+    """One line for a model file that records no contract: the game it is judged in anyway."""
+    from breakout_core.export import onnx_contract
+
+    if onnx_contract(path)[1] is not None:
+        return None
+    return (f"{label} {path} records no contract in its metadata: judged under {contract.name} "
+            f"({contract.hash}); --contract names another game")
