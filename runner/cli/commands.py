@@ -16,6 +16,7 @@ from breakout_core.contract import CONTRACTS, DEFAULT_CONTRACT
 from breakout_core.files import is_no_space
 from breakout_core.messages import first_line
 from runner.cli.check import check
+from runner.cli.convert import convert
 from runner.cli.exit_codes import ExitCode, fail, store_error_code
 from runner.cli.json_output import emit_json, json_option
 from runner.cli.options import db_option, reports_option, set_option
@@ -488,4 +489,5 @@ def import_command(in_dir: Path, db: Path | None) -> None:
 
 
 main.add_command(check)
+main.add_command(convert)
 main.add_command(specs)
