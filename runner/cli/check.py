@@ -97,10 +97,9 @@ def check(ctx: click.Context, model: Path, baseline: Path | None, contract_name:
     contract = judged_contract(CHECK_SPEC, (*sets, *overrides))
     if contract is not None:  # else the run says what is wrong with the spec
         click.echo(f"check {model} under contract {contract.described()}")
-        for label, path in (("MODEL", model), ("--baseline", baseline)):
-            note = path and unlabelled_line(label, path, contract)
-            if note:
-                click.echo(note)
+        note = unlabelled_line({"MODEL": model, "--baseline": baseline}, contract)
+        if note:
+            click.echo(note)
         sets += contract_sets(contract, baseline)
     run = ctx.find_root().command.get_command(ctx, "run")
     verdicts = ctx.invoke(run, spec_path=CHECK_SPEC, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,

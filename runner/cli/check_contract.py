@@ -42,13 +42,13 @@ def judged_contract(spec_path: Path, overrides: tuple[str, ...]) -> Contract | N
 def contract_sets(contract: Contract, baseline: Path | None) -> list[str]:
     """The `--set` arguments a check under `contract` needs besides the contract itself.
 
-    Under another game than the shipped fixed states', without a baseline of the user's own,
-    the reference FP32 file plays that game deliberately (it was trained under breakout-v3), on
-    states captured under it. With `--baseline`, the states come from the baseline's own games."""
-    if contract.hash == contract_by_name(DEFAULT_CONTRACT).hash or baseline is not None:
+    Under another game than the shipped fixed states', the states are the reference agent's
+    under that game; without a baseline of the user's own, the reference FP32 file plays that
+    game deliberately (it was trained under breakout-v3)."""
+    if contract.hash == contract_by_name(DEFAULT_CONTRACT).hash:
         return []
-    states = reference_states_under(contract)
-    return ["contract.other_contracts=deliberate", f"artifacts.fixed_states.path={states}"]
+    states = [f"artifacts.fixed_states.path={reference_states_under(contract)}"]
+    return states if baseline is not None else ["contract.other_contracts=deliberate", *states]
 
 
 def reference_states_under(contract: Contract, *, n_states: int = 60) -> Path:
@@ -67,11 +67,14 @@ def reference_states_under(contract: Contract, *, n_states: int = 60) -> Path:
     return path
 
 
-def unlabelled_line(label: str, path: Path, contract: Contract) -> str | None:
-    """One line for a model file that records no contract: the game it is judged in anyway."""
+def unlabelled_line(models: dict[str, Path | None], contract: Contract) -> str | None:
+    """One line for the model files (by their argument) that record no contract: the game they are
+    judged in anyway."""
     from breakout_core.export import onnx_contract
 
-    if onnx_contract(path)[1] is not None:
+    bare = [f"{label} {path}" for label, path in models.items() if path is not None and onnx_contract(path)[1] is None]
+    if not bare:
         return None
-    return (f"{label} {path} records no contract in its metadata: judged under {contract.name} "
-            f"({contract.hash}); --contract names another game")
+    records = "records no contract in its" if len(bare) == 1 else "record no contract in their"
+    return (f"{' and '.join(bare)} {records} metadata: judged under {contract.name} ({contract.hash}); "
+            "--contract names another game")
