@@ -18,7 +18,7 @@ from breakout_core.messages import first_line
 from runner.cli.check import check
 from runner.cli.convert import convert
 from runner.cli.exit_codes import ExitCode, fail, store_error_code
-from runner.cli.json_output import emit_json, json_option
+from runner.cli.json_output import emit_json, json_option, run_contract_record
 from runner.cli.options import db_option, reports_option, set_option
 from runner.cli.specs_list import specs
 from runner.cli.verdict_listing import fail_on_outcomes
@@ -208,7 +208,7 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
     failed = [v for v in verdicts if v["outcome"] in fail_on]
     if as_json:
         emit_json({"run_id": run_id, "spec_name": loaded.spec.name, "status": "done", "database": str(store.path),
-                   "report": report_path, "verdicts": [run_verdict_record(v) for v in verdicts],
+                   "contract": run_contract_record(store, run_id), "report": report_path, "verdicts": [run_verdict_record(v) for v in verdicts],
                    "failed_on": [v["verdict"] for v in failed]})
     for v in failed:
         click.echo(f"--fail-on: verdict {v['verdict']} is {v['outcome']}", err=True)
