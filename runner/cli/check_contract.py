@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from breakout_core.contract import DEFAULT_CONTRACT, Contract, contract_by_name
+from runner.cli.exit_codes import ExitCode, fail
 
 ROOT = Path(__file__).resolve().parents[2]
 STATES_CACHE = ROOT / "exports" / "check"  # fixed states of the reference agent under another contract
@@ -61,9 +62,14 @@ def reference_states_under(contract: Contract, *, n_states: int = 60) -> Path:
     if not path.is_file():
         click.echo(f"capturing {n_states} fixed states from the reference agent's games under {contract.name} "
                    f"(once; kept in {path})", err=True)
-        states = capture_from_checkpoint(REFERENCE_CHECKPOINT, n_states=n_states, contract=contract,
-                                         other_contract_deliberate=True)
-        save_fixed_states(path, states)
+        try:
+            states = capture_from_checkpoint(REFERENCE_CHECKPOINT, n_states=n_states, contract=contract,
+                                             other_contract_deliberate=True)
+            save_fixed_states(path, states)
+        except KeyboardInterrupt:
+            fail("interrupted while capturing the fixed states; nothing was stored", ExitCode.INTERRUPTED)
+        except (OSError, ValueError) as exc:
+            fail(f"capturing the fixed states under {contract.name} failed: {exc}", ExitCode.ENVIRONMENT)
     return path
 
 

@@ -208,8 +208,8 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
     failed = [v for v in verdicts if v["outcome"] in fail_on]
     if as_json:
         emit_json({"run_id": run_id, "spec_name": loaded.spec.name, "status": "done", "database": str(store.path),
-                   "contract": run_contract_record(store, run_id), "report": report_path, "verdicts": [run_verdict_record(v) for v in verdicts],
-                   "failed_on": [v["verdict"] for v in failed]})
+                   "contract": run_contract_record(store, run_id), "report": report_path,
+                   "verdicts": [run_verdict_record(v) for v in verdicts], "failed_on": [v["verdict"] for v in failed]})
     for v in failed:
         click.echo(f"--fail-on: verdict {v['verdict']} is {v['outcome']}", err=True)
     if failed:
