@@ -10,6 +10,7 @@ import pytest
 from cleanrl_shaped import export_cleanrl_shaped
 from test_cli_inputs import assert_one_line_usage_error, cli
 
+from breakout_core.contract import CONTRACTS
 from breakout_core.export import inspect_onnx
 from runner.store.database import Store
 
@@ -59,6 +60,8 @@ def _converted_then_checked(tmp_path: Path, precision: str, *overrides: str) -> 
     assert checked.exit_code in (0, 1), (checked.output, checked.exception)
     assert checked.stdout.splitlines()[0].startswith(f"check {out.name} under contract breakout-v3 (")
     assert "verdict same_decisions: deployment-worthy" in checked.stdout
+    [page] = (tmp_path / "reports").glob("check_onnx-*.html")
+    assert CONTRACTS["breakout-v3"].described() in page.read_text(encoding="utf-8")  # the header names the game
     return out, made.stdout
 
 

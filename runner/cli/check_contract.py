@@ -21,6 +21,7 @@ from runner.cli.exit_codes import ExitCode, fail
 ROOT = Path(__file__).resolve().parents[2]
 STATES_CACHE = ROOT / "exports" / "check"  # fixed states of the reference agent under another contract
 REFERENCE_CHECKPOINT = ROOT / "models" / "reference" / "dqn_breakout.pt"
+STATE_CAPTURE = {"n_states": 60, "episode_seeds": tuple(range(6)), "epsilon": 0.05}  # as day22_export's
 
 
 def judged_contract(spec_path: Path, overrides: tuple[str, ...]) -> Contract | None:
@@ -52,19 +53,20 @@ def contract_sets(contract: Contract, baseline: Path | None) -> list[str]:
     return states if baseline is not None else ["contract.other_contracts=deliberate", *states]
 
 
-def reference_states_under(contract: Contract, *, n_states: int = 60) -> Path:
-    """The reference agent's fixed states under `contract`, as day22_export captures its own (6
-    full games, seeds 0-5, epsilon 0.05), captured once and reused while the checkpoint is the same."""
+def reference_states_under(contract: Contract) -> Path:
+    """The reference agent's fixed states under `contract`, captured as day22_export captures its
+    own (`STATE_CAPTURE`: 6 full games, seeds 0-5, epsilon 0.05) once, and reused while the
+    checkpoint is the same."""
     from breakout_core.fixed_states import capture_from_checkpoint, save_fixed_states
     from breakout_core.hashing import file_sha256
 
     path = STATES_CACHE / f"fixed_states_{contract.hash}_{file_sha256(REFERENCE_CHECKPOINT)[:16]}.npz"
     if not path.is_file():
-        click.echo(f"capturing {n_states} fixed states from the reference agent's games under {contract.name} "
-                   f"(once; kept in {path})", err=True)
+        click.echo(f"capturing {STATE_CAPTURE['n_states']} fixed states from the reference agent's games under "
+                   f"{contract.name} (once; kept in {path})", err=True)
         try:
-            states = capture_from_checkpoint(REFERENCE_CHECKPOINT, n_states=n_states, contract=contract,
-                                             other_contract_deliberate=True)
+            states = capture_from_checkpoint(REFERENCE_CHECKPOINT, contract=contract, other_contract_deliberate=True,
+                                             **STATE_CAPTURE)
             save_fixed_states(path, states)
         except KeyboardInterrupt:
             fail("interrupted while capturing the fixed states; nothing was stored", ExitCode.INTERRUPTED)
