@@ -2,11 +2,11 @@
 of the check spec, said in words before anything runs, and the fixed states it needs under it.
 
 A contract other than the check spec's own (breakout-v3) needs fixed states captured under it:
-the shipped ones are breakout-v3 states. Without `--baseline`, the reference agent plays the
-chosen game deliberately (the same network as the reference FP32 ONNX file), and its 60 states
-are captured once per contract and reference checkpoint and kept under `exports/check/`
-(`reference_states_under`). With `--baseline`, the states are the baseline's own games
-(captured by playing the baseline ONNX under the spec's contract).
+the shipped ones are breakout-v3 states. The reference agent plays the chosen game
+deliberately (the same network as the reference FP32 ONNX file), and its 60 states are
+captured once per contract and reference checkpoint and kept under `exports/check/`
+(`reference_states_under`); without `--baseline`, the reference FP32 file is the baseline
+played in that game. A `--set artifacts.fixed_states...` of the user's comes after and wins.
 """
 
 from __future__ import annotations
