@@ -34,6 +34,13 @@ def test_convert_refuses_what_it_cannot_convert_in_one_line_and_stores_nothing(t
     assert not (tmp_path / "r.duckdb").exists()
 
 
+def test_convert_refuses_an_unknown_contract_and_stores_nothing(tmp_path):
+    result = cli("convert", "int8", str(MODELS / "dqn_breakout.onnx"), "--contract", "pong", "--db", "r.duckdb",
+                 cwd=tmp_path)
+    assert result.exit_code == 2 and "'pong' is not one of 'ale-breakout-v5'" in result.output
+    assert not (tmp_path / "r.duckdb").exists()
+
+
 def test_convert_refuses_to_write_over_the_model_itself(tmp_path):
     model = tmp_path / "m.onnx"
     model.write_bytes((MODELS / "dqn_breakout.onnx").read_bytes())
@@ -49,6 +56,8 @@ def _converted_then_checked(tmp_path: Path, precision: str, *overrides: str) -> 
     assert made.exit_code == 0, (made.output, made.exception)
     out = tmp_path / f"cleanrl_{precision}.onnx"
     lines = made.stdout.splitlines()
+    assert lines[0].startswith(f"convert cleanrl.onnx to {precision.upper()}, checked on states under contract "
+                               "breakout-v3 (")
     assert lines[-2].startswith(f"recommended: cleanrl_{precision}.onnx (")
     assert lines[-1] == f"  judge it in games: runner check cleanrl_{precision}.onnx --baseline cleanrl.onnx"
     info = inspect_onnx(out)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from breakout_core.contract import CONTRACTS
 from runner.cli.check import artifact_override, onnx_file_problem
 from runner.cli.exit_codes import ExitCode, fail
 from runner.cli.options import db_option, reports_option, set_option
@@ -26,18 +27,21 @@ MEASUREMENT = "search"  # the repair measurement of each convert spec; its outpu
 @click.argument("model", metavar="MODEL.onnx", type=click.Path(path_type=Path))
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="the file to write (default: MODEL_fp16.onnx or MODEL_int8.onnx beside MODEL)")
+@click.option("--contract", "contract_name", type=click.Choice(sorted(CONTRACTS)), default=None,
+              help="the game the model plays, whose states the search checks (default breakout-v3; docs/contracts.md)")
 @set_option
 @db_option
 @reports_option
 @click.pass_context
-def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, overrides: tuple[str, ...],
-            db: Path | None, reports_dir: Path) -> None:
+def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, contract_name: str | None,
+            overrides: tuple[str, ...], db: Path | None, reports_dir: Path) -> None:
     """Convert the FP32 MODEL.onnx to FP16 or static INT8, keeping in float the fewest layers that
     give FP32's greedy action on the 60 fixed states (INT8: calibrated with min/max and with the
     99.999th percentile, the better file kept). Prints the file written and the verdicts that
     chose it; exit 0 when it met that target, 1 when only the closest step could be written, 2
     for a model that cannot be converted."""
     from breakout_core.export import inspect_onnx
+    from runner.cli.check_contract import contract_sets, judged_contract
 
     out = out or model.with_name(f"{model.stem}_{precision}.onnx")
     problem = onnx_file_problem(model)
@@ -48,10 +52,16 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, o
              ExitCode.BAD_INPUT)
     if out.resolve() == model.resolve():
         fail(f"--out {out}: that is MODEL itself; name another file", ExitCode.BAD_INPUT)
-    sets = (artifact_override(SOURCE, model), f"artifacts.{precision}.path={out.resolve()}")
+    spec = SPECS / f"convert_{precision}.yaml"
+    sets = [artifact_override(SOURCE, model), f"artifacts.{precision}.path={out.resolve()}"]
+    sets += [f"contract.name={contract_name}"] if contract_name else []
+    contract = judged_contract(spec, (*sets, *overrides))
+    if contract is not None:  # else the run says what is wrong with the spec
+        click.echo(f"convert {model} to {precision.upper()}, checked on states under contract {contract.described()}")
+        sets += contract_sets(contract, None)
     run = ctx.find_root().command.get_command(ctx, "run")
-    verdicts = ctx.invoke(run, spec_path=SPECS / f"convert_{precision}.yaml", overrides=(*sets, *overrides), db=db,
-                          reports_dir=reports_dir, fail_on=frozenset(), as_json=False)
+    verdicts = ctx.invoke(run, spec_path=spec, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,
+                          fail_on=frozenset(), as_json=False)
     chosen = _chosen(db, verdicts[0]["run_id"]) if verdicts else None
     if chosen is None:
         fail("the search stored no chosen file", ExitCode.ENVIRONMENT)
@@ -64,7 +74,8 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, o
         click.echo(f"recommended: {out} ({said})")
     else:
         click.echo(f"not recommended: {out} is the closest step, no step met the target ({said})")
-    click.echo(f"  judge it in games: runner check {out} --baseline {model}")
+    under = f" --contract {contract_name}" if contract_name else ""
+    click.echo(f"  judge it in games: runner check {out} --baseline {model}{under}")
     sys.exit(ExitCode.OK if met else ExitCode.SAID_NO)
 
 
