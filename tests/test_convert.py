@@ -94,3 +94,18 @@ def test_convert_int8_prints_the_file_it_recommends_and_the_verdicts_that_chose_
     with Store(tmp_path / "r.duckdb").reader() as con:
         path, met = con.execute("SELECT path, met_target FROM repair_results").fetchone()
     assert Path(path) == (tmp_path / "cleanrl_int8.onnx").resolve() and met
+
+
+def test_the_preprocessing_check_reads_a_scale_that_the_fp16_converter_casts(tmp_path):
+    """torch.onnx.export writes the 255 of `x.float() / 255.0` as a Constant node; with the division
+    kept in float32 the FP16 converter casts that constant down and up again before the Div."""
+    from breakout_core.fp16 import to_float16
+    from breakout_core.onnx_checks import check_preprocessing
+
+    model = onnx.load(export_cleanrl_shaped(tmp_path / "cleanrl.onnx"))
+    kept = [n.name for n in model.graph.node if n.op_type != "Conv"]
+    converted, _ = to_float16(model, keep_float=kept)
+    div = next(n for n in converted.graph.node if n.op_type == "Div")
+    producers = {o: n for n in converted.graph.node for o in n.output}
+    assert producers[div.input[1]].op_type == "Cast"  # not the Constant itself
+    assert check_preprocessing(converted) == "preprocessing in graph: Cast uint8 -> float32, Div by 255"
