@@ -34,6 +34,19 @@ def test_convert_refuses_what_it_cannot_convert_in_one_line_and_stores_nothing(t
     assert not (tmp_path / "r.duckdb").exists()
 
 
+def test_convert_refuses_a_model_without_the_scaling_inside_before_anything_runs(tmp_path):
+    model = onnx.load(MODELS / "dqn_breakout.onnx")
+    div = next(n for n in model.graph.node if n.op_type == "Div")
+    later = [n for n in model.graph.node if div.output[0] in n.input]
+    for node in later:  # the network reads the cast pixels, unscaled
+        node.input[:] = [div.input[0] if i == div.output[0] else i for i in node.input]
+    model.graph.node.remove(div)
+    onnx.save_model(model, tmp_path / "unscaled.onnx")
+    result = cli("convert", "fp16", "unscaled.onnx", "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, "MODEL unscaled.onnx: the cast input is not scaled by 1/255 inside the graph")
+    assert not (tmp_path / "r.duckdb").exists()
+
+
 def test_convert_refuses_an_unknown_contract_and_stores_nothing(tmp_path):
     result = cli("convert", "int8", str(MODELS / "dqn_breakout.onnx"), "--contract", "pong", "--db", "r.duckdb",
                  cwd=tmp_path)

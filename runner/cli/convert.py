@@ -40,7 +40,10 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, c
     99.999th percentile, the better file kept). Prints the file written and the verdicts that
     chose it; exit 0 when it met that target, 1 when only the closest step could be written, 2
     for a model that cannot be converted."""
+    import onnx
+
     from breakout_core.export import inspect_onnx
+    from breakout_core.onnx_checks import ModelCheckError, check_preprocessing
     from runner.cli.check_contract import contract_sets, judged_contract
 
     out = out or model.with_name(f"{model.stem}_{precision}.onnx")
@@ -49,6 +52,11 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, c
         fail(f"MODEL {problem}", ExitCode.BAD_INPUT)
     if inspect_onnx(model).precision != "fp32":
         fail(f"MODEL {model}: its weights are {inspect_onnx(model).precision}; convert takes an FP32 file",
+             ExitCode.BAD_INPUT)
+    try:  # what every converted file is checked for, asked of the source before anything runs
+        check_preprocessing(onnx.load(model))
+    except ModelCheckError as exc:
+        fail(f"MODEL {model}: {exc}; the converters keep that preprocessing and need it in the FP32 file",
              ExitCode.BAD_INPUT)
     if out.resolve() == model.resolve():
         fail(f"--out {out}: that is MODEL itself; name another file", ExitCode.BAD_INPUT)
