@@ -67,6 +67,9 @@ def test_a_spec_names_a_preset_and_the_check_spec_plays_the_one_given():
     assert tweaked == V5.replace(noop_start_max=5)
     assert judged_contract(CHECK_SPEC, ("contract.name=pong",)) is None  # the run says why
     assert contract_sets(V3, None) == []  # the shipped fixed states are breakout-v3's
+    own = ("artifacts.fixed_states.path=/somewhere/mine.npz",)
+    assert contract_sets(DEEPMIND, None, own) == ["contract.other_contracts=deliberate"]  # nothing captured
+    assert contract_sets(DEEPMIND, CHECK_SPEC, own) == []
 
 
 @pytest.mark.slow

@@ -100,7 +100,7 @@ def check(ctx: click.Context, model: Path, baseline: Path | None, contract_name:
         note = unlabelled_line({"MODEL": model, "--baseline": baseline}, contract)
         if note:
             click.echo(note)
-        sets += contract_sets(contract, baseline)
+        sets += contract_sets(contract, baseline, overrides)
     run = ctx.find_root().command.get_command(ctx, "run")
     verdicts = ctx.invoke(run, spec_path=CHECK_SPEC, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,
                           fail_on=frozenset(), as_json=False)

@@ -41,15 +41,16 @@ def judged_contract(spec_path: Path, overrides: tuple[str, ...]) -> Contract | N
         return None
 
 
-def contract_sets(contract: Contract, baseline: Path | None) -> list[str]:
+def contract_sets(contract: Contract, baseline: Path | None, overrides: tuple[str, ...] = ()) -> list[str]:
     """The `--set` arguments a check under `contract` needs besides the contract itself.
 
     Under another game than the shipped fixed states', the states are the reference agent's
-    under that game; without a baseline of the user's own, the reference FP32 file plays that
-    game deliberately (it was trained under breakout-v3)."""
+    under that game (unless `overrides` name the user's own); without a baseline of the user's
+    own, the reference FP32 file plays that game deliberately (it was trained under breakout-v3)."""
     if contract.hash == contract_by_name(DEFAULT_CONTRACT).hash:
         return []
-    states = [f"artifacts.fixed_states.path={reference_states_under(contract)}"]
+    own_states = any(o.startswith("artifacts.fixed_states") for o in overrides)
+    states = [] if own_states else [f"artifacts.fixed_states.path={reference_states_under(contract)}"]
     return states if baseline is not None else ["contract.other_contracts=deliberate", *states]
 
 

@@ -66,7 +66,7 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, c
     contract = judged_contract(spec, (*sets, *overrides))
     if contract is not None:  # else the run says what is wrong with the spec
         click.echo(f"convert {model} to {precision.upper()}, checked on states under contract {contract.described()}")
-        sets += contract_sets(contract, None)
+        sets += contract_sets(contract, None, overrides)
     run = ctx.find_root().command.get_command(ctx, "run")
     verdicts = ctx.invoke(run, spec_path=spec, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,
                           fail_on=frozenset(), as_json=False)
