@@ -23,6 +23,13 @@ no-op start: on the reference agent's 30 seeds, sticky actions gave 22 distinct 
 with the no-op start and 22 without it (the random policy: 7 and 7), so the no-op start
 adds no distinct games under sticky actions and only spends up to 30 steps the agent does
 not choose. Machado et al. recommend sticky actions in its place.
+
+Two presets name the games other projects' agents learn in, so that such an agent is judged
+in its own game (docs/contracts.md says where each differs from the wrappers it stands for):
+`ale-breakout-v5`, gymnasium's `ALE/Breakout-v5` defaults (sticky actions at 0.25, no FIRE
+at the reset: the agent serves), and `deepmind-noframeskip-v4`, the DeepMind evaluation that
+CleanRL's and Stable-Baselines3's Atari wrappers play on `BreakoutNoFrameskip-v4` (no sticky
+actions, a 0-30 no-op start, FIRE at the reset and after every lost life).
 """
 
 from __future__ import annotations
@@ -67,6 +74,24 @@ class Contract:
     def replace(self, **changes: object) -> "Contract":
         return dataclasses.replace(self, **changes)
 
+    def rules(self) -> str:
+        """Every rule of the game in words, in the order a player meets them."""
+        sticky = (f"sticky actions at {self.repeat_action_probability:g}" if self.repeat_action_probability
+                  else "no sticky actions")
+        noop = (f"a no-op start of 0-{self.noop_start_max} agent steps" if self.noop_start_max
+                else "no no-op start")
+        fire = "FIRE pressed at the reset" if self.fire_on_reset else "no FIRE at the reset (the agent serves)"
+        serve = ", a forced FIRE step after each lost life" if self.serve_after_life_loss else ""
+        pooled = ", max-pooled over its last 2 frames" if self.max_pool else " (its last frame)"
+        size = self.screen_size
+        return (f"{sticky}, {noop}, {fire}{serve}; each action held {self.frame_skip} frames{pooled}; "
+                f"{size}x{size} grayscale, {self.frame_stack} frames stacked; full games up to "
+                f"{self.max_episode_frames:,} frames, raw score")
+
+    def described(self) -> str:
+        """The contract as a person reads it: name, hash and rules."""
+        return f"{self.name} ({self.hash}): {self.rules()}"
+
 
 ADDED_LATER = {"serve_after_life_loss": False}  # field -> the default that leaves hashes as they were
 FIRE = 1  # the action index that serves (envs.ACTION_NAMES)
@@ -78,7 +103,12 @@ MAX_REPEAT_ACTION_PROBABILITY = 0.5
 CONTRACTS: dict[str, Contract] = {
     "breakout-v2": Contract(),
     "breakout-v3": Contract(name="breakout-v3", repeat_action_probability=0.25, noop_start_max=0),
+    "ale-breakout-v5": Contract(name="ale-breakout-v5", repeat_action_probability=0.25, noop_start_max=0,
+                                fire_on_reset=False),
+    "deepmind-noframeskip-v4": Contract(name="deepmind-noframeskip-v4", repeat_action_probability=0.0,
+                                        noop_start_max=30, fire_on_reset=True, serve_after_life_loss=True),
 }
+DEFAULT_CONTRACT = "breakout-v3"  # what a spec that names no contract plays
 
 
 def contract_by_name(name: str) -> Contract:

@@ -96,9 +96,12 @@ def check_preprocessing(model) -> str:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
     constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    for node in model.graph.node:
+    for node in model.graph.node:  # in graph order: a Cast of a constant (as the FP16 converter makes) is one too
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+        elif node.op_type == "Cast" and node.input[0] in constants:
+            to = next(a.i for a in node.attribute if a.name == "to")
+            constants[node.output[0]] = constants[node.input[0]].astype(onnx.helper.tensor_dtype_to_np_dtype(to))
 
     chain = []
     tensor = model.graph.input[0].name

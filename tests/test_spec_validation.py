@@ -115,7 +115,7 @@ CASES = [
          "less than or equal to 1", 9, "policies.agent.epsilon"),
     Case("contract-unknown",
          edit("description: a good spec\n", "description: a good spec\ncontract:\n  name: pong-v1\n"),
-         "unknown contract 'pong-v1'; known: breakout-v2", 4, "contract.name"),
+         "unknown contract 'pong-v1'; known: ale-breakout-v5, breakout-v2", 4, "contract.name"),
     Case("sticky-above-the-clearable", edit("description: a good spec\n",
                                             "description: a good spec\ncontract:\n  repeat_action_probability: 0.6\n"),
          "less than or equal to 0.5", 4, "contract.repeat_action_probability"),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from breakout_core.contract import CONTRACTS
 from runner.cli.exit_codes import ExitCode
 from runner.cli.options import confirm_option, db_option, reports_option, set_option
 
@@ -32,27 +33,41 @@ def summary(verdicts: list[dict]) -> str:
                    "0-255|0-1, LAYOUT nchw|nhwc); default: its breakout.input metadata, else uint8; a float input "
                    "must be declared")
 @click.option("--baseline-input", metavar="DTYPE:RANGE:LAYOUT", default=None, help="the same for --baseline")
+@click.option("--contract", "contract_name", type=click.Choice(sorted(CONTRACTS)), default=None,
+              help="the game both models play: a shipped preset (docs/contracts.md); default breakout-v3")
 @set_option
 @confirm_option
 @db_option
 @reports_option
 @click.pass_context
 def check(ctx: click.Context, model: Path, baseline: Path | None, model_input: str | None,
-          baseline_input: str | None, overrides: tuple[str, ...], confirm: bool, db: Path | None,
-          reports_dir: Path) -> None:
+          baseline_input: str | None, contract_name: str | None, overrides: tuple[str, ...], confirm: bool,
+          db: Path | None, reports_dir: Path) -> None:
     """Check MODEL.onnx against the reference agent's FP32 ONNX (or --baseline) on ONNX Runtime's
     CPU: the same action on 60 fixed states, batch-1 latency at most 10% slower, the same score
     over a 256-step closed loop, and no more than 1 point of mean score lost over 30 full games
     (specs/check_onnx.yaml). Exit 0 when every verdict is deployment-worthy; 1 when any is
     rejected, inconclusive or unavailable (a gate does not pass without evidence); 2 for a
-    model it cannot measure. A --baseline's fixed states come from its own games.
+    model it cannot measure. A --baseline's fixed states come from its own games, under the
+    contract the check plays (--contract, said first).
 
     The games are played on seeds drawn for MODEL (keyed by its sha256: a new file, new games);
     --confirm draws them from the confirmation range, which no spec names."""
+    from runner.cli.check_contract import contract_sets, judged_contract, unlabelled_line
     from runner.cli.check_inputs import prepare_models
 
-    sets = prepare_models([("MODEL", model, "candidate", model_input), ("--baseline", baseline, "baseline",
-                                                                       baseline_input)], overrides, CHECK_SPEC)
+    chosen = [f"contract.name={contract_name}"] if contract_name else []
+    contract = judged_contract(CHECK_SPEC, (*chosen, *overrides))
+    if contract is not None:  # else the run says what is wrong with the spec
+        click.echo(f"check {model} under contract {contract.described()}")
+    sets = [*prepare_models([("MODEL", model, "candidate", model_input),
+                             ("--baseline", baseline, "baseline", baseline_input)], (*chosen, *overrides), CHECK_SPEC),
+            *chosen]
+    if contract is not None:
+        note = unlabelled_line({"MODEL": model, "--baseline": baseline}, contract)
+        if note:
+            click.echo(note)
+        sets += contract_sets(contract, baseline, (*sets, *overrides))  # the baseline's own states, if any, stand
     run = ctx.find_root().command.get_command(ctx, "run")
     verdicts = ctx.invoke(run, spec_path=CHECK_SPEC, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,
                           fail_on=frozenset(), as_json=False, confirm=confirm)

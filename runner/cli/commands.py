@@ -12,12 +12,13 @@ from pathlib import Path
 
 import click
 
-from breakout_core.contract import CONTRACTS
+from breakout_core.contract import CONTRACTS, DEFAULT_CONTRACT
 from breakout_core.files import is_no_space
 from breakout_core.messages import first_line
 from runner.cli.check import check
+from runner.cli.convert import convert
 from runner.cli.exit_codes import ExitCode, fail, store_error_code
-from runner.cli.json_output import emit_json, json_option
+from runner.cli.json_output import emit_json, json_option, run_contract_record
 from runner.cli.options import confirm_option, db_option, reports_option, set_option
 from runner.cli.specs_list import specs
 from runner.cli.verdict_listing import fail_on_outcomes
@@ -214,8 +215,9 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
         with store.reader() as con:
             ran = runtimes_ran(con, run_id)
         emit_json({"run_id": run_id, "spec_name": loaded.spec.name, "status": "done", "database": str(store.path),
-                   "report": report_path, "verdicts": [run_verdict_record(v) for v in verdicts],
-                   "failed_on": [v["verdict"] for v in failed], "runtimes": ran})
+                   "contract": run_contract_record(store, run_id), "report": report_path,
+                   "verdicts": [run_verdict_record(v) for v in verdicts], "failed_on": [v["verdict"] for v in failed],
+                   "runtimes": ran})
     for v in failed:
         click.echo(f"--fail-on: verdict {v['verdict']} is {v['outcome']}", err=True)
     if failed:
@@ -385,7 +387,7 @@ def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor:
               help="port on 127.0.0.1 (0: any free port)")
 @click.option("--pace-ms", default=1000 / 15, show_default="66.67", type=FiniteFloatRange(min=0),
               help="ms between agent steps (66.7: 15 steps a second, the game's real speed)")
-@click.option("--contract", "contract_name", default="breakout-v3", show_default=True,
+@click.option("--contract", "contract_name", default=DEFAULT_CONTRACT, show_default=True,
               type=click.Choice(sorted(CONTRACTS)), help="the game both sides play")
 @db_option
 def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contract_name: str,
@@ -495,4 +497,5 @@ def import_command(in_dir: Path, db: Path | None) -> None:
 
 
 main.add_command(check)
+main.add_command(convert)
 main.add_command(specs)

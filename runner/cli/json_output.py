@@ -46,3 +46,14 @@ def json_value(value: Any) -> Any:
 def emit_json(document: dict) -> None:
     """Print `document` as the command's whole standard output."""
     click.echo(json.dumps(json_value(document), indent=2, ensure_ascii=False, allow_nan=False))
+
+
+def run_contract_record(store, run_id: str) -> dict:
+    """The contract a stored run played under: its name, hash and rules in words."""
+    from breakout_core.contract import Contract
+
+    with store.reader() as con:
+        text, stored_hash = con.execute("SELECT contract, contract_hash FROM runs WHERE run_id = ?",
+                                        [run_id]).fetchone()
+    contract = Contract(**json.loads(text))
+    return {"name": contract.name, "hash": stored_hash, "rules": contract.rules()}

@@ -132,8 +132,7 @@ def _provenance(run: dict) -> str:
     packages = json.loads(run["packages"] or "{}")
     return (
         f"<p><b>started</b> {run['started_at']} · <b>ended</b> {run['ended_at']}</p>"
-        f"<p><b>contract</b> {html.escape(_contract_name(run.get('contract')))} "
-        f"{html.escape(run['contract_hash'] or '')}"
+        f"<p><b>contract</b> {html.escape(_contract_words(run.get('contract'), run['contract_hash']))}"
         f" · <b>commit</b> {html.escape(str(run['git_commit']))}"
         f" · <b>host</b> {html.escape(run['host'])} · <b>cpu</b> {html.escape(str(run['cpu']))}"
         f" · <b>gpu</b> {html.escape(str(run['gpu']))}</p>"
@@ -143,6 +142,20 @@ def _provenance(run: dict) -> str:
         + "".join(f"<p><b>the spec changed with</b> {html.escape(' '.join(f'--set {t}' for t in json.loads(given)))}"
                   "</p>" for given in [run.get("overrides")] if given)
     )
+
+
+def _contract_words(contract_json: str | None, contract_hash: str | None) -> str:
+    """The run's contract as a person reads it: name, hash and rules (name and hash alone where the
+    stored contract does not rebuild to its hash)."""
+    from breakout_core.contract import Contract
+
+    try:
+        contract = Contract(**json.loads(contract_json or "{}"))
+    except (ValueError, TypeError):
+        contract = None
+    if contract is not None and contract.hash == contract_hash:
+        return contract.described()
+    return f"{_contract_name(contract_json)} {contract_hash or ''}".strip()
 
 
 def _contract_name(contract_json: str | None) -> str:

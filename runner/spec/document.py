@@ -134,7 +134,8 @@ def contract_problems(spec: Spec, context: dict | None = None,
     """Fixed states on disk captured under another contract than the spec plays, and models
     (checkpoints, ONNX files) trained under another one unless the spec says that is
     deliberate (`contract.other_contracts: deliberate`, e.g. a breakout-v2 agent played under
-    breakout-v3). Files at `unreadable` locations are left out."""
+    breakout-v3). Files at `unreadable` locations, and artifacts that no runtime or measurement
+    reads (a base's files a spec replaced, as `runner check --baseline` does), are left out."""
     import importlib
 
     if not (context or {}).get("check_files", True):
@@ -146,8 +147,10 @@ def contract_problems(spec: Spec, context: dict | None = None,
                "onnx": ("breakout_core.export", "onnx_contract"),
                "fixed_states": ("breakout_core.fixed_states", "states_contract")}
     problems = []
+    used = used_artifacts(spec)
     for where, path, kind, made_by in spec_files(spec):
-        if kind not in readers or where in unreadable or (kind != "fixed_states" and not models_too):
+        if kind not in readers or where in unreadable or (kind != "fixed_states" and not models_too) \
+                or (where[0] == "artifacts" and where[1] not in used):
             continue
         module, reader = readers[kind]
         try:
@@ -163,6 +166,13 @@ def contract_problems(spec: Spec, context: dict | None = None,
             problems.append((where, f"{path} was made under contract {made}, this spec plays "
                                     f"{contract.name} ({contract.hash}); {hint}"))
     return problems
+
+
+def used_artifacts(spec: Spec) -> set[str]:
+    """The artifacts that a runtime or a measurement of the spec names."""
+    used = {config.artifact for config in spec.runtimes.values()}
+    return used | {value for m in spec.measurements for _, what, value in registry.KINDS[m.kind].references(m)
+                   if what.startswith("artifact")}
 
 
 class SpecError(ValueError):

@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from breakout_core.contract import MAX_EPISODE_SEED, MAX_REPEAT_ACTION_PROBABILITY
+from breakout_core.contract import DEFAULT_CONTRACT, MAX_EPISODE_SEED, MAX_REPEAT_ACTION_PROBABILITY
 from runner.spec.seed_pools import CHECK_RANGE, DRAWABLE, confirmation_overlap, shown
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"  # safe as a file name and a SQL string
@@ -125,7 +125,7 @@ def possible_seeds(seeds: "list[int] | SeedRange | DrawnSeeds") -> "list[int] | 
 class ContractSpec(StrictModel):
     """A named contract, optionally with fields changed (the hash records the change)."""
 
-    name: str = "breakout-v3"
+    name: str = Field(default=DEFAULT_CONTRACT, description="a shipped preset (docs/contracts.md)")
     max_episode_frames: int | None = Field(default=None, gt=0)
     noop_start_max: int | None = Field(default=None, ge=0)
     repeat_action_probability: float | None = Field(default=None, ge=0.0, le=MAX_REPEAT_ACTION_PROBABILITY)

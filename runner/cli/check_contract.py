@@ -1,0 +1,89 @@
+"""The game `runner check` plays: the contract a `--contract` preset and the `--set` arguments make
+of the check spec, said in words before anything runs, and the fixed states it needs under it.
+
+A contract other than the check spec's own (breakout-v3) needs fixed states captured under it:
+the shipped ones are breakout-v3 states. The reference agent plays the chosen game
+deliberately (the same network as the reference FP32 ONNX file), and its 60 states are
+captured once per contract and reference checkpoint and kept under `exports/check/`
+(`reference_states_under`); without `--baseline`, the reference FP32 file is the baseline
+played in that game. A `--set artifacts.fixed_states...` of the user's comes after and wins.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from breakout_core.contract import DEFAULT_CONTRACT, Contract, contract_by_name
+from runner.cli.exit_codes import ExitCode, fail
+
+ROOT = Path(__file__).resolve().parents[2]
+STATES_CACHE = ROOT / "exports" / "check"  # fixed states of the reference agent under another contract
+REFERENCE_CHECKPOINT = ROOT / "models" / "reference" / "dqn_breakout.pt"
+STATE_CAPTURE = {"n_states": 60, "episode_seeds": tuple(range(6)), "epsilon": 0.05}  # as day22_export's
+
+
+def judged_contract(spec_path: Path, overrides: tuple[str, ...]) -> Contract | None:
+    """The contract `spec_path` plays with `overrides` laid on it; None where they do not make one
+    (the run then says why, in its own words)."""
+    from pydantic import ValidationError
+
+    from runner.spec.extends import resolve_extends
+    from runner.spec.fields import ContractSpec
+    from runner.spec.overrides import apply_overrides
+    from runner.spec.yaml_source import SpecSourceError, load_yaml
+
+    try:
+        data = apply_overrides(resolve_extends(load_yaml(spec_path)), overrides).data
+        return ContractSpec.model_validate(data.get("contract") or {}).build()
+    except (SpecSourceError, ValidationError, AttributeError):
+        return None
+
+
+def contract_sets(contract: Contract, baseline: Path | None, overrides: tuple[str, ...] = ()) -> list[str]:
+    """The `--set` arguments a check under `contract` needs besides the contract itself.
+
+    Under another game than the shipped fixed states', the states are the reference agent's
+    under that game (unless `overrides` name the user's own); without a baseline of the user's
+    own, the reference FP32 file plays that game deliberately (it was trained under breakout-v3)."""
+    if contract.hash == contract_by_name(DEFAULT_CONTRACT).hash:
+        return []
+    own_states = any(o.startswith("artifacts.fixed_states") for o in overrides)
+    states = [] if own_states else [f"artifacts.fixed_states.path={reference_states_under(contract)}"]
+    return states if baseline is not None else ["contract.other_contracts=deliberate", *states]
+
+
+def reference_states_under(contract: Contract) -> Path:
+    """The reference agent's fixed states under `contract`, captured as day22_export captures its
+    own (`STATE_CAPTURE`: 6 full games, seeds 0-5, epsilon 0.05) once, and reused while the
+    checkpoint is the same."""
+    from breakout_core.fixed_states import capture_from_checkpoint, save_fixed_states
+    from breakout_core.hashing import file_sha256
+
+    path = STATES_CACHE / f"fixed_states_{contract.hash}_{file_sha256(REFERENCE_CHECKPOINT)[:16]}.npz"
+    if not path.is_file():
+        click.echo(f"capturing {STATE_CAPTURE['n_states']} fixed states from the reference agent's games under "
+                   f"{contract.name} (once; kept in {path})", err=True)
+        try:
+            states = capture_from_checkpoint(REFERENCE_CHECKPOINT, contract=contract, other_contract_deliberate=True,
+                                             **STATE_CAPTURE)
+            save_fixed_states(path, states)
+        except KeyboardInterrupt:
+            fail("interrupted while capturing the fixed states; nothing was stored", ExitCode.INTERRUPTED)
+        except (OSError, ValueError) as exc:
+            fail(f"capturing the fixed states under {contract.name} failed: {exc}", ExitCode.ENVIRONMENT)
+    return path
+
+
+def unlabelled_line(models: dict[str, Path | None], contract: Contract) -> str | None:
+    """One line for the model files (by their argument) that record no contract: the game they are
+    judged in anyway."""
+    from breakout_core.export import onnx_contract
+
+    bare = [f"{label} {path}" for label, path in models.items() if path is not None and onnx_contract(path)[1] is None]
+    if not bare:
+        return None
+    records = "records no contract in its" if len(bare) == 1 else "record no contract in their"
+    return (f"{' and '.join(bare)} {records} metadata: judged under {contract.name} ({contract.hash}); "
+            "--contract names another game")

@@ -1,0 +1,102 @@
+"""`runner convert fp16|int8 MODEL.onnx`: the user's FP32 file converted by the project's own
+converters, through a shipped spec run by `runner run` (specs/convert_fp16.yaml,
+specs/convert_int8.yaml) with the file set as its FP32 source, so the search, its rows and its
+report are a run like any other. The repair search (breakout_core.repair) keeps the fewest
+layers in float for the same greedy action as FP32 on the fixed states; the file it chose is
+written, and `runner check OUT --baseline MODEL` then judges it in games."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from breakout_core.contract import CONTRACTS
+from runner.cli.check import artifact_override, onnx_file_problem
+from runner.cli.exit_codes import ExitCode, fail
+from runner.cli.options import db_option, reports_option, set_option
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+SOURCE = "onnx_fp32"  # the check and convert specs' FP32 artifact, set to the user's file
+MEASUREMENT = "search"  # the repair measurement of each convert spec; its output artifact is the precision
+
+
+@click.command()
+@click.argument("precision", type=click.Choice(["fp16", "int8"]))
+@click.argument("model", metavar="MODEL.onnx", type=click.Path(path_type=Path))
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="the file to write (default: MODEL_fp16.onnx or MODEL_int8.onnx beside MODEL)")
+@click.option("--contract", "contract_name", type=click.Choice(sorted(CONTRACTS)), default=None,
+              help="the game the model plays, whose states the search checks (default breakout-v3; docs/contracts.md)")
+@set_option
+@db_option
+@reports_option
+@click.pass_context
+def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, contract_name: str | None,
+            overrides: tuple[str, ...], db: Path | None, reports_dir: Path) -> None:
+    """Convert the FP32 MODEL.onnx to FP16 or static INT8, keeping in float the fewest layers that
+    give FP32's greedy action on the 60 fixed states (INT8: calibrated with min/max and with the
+    99.999th percentile, the better file kept). Prints the file written and the verdicts that
+    chose it; exit 0 when it met that target, 1 when only the closest step could be written, 2
+    for a model that cannot be converted."""
+    import onnx
+
+    from breakout_core.export import inspect_onnx
+    from breakout_core.onnx_checks import ModelCheckError, check_preprocessing
+    from runner.cli.check_contract import contract_sets, judged_contract
+
+    out = out or model.with_name(f"{model.stem}_{precision}.onnx")
+    problem = onnx_file_problem(model)
+    if problem:
+        fail(f"MODEL {problem}", ExitCode.BAD_INPUT)
+    if inspect_onnx(model).precision != "fp32":
+        fail(f"MODEL {model}: its weights are {inspect_onnx(model).precision}; convert takes an FP32 file",
+             ExitCode.BAD_INPUT)
+    try:  # what every converted file is checked for, asked of the source before anything runs
+        check_preprocessing(onnx.load(model))
+    except ModelCheckError as exc:
+        fail(f"MODEL {model}: {exc}; the converters keep that preprocessing and need it in the FP32 file",
+             ExitCode.BAD_INPUT)
+    if out.resolve() == model.resolve():
+        fail(f"--out {out}: that is MODEL itself; name another file", ExitCode.BAD_INPUT)
+    spec = SPECS / f"convert_{precision}.yaml"
+    sets = [artifact_override(SOURCE, model), f"artifacts.{precision}.path={out.resolve()}"]
+    sets += [f"contract.name={contract_name}"] if contract_name else []
+    contract = judged_contract(spec, (*sets, *overrides))
+    if contract is not None:  # else the run says what is wrong with the spec
+        click.echo(f"convert {model} to {precision.upper()}, checked on states under contract {contract.described()}")
+        sets += contract_sets(contract, None, overrides)
+    run = ctx.find_root().command.get_command(ctx, "run")
+    verdicts = ctx.invoke(run, spec_path=spec, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,
+                          fail_on=frozenset(), as_json=False)
+    chosen = _chosen(db, verdicts[0]["run_id"]) if verdicts else None
+    if chosen is None:
+        fail("the search stored no chosen file", ExitCode.ENVIRONMENT)
+    met, method, kept, agreement, ratio = chosen
+    how = f"{method} calibration, " if method else ""
+    kept_words = f"{len(kept)} layer(s) kept in float ({', '.join(kept)})" if kept else "no layer kept in float"
+    said = (f"{how}{kept_words}; FP32's action on {agreement:.0%} of the fixed states; batch-1 P50 {ratio:.2f}x "
+            f"FP32's")
+    if met:
+        click.echo(f"recommended: {out} ({said})")
+    else:
+        click.echo(f"not recommended: {out} is the closest step, no step met the target ({said})")
+    under = f" --contract {contract_name}" if contract_name else ""
+    click.echo(f"  judge it in games: runner check {out} --baseline {model}{under}")
+    sys.exit(ExitCode.OK if met else ExitCode.SAID_NO)
+
+
+def _chosen(db: Path | None, run_id: str) -> tuple | None:
+    """(met target, calibration method, layers kept in float, agreement, P50 ratio) of the step the
+    run's search chose."""
+    import json
+
+    from runner.store.database import Store
+
+    with Store(db).reader() as con:
+        row = con.execute(
+            "SELECT r.met_target, r.calibrate_method, s.kept_float, s.agreement, s.latency_ratio "
+            "FROM repair_results r JOIN repair_steps s ON s.run_id = r.run_id AND s.measurement = r.measurement "
+            "AND s.chosen WHERE r.run_id = ? AND r.measurement = ?", [run_id, MEASUREMENT]).fetchone()
+    return None if row is None else (bool(row[0]), row[1], json.loads(row[2]), row[3], row[4])

@@ -1,0 +1,124 @@
+"""`runner convert fp16|int8 MODEL.onnx` on a CleanRL-shaped FP32 file (uint8 input, /255 inside,
+dynamic batch, no metadata), then `runner check` judging what it wrote against that file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+from cleanrl_shaped import export_cleanrl_shaped
+from test_cli_inputs import assert_one_line_usage_error, cli
+
+from breakout_core.contract import CONTRACTS
+from breakout_core.export import inspect_onnx
+from runner.store.database import Store
+
+MODELS = Path(__file__).resolve().parents[1] / "models" / "reference"
+SMALL_CHECK = ("measurements.games.seeds={start: 3000, count: 2}", "measurements.latency.iterations=320")
+SMALL_CALIBRATION = ("measurements.search.calibration={methods: [minmax], n_states: 16, capture: "
+                     "{episode_seeds: {start: 9100, count: 2}, max_steps_per_episode: 200, batch_size: 2}}")
+
+
+def _sets(*overrides: str) -> list[str]:
+    return [arg for o in overrides for arg in ("--set", o)]
+
+
+@pytest.mark.parametrize("given, mention", [
+    ("missing.onnx", "MODEL missing.onnx: no such file"),
+    (str(MODELS / "dqn_breakout_fp16.onnx"), "its weights are fp16; convert takes an FP32 file"),
+], ids=["missing", "fp16-source"])
+def test_convert_refuses_what_it_cannot_convert_in_one_line_and_stores_nothing(tmp_path, given, mention):
+    result = cli("convert", "int8", given, "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, mention)
+    assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_convert_refuses_a_model_without_the_scaling_inside_before_anything_runs(tmp_path):
+    model = onnx.load(MODELS / "dqn_breakout.onnx")
+    div = next(n for n in model.graph.node if n.op_type == "Div")
+    later = [n for n in model.graph.node if div.output[0] in n.input]
+    for node in later:  # the network reads the cast pixels, unscaled
+        node.input[:] = [div.input[0] if i == div.output[0] else i for i in node.input]
+    model.graph.node.remove(div)
+    onnx.save_model(model, tmp_path / "unscaled.onnx")
+    result = cli("convert", "fp16", "unscaled.onnx", "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, "MODEL unscaled.onnx: the cast input is not scaled by 1/255 inside the graph")
+    assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_convert_refuses_an_unknown_contract_and_stores_nothing(tmp_path):
+    result = cli("convert", "int8", str(MODELS / "dqn_breakout.onnx"), "--contract", "pong", "--db", "r.duckdb",
+                 cwd=tmp_path)
+    assert result.exit_code == 2 and "'pong' is not one of 'ale-breakout-v5'" in result.output
+    assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_convert_refuses_to_write_over_the_model_itself(tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes((MODELS / "dqn_breakout.onnx").read_bytes())
+    result = cli("convert", "fp16", "m.onnx", "--out", "m.onnx", "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, "--out m.onnx: that is MODEL itself")
+    assert not (tmp_path / "r.duckdb").exists() and model.read_bytes() == (MODELS / "dqn_breakout.onnx").read_bytes()
+
+
+def _converted_then_checked(tmp_path: Path, precision: str, *overrides: str) -> tuple[Path, str]:
+    export_cleanrl_shaped(tmp_path / "cleanrl.onnx")
+    made = cli("convert", precision, "cleanrl.onnx", *_sets("measurements.search.latency_runs=64", *overrides),
+               "--db", "r.duckdb", "--reports", "reports", cwd=tmp_path)
+    assert made.exit_code == 0, (made.output, made.exception)
+    out = tmp_path / f"cleanrl_{precision}.onnx"
+    lines = made.stdout.splitlines()
+    assert lines[0].startswith(f"convert cleanrl.onnx to {precision.upper()}, checked on states under contract "
+                               "breakout-v3 (")
+    assert lines[-2].startswith(f"recommended: cleanrl_{precision}.onnx (")
+    assert lines[-1] == f"  judge it in games: runner check cleanrl_{precision}.onnx --baseline cleanrl.onnx"
+    info = inspect_onnx(out)
+    assert info.precision == precision and info.inputs[0].dtype == "uint8"  # the user's input convention kept
+    assert info.inputs[0].shape == ("batch", 4, 84, 84)
+    onnx.checker.check_model(onnx.load(out), full_check=True)
+    checked = cli("check", out.name, "--baseline", "cleanrl.onnx", *_sets(*SMALL_CHECK), "--db", "r.duckdb",
+                  "--reports", "reports", cwd=tmp_path)
+    assert checked.exit_code in (0, 1), (checked.output, checked.exception)
+    assert checked.stdout.splitlines()[0].startswith(f"check {out.name} under contract breakout-v3 (")
+    assert "verdict same_decisions: deployment-worthy" in checked.stdout
+    [page] = (tmp_path / "reports").glob("check_onnx-*.html")
+    assert CONTRACTS["breakout-v3"].described() in page.read_text(encoding="utf-8")  # the header names the game
+    return out, made.stdout
+
+
+@pytest.mark.slow
+def test_convert_fp16_writes_a_file_that_check_judges_against_the_users_fp32_file(tmp_path):
+    _, said = _converted_then_checked(tmp_path, "fp16")
+    assert "verdict fp16_same_decisions_on_the_fixed_states: deployment-worthy" in said
+    with Store(tmp_path / "r.duckdb").reader() as con:
+        specs = [r[0] for r in con.execute("SELECT spec_name FROM runs ORDER BY started_at").fetchall()]
+    assert specs == ["convert_fp16", "check_onnx"]
+
+
+@pytest.mark.slow
+def test_convert_int8_prints_the_file_it_recommends_and_the_verdicts_that_chose_it(tmp_path):
+    _, said = _converted_then_checked(tmp_path, "int8", SMALL_CALIBRATION)
+    lines = said.splitlines()
+    verdicts = [line for line in lines if line.startswith("  verdict ")]
+    assert [v.split(":")[0] for v in verdicts] == ["  verdict int8_same_decisions_on_the_fixed_states",
+                                                  "  verdict int8_faster_at_batch_1"]
+    assert "minmax calibration" in lines[-2] and "of the fixed states" in lines[-2]
+    with Store(tmp_path / "r.duckdb").reader() as con:
+        path, met = con.execute("SELECT path, met_target FROM repair_results").fetchone()
+    assert Path(path) == (tmp_path / "cleanrl_int8.onnx").resolve() and met
+
+
+def test_the_preprocessing_check_reads_a_scale_that_the_fp16_converter_casts(tmp_path):
+    """torch.onnx.export writes the 255 of `x.float() / 255.0` as a Constant node; with the division
+    kept in float32 the FP16 converter casts that constant down and up again before the Div."""
+    from breakout_core.fp16 import to_float16
+    from breakout_core.onnx_checks import check_preprocessing
+
+    model = onnx.load(export_cleanrl_shaped(tmp_path / "cleanrl.onnx"))
+    kept = [n.name for n in model.graph.node if n.op_type != "Conv"]
+    converted, _ = to_float16(model, keep_float=kept)
+    div = next(n for n in converted.graph.node if n.op_type == "Div")
+    producers = {o: n for n in converted.graph.node for o in n.output}
+    assert producers[div.input[1]].op_type == "Cast"  # not the Constant itself
+    assert check_preprocessing(converted) == "preprocessing in graph: Cast uint8 -> float32, Div by 255"
