@@ -93,10 +93,16 @@ def _expanded_sizes(root: yaml.Node) -> tuple[dict[int, int], dict[int, int]]:
     sizes: dict[int, int] = {}
     refs: dict[int, int] = {}
 
+    open_nodes: set[int] = set()  # a node that holds itself (`&x [*x]`) is counted once, as what refuses it
+
     def walk(node: yaml.Node) -> int:  # as deep as the composer went: nesting is bounded there
         refs[id(node)] = refs.get(id(node), 0) + 1
+        if id(node) in open_nodes:
+            return 1
         if id(node) not in sizes:
+            open_nodes.add(id(node))
             sizes[id(node)] = 1 + sum(walk(child) for child in _children(node))
+            open_nodes.discard(id(node))
         return sizes[id(node)]
 
     walk(root)
