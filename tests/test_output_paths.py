@@ -91,3 +91,19 @@ def test_an_output_over_a_checkpoint_a_policy_plays_is_refused(write_spec, tmp_p
         load_spec(path)
     assert f"artifacts.onnx_fp32.path: {tmp_path / 'agent.pt'} is also policies.agent.path, which this spec " \
            "reads: an output may not overwrite an input" in str(refused.value)
+
+
+def test_an_output_over_the_checkpoint_a_training_starts_from_is_refused(write_spec, tmp_path):
+    start = tmp_path / "start.pt"
+    start.write_bytes((MODELS / "dqn_breakout.pt").read_bytes())
+    text = _export_spec("my_export", tmp_path).replace(f"{tmp_path / 'dqn_breakout.onnx'}", str(start))
+    path = write_spec(text + f"""\
+  - kind: train
+    name: more
+    start_from: {start}
+    total_transitions: 1000
+""")
+    with pytest.raises(SpecError) as refused:
+        load_spec(path)
+    assert f"{path}:4: artifacts.onnx_fp32.path: {start} is also measurements[1].start_from, which this spec reads: " \
+           "an output may not overwrite an input" in refused.value.problems

@@ -45,8 +45,9 @@ def _refused(path) -> tuple[list[str], float]:
     return info.value.problems, time.perf_counter() - start
 
 
-def test_three_million_trials_are_refused_at_once(write_spec):
-    path = write_spec(SIX_BY_TWELVE)
+@pytest.mark.parametrize("kind", ["train", "throughput"])
+def test_three_million_trials_are_refused_at_once(write_spec, kind):
+    path = write_spec(SIX_BY_TWELVE.replace("kind: train", f"kind: {kind}"))
     assert len(SIX_BY_TWELVE) < 1500
     problems, seconds = _refused(path)
     assert problems == [f"{path}:6: measurements[0].sweep: the sweep makes 2,985,984 trials (12 x 12 x 12 x 12 x 12 x "
