@@ -283,5 +283,6 @@ KIND = Kind(
     comparison_metrics=tuple(name for name in METRIC_NAMES if name.startswith(RAW_SPEEDUPS)),
     metric_problem=ThroughputMeasurement.metric_problem,
     compare=compare_throughput,
-    not_settings=frozenset({"sweep", "grid", "modes", "repeats"}),  # grid: the spelling of specs stored before
+    # grid: the spelling of specs stored before
+    not_settings=frozenset({"sweep", "max_trials", "grid", "modes", "repeats"}),
 )
