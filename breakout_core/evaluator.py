@@ -82,13 +82,13 @@ GIF_MAX_FRAMES = 1_800  # one minute at 30 fps: a stalled agent's 27,000 steps w
 def write_gif(frames: Sequence[np.ndarray], path: str | Path, *, scale: int = 3, fps: int = 30,
               max_frames: int = GIF_MAX_FRAMES) -> Path:
     """Write the agent's-eye frames (84x84 grayscale) as an upscaled looping GIF of at most
-    `max_frames` frames, the episode's first ones."""
+    `max_frames` frames, the episode's first ones: encoded in memory, then written whole (a
+    full disk is `NoSpaceLeft` naming the GIF)."""
     import imageio.v3 as iio
+
+    from breakout_core.files import write_whole
 
     if not frames:
         raise ValueError("no frames to write")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     big = [np.kron(f, np.ones((scale, scale), dtype=np.uint8)) for f in frames[:max_frames]]
-    iio.imwrite(path, np.stack(big), extension=".gif", duration=1000 / fps, loop=0)
-    return path
+    return write_whole(path, iio.imwrite("<bytes>", np.stack(big), extension=".gif", duration=1000 / fps, loop=0))

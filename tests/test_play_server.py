@@ -1,7 +1,8 @@
 """The play server against hostile or heavy use: other web sites (a foreign or `null` Origin,
 a rebinding Host), a seed the store cannot hold, nested, oversized and binary messages, more
-players than it plays at once, idle games, agent actions the CPU model would not take, and a
-game that ends while another process holds the database."""
+players than it plays at once, idle games, agent actions the CPU model would not take, a
+game that ends while another process holds the database or while the file is damaged, and a
+database no game could be stored in at the start."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 from breakout_core.contract import Contract
 from runner.play.server import MAX_OPEN_GAMES, PlayServer
 from runner.store.database import Store
+from runner.store.errors import StoreError
 
 MODEL = Path(__file__).resolve().parent.parent / "models" / "reference" / "dqn_breakout.onnx"
 SHORT = Contract().replace(max_episode_frames=400)  # both games end by the time limit within 100 steps
@@ -352,3 +354,74 @@ def test_games_stored_before_the_status_column_read_as_finished(tmp_path):
     con.execute(MIGRATIONS[2][1])
     assert con.execute("SELECT status FROM play_games").fetchall() == [("finished",)]
     con.close()
+
+
+# -- a database that cannot take games: refused at the start, and a game that ends on one is kept -
+
+def _garbage(path: Path) -> Path:
+    path.write_bytes(b"not a database\n" * 1000)
+    return path
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def _newer(path: Path) -> Path:
+    with Store(path).writer() as con:
+        con.execute("INSERT INTO schema_migrations VALUES ('9999_of_a_newer_runner', now())")
+    return path
+
+
+@pytest.mark.parametrize("bad, mentions, told", [
+    (_garbage, "damaged or unreadable", None),
+    (_folder, "damaged or unreadable", "is a directory"),  # the command's --db refuses it first, as the user's
+    (_newer, "written by a newer runner", None),
+], ids=["garbage", "a-folder", "newer"])
+def test_the_server_refuses_a_database_it_cannot_store_games_in(tmp_path, bad, mentions, told):
+    from test_cli_inputs import cli
+
+    db = bad(tmp_path / "play.duckdb")
+    with pytest.raises(StoreError, match=mentions):
+        PlayServer(Store(db), MODEL, SHORT, port=0).start()
+    result = cli("play", "--model", str(MODEL), "--db", str(db), "--port", "0", cwd=tmp_path)
+    assert result.exit_code == (3 if told is None else 2), result.output
+    assert "Traceback" not in result.stderr and (told or mentions) in result.stderr
+    if told is None:
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"error: {db}: "), result.stderr
+
+
+@pytest.mark.parametrize("kept_until", ["the next game", "the server stops"])
+def test_a_game_that_ends_on_a_damaged_database_is_kept_and_stored_once_it_is_repaired(tmp_path, caplog, kept_until):
+    store = Store(tmp_path / "play.duckdb")
+    argmax = _cpu_argmax()
+
+    async def play(server: PlayServer, seed: int) -> dict:
+        async with aiohttp.ClientSession() as session, _connect(session, server) as ws:
+            return (await _play(ws, seed, argmax))[0]
+
+    def games() -> list[str]:
+        with store.reader() as con:
+            return [game_id for game_id, in
+                    con.execute("SELECT game_id FROM play_games ORDER BY finished_at").fetchall()]
+
+    with PlayServer(store, MODEL, SHORT, port=0, pace_ms=0) as server:
+        before = asyncio.run(play(server, 0))
+        assert before["stored"] == "now"
+        good = store.path.read_bytes()  # the server holds no connection between games
+        store.path.write_bytes(b"\0" * 4096 + good[4096:])  # its header overwritten: the file no longer opens
+        with caplog.at_level(logging.WARNING):
+            kept = asyncio.run(play(server, 1))
+        assert kept["stored"] == "later" and str(store.path) in kept["stored_reason"], kept["stored_reason"]
+        assert "\n" not in kept["stored_reason"]
+        warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert [r for r in warned if kept["game"]["game_id"] in r.getMessage()] and not [r for r in warned
+                                                                                       if r.exc_info], caplog.text
+        store.path.write_bytes(good)  # repaired: the copy from before the damage
+        assert games() == [before["game"]["game_id"]]
+        if kept_until == "the next game":
+            after = asyncio.run(play(server, 2))
+            assert after["stored"] == "now"
+            assert games() == [before["game"]["game_id"], kept["game"]["game_id"], after["game"]["game_id"]]
+    assert games().count(kept["game"]["game_id"]) == 1 and not (store.spool_root / "play").exists()

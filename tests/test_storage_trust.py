@@ -9,7 +9,6 @@ import os
 import random
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -120,21 +119,6 @@ def test_a_run_refuses_a_damaged_database_and_appends_nothing(tmp_path, damaged)
     with pytest.raises(StoreDamaged, match="damaged or unreadable"):
         Store(db).verify_readable()
     assert db.read_bytes() == damaged["cut"].read_bytes()
-
-
-@pytest.fixture
-def small_disk(tmp_path) -> Iterator[Path]:
-    """A 2 MB tmpfs; a test fills it to make writes fail with ENOSPC."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=False,
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {made.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def _fill(disk: Path, leave_bytes: int) -> None:

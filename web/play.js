@@ -105,8 +105,9 @@ function listGame(g, stored) {
     `<td>${g.agent_actions_unlike_cpu}</td><td>${g.status}</td><td>${stored}</td></tr>`);
 }
 
-// 'later': another process held the database; the server keeps the game and appends it when the file is free
-const storedText = (msg) => (msg.stored === 'now' ? 'stored' : 'the database is busy: kept and stored when it is free');
+// 'later': the database could not take the row (another process held it, or the file cannot be written);
+// the server keeps the game beside it and appends it once the file takes it
+const storedText = (msg) => (msg.stored === 'now' ? 'stored' : `stored later (${msg.stored_reason})`);
 
 ws.onmessage = async (event) => {
   const msg = JSON.parse(event.data);

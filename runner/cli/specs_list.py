@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 
 from runner.cli.options import db_option
+from runner.spec.output_paths import SHIPPED_SPECS
 
-SPECS_DIR = Path(__file__).resolve().parents[2] / "specs"
+SPECS_DIR = SHIPPED_SPECS
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from pydantic import Field, model_validator
 from runner.compare.rows import Row, RunSide, over_seeds, samples_row
 from runner.kinds.kind import Kind
 from runner.kinds.shared.training_settings import (
+    SweptSettings,
     TrainSettings,
     swept_at,
     training_sweep_trials,
@@ -46,11 +47,10 @@ from runner.spec.yaml_source import PlacedError, raise_placed
 Mode = Literal["full", "collect", "explore", "learner", "env"]
 
 
-class ThroughputMeasurement(TrainSettings):
+class ThroughputMeasurement(SweptSettings):
     kind: Literal["throughput"]
     name: Name
     modes: list[Mode] = Field(default_factory=lambda: ["full"], min_length=1)
-    sweep: dict[str, list[Any]] = Field(default_factory=dict, description="field -> values; one trial per combination")
     repeats: int = Field(default=1, ge=1, le=20, description="timings of each setting and mode, interleaved; "
                                                              "a speed-up interval needs at least 3")
     warmup_transitions: int = Field(default=1_000, ge=0)
@@ -283,5 +283,6 @@ KIND = Kind(
     comparison_metrics=tuple(name for name in METRIC_NAMES if name.startswith(RAW_SPEEDUPS)),
     metric_problem=ThroughputMeasurement.metric_problem,
     compare=compare_throughput,
-    not_settings=frozenset({"sweep", "grid", "modes", "repeats"}),  # grid: the spelling of specs stored before
+    # grid: the spelling of specs stored before
+    not_settings=frozenset({"sweep", "max_trials", "grid", "modes", "repeats"}),
 )

@@ -20,10 +20,12 @@ the page's action all the same: two runtimes may rank near-equal Q-values differ
 a count above zero is evidence to look at, not proof of a forged game.
 
 At most MAX_OPEN_GAMES games are open at once (each holds two emulators), and a game that
-gets no message for `idle_timeout_s` is closed. A finished game whose row cannot be
-appended within STORE_WAIT_S (another process holds the database) is spooled beside it and
-appended later: after the next game stored, when the server stops, or by the next runner
-command that writes to the database.
+gets no message for `idle_timeout_s` is closed. The server starts only on a database it can
+store games in (not damaged, unreadable or written by a newer runner). A finished game whose
+row cannot be appended, for whatever reason (another process holds the database past
+STORE_WAIT_S, or the file went bad while the server ran), is spooled beside it and appended
+once the file takes it: after the next game stored, when the server stops, or by the next
+runner command that writes to the database; each spooled game goes in once.
 
 Protocol (JSON text messages):
     page -> server  {"type": "start", "seed": int}
@@ -324,31 +326,53 @@ class PlayServer:
         stored, reason = await asyncio.to_thread(self._store, row)
         return {**game.state(), "type": kind, "game": _jsonable(row), "stored": stored, "stored_reason": reason}
 
+    def check_database(self) -> None:
+        """Refuse (StoreError) a database no game could be stored in: damaged, unreadable, or
+        written by a newer runner. One that another process holds is fine: games wait for it."""
+        try:
+            self.quick_store.verify_readable()
+            with self.quick_store.writer():  # this runner's tables, and the version check
+                pass
+        except StoreBusy as exc:
+            log.warning("%s: finished games are kept beside it until it is free", first_line(exc))
+
     def _store(self, row: dict[str, Any]) -> tuple[str, str | None]:
-        """Append a finished game's row: ("now", None); or, while another process holds the
-        database past STORE_WAIT_S, spool it to be appended later: ("later", why)."""
+        """Append a finished game's row: ("now", None); or, where it cannot be appended (another
+        process holds the database past STORE_WAIT_S, or the file cannot be written), spool it
+        to be appended later: ("later", why)."""
         try:
             self.quick_store.append_rows("play_games", [row])
-        except StoreBusy as exc:
+        except Exception as exc:  # noqa: BLE001 -- whatever keeps the row out, the game is kept
+            self._file_failed(exc)
             path = self.store.spool(SPOOL, "play_games", [row])
-            log.warning("game %s kept in %s until the database is free: %s", row["game_id"], path, first_line(exc))
+            log.warning("game %s kept in %s until the database takes it: %s", row["game_id"], path, first_line(exc))
             return "later", first_line(exc)
-        self.append_spooled()  # the database is free: games kept earlier go in too
+        self.append_spooled()  # the database takes rows: games kept earlier go in too
         return "now", None
 
     def append_spooled(self) -> int:
-        """Append the games spooled while the database was busy, unless it still is; the rows appended."""
+        """Append the games kept while the database could not take them, unless it still cannot;
+        the rows appended."""
         if not (self.store.spool_root / SPOOL).is_dir():
             return 0
         try:
             with self.quick_store.writer() as con:
                 return self.quick_store.append_spooled(con, SPOOL)
-        except StoreBusy:
+        except Exception as exc:  # noqa: BLE001 -- they stay kept, for the next try
+            self._file_failed(exc)
+            log.warning("games kept in %s stay there: %s", self.store.spool_root / SPOOL, first_line(exc))
             return 0
+
+    def _file_failed(self, exc: Exception) -> None:
+        """After an error other than a busy file, the next append opens the file as new: it may
+        have been replaced or repaired meanwhile, and needs this runner's tables made again."""
+        if not isinstance(exc, StoreBusy):
+            self.quick_store = Store(self.store.path, busy_timeout_s=STORE_WAIT_S)
 
     def start(self) -> Self:
         from breakout_core.browser.server import PageServer
 
+        self.check_database()
         self.server = PageServer(files={"/artifact/model.onnx": self.model},
                                  routes={"/play/config.json": self._config, "/play/ws": self._games},
                                  port=self.port).start()

@@ -1,7 +1,11 @@
 """Run a validated spec: record the run, execute each measurement, decide its verdicts.
 
 The run row is written first with status 'running' and always closed: 'done', 'failed'
-with the error, or 'interrupted' on Ctrl-C / SIGTERM. A run killed outright (SIGKILL)
+with the error, or 'interrupted' on Ctrl-C / SIGTERM. A run that a full disk failed, wherever
+(the database, its spool, checkpoints, exports, reports), fails with `no space left on device:
+PATH`, found from the first error the full disk caused; where the full disk keeps even the
+failure from being stored, the run stays 'running' and is closed as interrupted later, as a
+killed run is. A run killed outright (SIGKILL)
 is closed as interrupted by the next process that opens the database for writing: at
 once on the same host, and after its heartbeat has been silent for a while anywhere.
 """
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING
 from breakout_core.contract import Contract
 from runner.run.errors import ResumeRefused
 from runner.spec.document import LoadedSpec, settings_as_written
+from runner.store.errors import no_space_left
 
 if TYPE_CHECKING:
     from runner.kinds.train.executors import Executor
@@ -119,7 +124,14 @@ def _run_locked(loaded: LoadedSpec, store, reports_dir: Path, console, run_id: s
         store.finish_run(run_id, "interrupted", reason)
         raise
     except BaseException as exc:
-        store.finish_run(run_id, "failed", f"{exc.__class__.__name__}: {exc}")
+        full = no_space_left(exc, store.path)
+        try:
+            store.finish_run(run_id, "failed", str(full) if full else f"{exc.__class__.__name__}: {exc}")
+        except Exception:  # noqa: BLE001 -- the disk that failed the run may fail this too: the run's own error is told
+            if full is None:
+                raise exc from None
+        if full is not None:
+            raise full from exc
         raise
     store.finish_run(run_id, "done")
     return run_id, verdicts

@@ -15,12 +15,14 @@ that the spec plays anywhere, or that the fixed states it reads were captured fr
 problem; these hooks are the one way a kind takes part in that check, so every kind that
 plays a seeded game declares it in `episode_seeds`) and `spec_problems` (what only the whole
 spec shows: the backends of the runtimes it names, its own checks against the spec and its
-files).
+files). Where a spec may write its outputs is `runner.spec.output_paths`'s to say.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from runner.spec.output_paths import output_path_problems
 
 
 def _names(values) -> str:
@@ -39,7 +41,8 @@ def deploy_problems(spec, context: dict | None = None) -> list[tuple[tuple, str]
            for loc, message in kind.spec_problems(m, spec, context)]
     return (_artifact_problems(spec, context, {n for written in outputs for n in written})
             + _runtime_problems(spec) + _reference_problems(spec, kinds, outputs) + _metric_problems(spec)
-            + _held_out_problems(spec, kinds, check_files) + own)
+            + _held_out_problems(spec, kinds, check_files) + own
+            + (output_path_problems(spec) if check_files else []))
 
 
 def _artifact_problems(spec, context: dict, outputs: set[str]) -> list[tuple[tuple, str]]:

@@ -15,6 +15,7 @@ from runner.kinds.shared.training_settings import process_wide_problems
 from runner.spec.deploy_checks import deploy_problems
 from runner.spec.extends import BASE_ONLY_PREFIX, EXTENDS_KEY, is_base_only, resolve_extends
 from runner.spec.fields import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
+from runner.spec.output_paths import spec_inputs
 from runner.spec.overrides import apply_overrides
 from runner.spec.runtimes import ArtifactSpec, RuntimeConfig
 from runner.spec.yaml_source import SpecSourceError, YamlSource, format_path, load_yaml, placed_each, read_spec_text
@@ -103,16 +104,8 @@ def reference_problems(spec: Spec, context: dict | None = None) -> list[tuple[tu
 
 
 def spec_files(spec: Spec) -> list[tuple[tuple, Path, str, str | None]]:
-    """The files a spec reads that exist now: (location in the spec, path, type, made_by) for
-    each checkpoint policy, each artifact that this spec does not write itself, and each
-    checkpoint a training starts from."""
-    files = [(("policies", name, "path"), Path(policy.path), "checkpoint", None)
-             for name, policy in spec.policies.items() if getattr(policy, "type", None) == "checkpoint"]
-    files += [(("artifacts", name, "path"), Path(artifact.path), artifact.type, artifact.made_by)
-              for name, artifact in spec.artifacts.items() if artifact.made_by != spec.name]
-    files += [(("measurements", i, "start_from"), Path(m.start_from), "checkpoint", None)
-              for i, m in enumerate(spec.measurements) if getattr(m, "start_from", None)]
-    return [file for file in files if file[1].is_file()]
+    """The files a spec reads (`spec_inputs`) that exist now."""
+    return [file for file in spec_inputs(spec) if file[1].is_file()]
 
 
 def file_problems(spec: Spec, context: dict | None = None) -> list[tuple[tuple, str]]:

@@ -1,9 +1,14 @@
-"""Expanding a sweep into trials, and checking what it lists: pure functions."""
+"""Expanding a sweep into trials, and checking what it lists: pure functions.
+
+A sweep's size is judged before anything is expanded: the number of trials is the product
+of its value counts, and a value is a plain value or a short list of them, so that a small
+file cannot ask for millions of trials or for values that are large only once expanded."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +23,41 @@ class Trial:
 
 def _text(value: Any) -> str:
     return format(value, "g") if isinstance(value, float) else str(value)
+
+
+DEFAULT_MAX_TRIALS = 1_000
+MAX_TRIALS_LIMIT = 10_000  # the most a spec's `max_trials` may allow
+MAX_LISTED_VALUE_ITEMS = 64  # a swept value that is a list (checkpoint_at) holds at most this many
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def value_counts(sweep: dict[str, Any]) -> list[int]:
+    """How many values each key of `sweep` that lists values lists: their product is its trials."""
+    return [len(values) for values in sweep.values() if isinstance(values, list) and values]
+
+
+def sweep_size_problem(sweep: Any, max_trials: int) -> PlacedError | None:
+    """Why `sweep` (as the file gives it, before validation) is too large to expand: more
+    trials than `max_trials`, or a value that is neither a plain value nor a list of at most
+    MAX_LISTED_VALUE_ITEMS plain values. None where it is not, or is no mapping of lists."""
+    if not isinstance(sweep, dict):
+        return None
+    for key, values in sweep.items():
+        for i, value in enumerate(values if isinstance(values, list) else ()):
+            if isinstance(value, _PLAIN):
+                continue
+            if not isinstance(value, list):
+                return PlacedError(f"sweep {key!r}: a swept value is a plain value or a list of them, "
+                                   f"not a {type(value).__name__}", ("sweep", key, i))
+            if len(value) > MAX_LISTED_VALUE_ITEMS or not all(isinstance(item, _PLAIN) for item in value):
+                return PlacedError(f"sweep {key!r}: a swept list holds at most {MAX_LISTED_VALUE_ITEMS} plain "
+                                   f"values", ("sweep", key, i))
+    counts = value_counts(sweep)
+    if math.prod(counts) > max_trials:
+        return PlacedError(f"the sweep makes {math.prod(counts):,} trials ({' x '.join(map(str, counts))} values), "
+                           f"more than max_trials {max_trials:,} (which may be set up to {MAX_TRIALS_LIMIT:,})",
+                           ("sweep",))
+    return None
 
 
 def sweep_problems(sweep: dict[str, list[Any]], fields: list[str] | tuple[str, ...]) -> list[PlacedError]:

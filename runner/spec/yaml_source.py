@@ -1,8 +1,9 @@
 """Safe YAML loading that remembers where every value came from.
 
 Only the plain YAML types are accepted: an explicit tag (``!!python/object``, ``!foo``)
-is an error, and so is a document with more than MAX_ALIASES aliases (a "billion laughs"
-file expands exponentially through aliases), a key that is not a plain value, and
+is an error, and so is a document with more than MAX_ALIASES aliases or more than
+MAX_EXPANDED_VALUES values once its aliases are expanded (a "billion laughs" file expands
+exponentially through a few aliases), a key that is not a plain value, and
 nesting deeper than the parser's recursion allows. So is a plain value that does not read as
 it looks: a key such as `no:` (YAML 1.1's false), a date, or a number such as 010 that
 YAML 1.1 reads as 8; each error says to quote it or write the number.
@@ -20,6 +21,7 @@ import yaml
 from breakout_core.messages import first_line
 
 MAX_ALIASES = 50
+MAX_EXPANDED_VALUES = 100_000  # values of a document, every alias counted as the node it names
 MAX_SPEC_BYTES = 256 * 1024  # a spec file or stored spec text; read no further (README: "Limits")
 _CORE = "tag:yaml.org,2002:"
 ALLOWED_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "merge")}
@@ -82,6 +84,52 @@ class _BoundedSafeLoader(yaml.SafeLoader):
 
 
 _BoundedSafeLoader.add_implicit_resolver(_CORE + "float", _FLOAT_12, list("-+0123456789."))
+
+
+def _expanded_sizes(root: yaml.Node) -> tuple[dict[int, int], dict[int, int]]:
+    """Each node's size with its aliases expanded (itself and everything below it, every
+    alias counted as the node it names), and how many times each node is referred to; each
+    node is walked once, so a file of nested aliases costs no more than its own size."""
+    sizes: dict[int, int] = {}
+    refs: dict[int, int] = {}
+
+    open_nodes: set[int] = set()  # a node that holds itself (`&x [*x]`) is counted once, as what refuses it
+
+    def walk(node: yaml.Node) -> int:  # as deep as the composer went: nesting is bounded there
+        refs[id(node)] = refs.get(id(node), 0) + 1
+        if id(node) in open_nodes:
+            return 1
+        if id(node) not in sizes:
+            open_nodes.add(id(node))
+            sizes[id(node)] = 1 + sum(walk(child) for child in _children(node))
+            open_nodes.discard(id(node))
+        return sizes[id(node)]
+
+    walk(root)
+    return sizes, refs
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _check_expanded_size(root: yaml.Node) -> None:
+    """Refuse a document larger than MAX_EXPANDED_VALUES once its aliases are expanded, at
+    the line of the outermost value written once that alone is too large."""
+    sizes, refs = _expanded_sizes(root)
+    if sizes[id(root)] <= MAX_EXPANDED_VALUES:
+        return
+    node = root
+    while True:
+        larger = [child for child in _children(node)
+                  if sizes[id(child)] > MAX_EXPANDED_VALUES and refs[id(child)] == 1]
+        if not larger:
+            break
+        node = larger[0]
+    raise SpecSourceError(f"line {node.start_mark.line + 1}: {sizes[id(node)]:,} values once its YAML aliases are "
+                          f"expanded, more than the {MAX_EXPANDED_VALUES:,} a spec may hold")
 
 
 def format_path(path: tuple) -> str:
@@ -185,7 +233,11 @@ def read_spec_text(text: str) -> Any:
         raise ValueError(f"a spec text of {len(text)} characters; a spec is at most {MAX_SPEC_BYTES} bytes")
     loader = _BoundedSafeLoader(text)
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expanded_size(node)
+        return loader.construct_document(node)
     finally:
         loader.dispose()
 
@@ -198,6 +250,7 @@ def read_value(text: str, where: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
+        _check_expanded_size(node)
         _check_tags_and_map_lines(node, (), {}, where, set())
         return loader.construct_document(node)
     except SpecSourceError as exc:
@@ -229,6 +282,7 @@ def load_yaml(path: str | Path) -> YamlSource:
         node = loader.get_single_node()
         if node is None or node.tag == _CORE + "null":  # nothing, a bare `---`, or null alone
             raise SpecSourceError(f"{path}:1: the file is empty")
+        _check_expanded_size(node)
         lines: dict[tuple, int] = {}
         _check_tags_and_map_lines(node, (), lines, str(path), set())
         data = loader.construct_document(node)

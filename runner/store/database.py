@@ -26,7 +26,7 @@ import duckdb
 from breakout_core.files import write_whole
 from breakout_core.messages import first_line
 from runner.store import schema
-from runner.store.errors import RunNotRunning, StoreBusy, StoreError, damage, damage_told
+from runner.store.errors import RunNotRunning, StoreBusy, StoreError, damage, damage_told, transaction
 
 DEFAULT_DB = "results.duckdb"
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
@@ -228,14 +228,9 @@ class Store:
         for name, sql in schema.migrations():
             if name in applied:
                 continue
-            con.execute("BEGIN")
-            try:
+            with transaction(con):
                 con.execute(sql)
                 con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [name, utcnow()])
-                con.execute("COMMIT")
-            except Exception:
-                con.execute("ROLLBACK")
-                raise
         for view in schema.views():
             con.execute(view)
 
@@ -350,16 +345,10 @@ class Store:
         """Append dict rows to several tables in one transaction: all of them are stored, or none."""
         import pyarrow as pa
 
-        with self.writer() as con:
-            con.execute("BEGIN")
-            try:
-                for table, rows in rows_by_table.items():
-                    if rows:
-                        insert_arrow(con, table, pa.Table.from_pylist(list(rows)))
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+        with self.writer() as con, transaction(con):
+            for table, rows in rows_by_table.items():
+                if rows:
+                    insert_arrow(con, table, pa.Table.from_pylist(list(rows)))
 
     def append_arrow(self, table: str, data) -> int:
         """Append an Arrow table (or anything DuckDB can scan) by column name."""
@@ -394,15 +383,10 @@ class Store:
             batch = f"{run_id}/{path.name}"
             if not con.execute("SELECT count(*) FROM spooled_batches WHERE batch = ?", [batch]).fetchone()[0]:
                 table = path.stem.split("-", 2)[2]
-                con.execute("BEGIN")
-                try:
+                with transaction(con):
                     n = con.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM read_parquet(?)',
                                     [str(path)]).fetchone()[0]
                     con.execute("INSERT INTO spooled_batches VALUES (?, ?, ?)", [batch, n, utcnow()])
-                    con.execute("COMMIT")
-                except Exception:
-                    con.execute("ROLLBACK")
-                    raise
                 appended += n
             path.unlink()
         if folder.is_dir() and not any(folder.iterdir()):

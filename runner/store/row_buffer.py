@@ -12,7 +12,7 @@ import time
 from typing import Callable
 
 from runner.store.database import Store, insert_arrow
-from runner.store.errors import StoreBusy
+from runner.store.errors import StoreBusy, transaction
 
 SPOOL_ROWS = 20_000  # rows kept in memory while the database is busy before they go to a spool file
 
@@ -56,15 +56,10 @@ class RowBuffer:
         import pyarrow as pa
 
         kept = self.store.append_spooled(con, self.run_id)
-        con.execute("BEGIN")
-        try:
+        with transaction(con):
             for table, rows in self.pending.items():
                 if rows:
                     insert_arrow(con, table, pa.Table.from_pylist(rows))
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
         if self.busy_since is not None:
             kept += sum(len(rows) for rows in self.pending.values())
             self.log(f"{self.store.path} is free again after {time.monotonic() - self.busy_since:.0f} s: "

@@ -22,7 +22,7 @@ from runner.spec.fields import NAME_PATTERN
 from runner.spec.stored import stored_spec_problem
 from runner.spec.yaml_source import read_spec_text
 from runner.store.database import Store
-from runner.store.errors import StoreError
+from runner.store.errors import StoreError, transaction
 
 RUN_ID_PATTERN = r"[0-9A-Za-z][0-9A-Za-z_\-]{0,63}"  # safe in a file name, as a runner's ids are
 
@@ -141,14 +141,9 @@ def import_run(store: Store, in_dir: Path) -> tuple[str, dict[str, int]]:
         if foreign:
             raise TransferRefused(f"{in_dir}: {'; '.join(foreign)}, not of run {run_id} (runs.parquet); "
                                   "nothing imported")
-        con.execute("BEGIN")
-        try:
+        with transaction(con):
             for f in files:
                 con.execute(f'INSERT INTO "{f.stem}" BY NAME SELECT * FROM read_parquet(?)', [str(f)])
                 counts[f.stem] = con.execute(f'SELECT count(*) FROM "{f.stem}" WHERE run_id = ?',
                                              [run_id]).fetchone()[0]
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
     return run_id, counts

@@ -11,7 +11,14 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 
 from breakout_core.train_config import PROCESS_WIDE_SETTINGS, TrainConfig
 from runner.spec.fields import StrictModel
-from runner.spec.sweeps import Trial, expand_sweep, sweep_problems
+from runner.spec.sweeps import (
+    DEFAULT_MAX_TRIALS,
+    MAX_TRIALS_LIMIT,
+    Trial,
+    expand_sweep,
+    sweep_problems,
+    sweep_size_problem,
+)
 from runner.spec.yaml_source import PlacedError
 
 
@@ -81,6 +88,28 @@ class TrainSettings(_declared_settings()):
 
 
 SWEEPABLE = tuple(TrainSettings.model_fields)
+
+
+class SweptSettings(TrainSettings):
+    """Training settings with a sweep over them: a measurement that makes one trial per
+    combination of the listed values (`train`, `throughput`)."""
+
+    sweep: dict[str, list[Any]] = Field(default_factory=dict, description="field -> values; one trial per combination")
+    max_trials: int = Field(default=DEFAULT_MAX_TRIALS, ge=1, le=MAX_TRIALS_LIMIT,
+                            description="the most trials the sweep may make (the product of its value counts)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sweep_size(cls, data: Any) -> Any:
+        """Refuse a sweep too large to expand before any field is validated: every later check
+        goes through its trials."""
+        if isinstance(data, dict):
+            limit = data.get("max_trials", DEFAULT_MAX_TRIALS)
+            valid = type(limit) is int and 1 <= limit <= MAX_TRIALS_LIMIT  # else its own field error says so
+            problem = sweep_size_problem(data.get("sweep"), limit if valid else DEFAULT_MAX_TRIALS)
+            if problem is not None:
+                raise problem
+        return data
 ONE_VALUE_PER_RUN = ("the setting lasts for the whole process once a training applies it, so a run takes one value: "
                      "run one spec per value and compare the runs")
 

@@ -49,6 +49,6 @@ KIND = Kind(
     episode_seeds=TrainMeasurement.episode_seeds,
     resume_problem=trainings_not_made,
     compare=compare_train,
-    not_settings=frozenset({"sweep", "seeds", "score_seeds", "score_batch", "evaluate_checkpoints", "gif",
+    not_settings=frozenset({"sweep", "max_trials", "seeds", "score_seeds", "score_batch", "evaluate_checkpoints", "gif",
                             "diagnostics_every", "checkpoint_at", "checkpoint_every"}),
 )

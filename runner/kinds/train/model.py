@@ -7,7 +7,13 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from breakout_core.train_config import MAX_TRAINING_SEED
-from runner.kinds.shared.training_settings import TrainSettings, training_sweep_trials, trial_lengths, where_swept
+from runner.kinds.shared.training_settings import (
+    SweptSettings,
+    TrainSettings,
+    training_sweep_trials,
+    trial_lengths,
+    where_swept,
+)
 from runner.kinds.train.metric_names import COMPARED, EPISODE_DIFFERENCES, SCORE_METRICS
 from runner.kinds.train.trainings import Training
 from runner.spec.fields import MAX_SEED, Name, Seeds, StrictModel, checks_files, seed_list, spec_relative
@@ -31,10 +37,9 @@ class GifStrip(StrictModel):
     at: list[Annotated[int, Field(gt=0)]] = Field(min_length=1, description="transition counts, each a checkpoint")
 
 
-class TrainMeasurement(TrainSettings):
+class TrainMeasurement(SweptSettings):
     kind: Literal["train"]
     name: Name
-    sweep: dict[str, list[Any]] = Field(default_factory=dict, description="field -> values; one trial per combination")
     seeds: int | list[int] | None = Field(
         default=None, description="training seeds: a count N (seed, seed+1, ..., seed+N-1) or a list; each trial "
                                   "trains once per seed. Unset: one training seed, `seed`")
