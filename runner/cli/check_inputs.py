@@ -153,14 +153,14 @@ def interface_problem(path: Path) -> str | None:
     return f"{path}: {problem}" if problem else None
 
 
-def artifact_override(artifact: str, path: Path, convention) -> str:
-    """The `--set` that makes `artifact` of the check spec this file: its absolute path (a
+def artifact_override(artifact: str, path: Path, convention=None) -> str:
+    """The `--set` that makes `artifact` of a shipped spec this file: its absolute path (a
     relative one would be read from the spec's folder), the precision of its weights and the
     input convention it was declared with (none for the agent's own uint8 observations)."""
     from breakout_core.export import inspect_onnx
 
     value = {"path": str(path.resolve()), "precision": inspect_onnx(path).precision}
-    if not convention.native:
+    if convention is not None and not convention.native:
         value["input"] = str(convention)
     return f"artifacts.{artifact}={json.dumps(value)}"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from breakout_core.contract import CONTRACTS
-from runner.cli.check import artifact_override, onnx_file_problem
+from runner.cli.check_inputs import artifact_override, onnx_file_problem
 from runner.cli.exit_codes import ExitCode, fail
 from runner.cli.options import db_option, reports_option, set_option
 
