@@ -189,7 +189,8 @@ def test_check_refuses_a_baseline_that_is_not_a_file(tmp_path):
 @pytest.mark.slow
 def test_check_rejects_a_model_whose_decisions_changed(tmp_path):
     model = perturbed_onnx(tmp_path / "perturbed.onnx")
-    fewer = ("measurements.games.seeds={start: 3000, count: 1}", "measurements.latency.iterations=320")
+    fewer = ("measurements.games.seeds={start: 3000, count: 6}", "measurements.games.stages={games: 2}",
+             "measurements.latency.iterations=320")
     result = cli("check", "perturbed.onnx", *[arg for o in fewer for arg in ("--set", o)], "--db", "r.duckdb",
                  cwd=tmp_path)
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.output, result.exception)
