@@ -2,7 +2,7 @@
 how often it ends non-inferior, inferior or inconclusive, and after how many games, when
 paired games are drawn from a given population. The tests assert its error rates on recorded
 games with it and benchmarks/games_power.py prints its power; both run the rule the runner
-runs (the plan's looks and confidences, Hall's interval, the same decisions), on many
+runs (the plan's looks and confidences, the same interval and decisions), on many
 sequences at once.
 
 A population is recorded pairs of scores (candidate, baseline on one seed), resampled whole
@@ -25,7 +25,7 @@ from breakout_core.sequential import (
     NON_INFERIOR,
     SequentialPlan,
     decide,
-    hall_interval,
+    interval,
 )
 
 
@@ -41,6 +41,23 @@ class OperatingCharacteristics:
     def standard_error(self, share: float) -> float:
         """The Monte Carlo standard error of a share near `share` over these sequences."""
         return float(np.sqrt(max(share, 1e-3) * (1 - share) / self.sequences))
+
+
+def recorded_families(path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The populations of pairs (candidate, baseline scores) from a CSV of recorded games with
+    columns seed, ort_fp32, ort_fp16, ort_int8_kept (tests/data/paired_games.csv):
+
+    - fp16: FP16 against FP32 (many identical games);
+    - int8: the INT8 file against FP32 as recorded (rare big games on both sides);
+    - int8_right_skewed: the same without the games FP32 won by more than 200 points, so that
+      every rare big game is the candidate's (250-340 points), as docs/int8_cpu.md records
+      of the repaired INT8 file;
+    - left_tail_collapses: int8_right_skewed mirrored (rare games lost by as much)."""
+    rows = np.genfromtxt(path, delimiter=",", names=True)
+    fp32, int8 = rows["ort_fp32"], rows["ort_int8_kept"]
+    right = int8 - fp32 > -200
+    return {"fp16": (rows["ort_fp16"], fp32), "int8": (int8, fp32), "int8_right_skewed": (int8[right], fp32[right]),
+            "left_tail_collapses": (2 * fp32[right] - int8[right], fp32[right])}
 
 
 def shifted_pairs(candidate: np.ndarray, baseline: np.ndarray, mean_diff: float) -> tuple[np.ndarray, np.ndarray]:
@@ -68,7 +85,7 @@ def simulate(plan: SequentialPlan, candidate: np.ndarray, baseline: np.ndarray, 
         open_ = np.flatnonzero(decision == CONTINUE)
         if open_.size == 0:
             break
-        low, high = hall_interval(d[open_, :n], plan.look_confidence(look))
+        low, high = interval(d[open_, :n], plan.look_confidence(look))
         margins = (np.full(open_.size, plan.margin) if margin_fraction is None
                    else np.maximum(0.0, margin_fraction * b[open_, :n].mean(axis=1)))
         at_cap = n >= plan.max_games

@@ -17,7 +17,9 @@ from breakout_core.sequential import (
     SequentialTest,
     fragile_games,
     hall_interval,
+    interval,
     run_sequential,
+    t_interval,
 )
 from breakout_core.sequential_oc import simulate
 
@@ -142,13 +144,15 @@ def test_hall_interval_is_the_t_interval_on_symmetric_differences_and_leans_with
     mean = skewed.mean()
     assert high[0] - mean > mean - low[0]  # a right skew: more room above the mean than below
     assert [v[0] for v in hall_interval(np.full((1, 50), -2.0), 0.999)] == [-2.0, -2.0]
+    hull, t, hall = interval(skewed, 0.95), t_interval(skewed, 0.95), hall_interval(skewed, 0.95)
+    assert hull[0][0] == min(t[0][0], hall[0][0]) and hull[1][0] == max(t[1][0], hall[1][0])
 
 
 def test_the_games_a_decision_hangs_on_are_named():
     """Three big games carry a non-inferiority; removing any of them alone changes it."""
     plan = SequentialPlan(margin=8.0, stage_games=40, max_games=100)
     bulk = np.random.default_rng(4).normal(0, 1, 97)
-    block = np.concatenate([(bulk - bulk.mean()) / bulk.std(ddof=1) * 15 - 6.0, [90.0, 95.0, 100.0]])
+    block = np.concatenate([(bulk - bulk.mean()) / bulk.std(ddof=1) * 15 - 5.25, [90.0, 95.0, 100.0]])
     test = run_sequential([block[:40], block[40:80], block[80:]], plan)
     look = test.looks[-1]
     assert look.decision == NON_INFERIOR and look.n == 100

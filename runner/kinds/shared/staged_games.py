@@ -58,6 +58,12 @@ class StagesSpec(StrictModel):
             return None
         return self.margin_fraction if self.margin_fraction is not None else DEFAULT_MARGIN_FRACTION
 
+    def plan(self, seed_count: int):
+        """The sequential test's plan for `seed_count` seeds (the cap) in these stages."""
+        from breakout_core.sequential import SequentialPlan
+
+        return SequentialPlan(margin=self.margin, stage_games=self.games, max_games=seed_count, alpha=self.alpha)
+
     def described(self) -> str:
         return (f"{self.margin:g} score points" if self.margin is not None
                 else f"{self.fraction:.0%} of the baseline's mean over the same games")
@@ -104,10 +110,10 @@ def play_in_stages(m, ctx: "RunContext", seeds: list[int], play: PlayStage) -> N
     """Play `m`'s runtimes in stages of `m.stages.games` seeds until each candidate decides
     or the seeds run out, storing a look per candidate and stage. On --resume, the games and
     looks already stored are kept, and the test is recomputed from them."""
-    from breakout_core.sequential import CONTINUE, SequentialPlan, SequentialTest
+    from breakout_core.sequential import CONTINUE, SequentialTest
 
     stages: StagesSpec = m.stages
-    plan = SequentialPlan(margin=stages.margin, stage_games=stages.games, max_games=len(seeds), alpha=stages.alpha)
+    plan = stages.plan(len(seeds))
     baseline = m.baseline_runtime
     if found_unavailable(ctx, m.name, baseline):
         return
