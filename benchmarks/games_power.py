@@ -35,7 +35,11 @@ def main() -> None:
 
     families = recorded_families(args.data)
     print(f"{'plan':<11} {'population':<20} {'loss':>6} {'non-inf':>8} {'inferior':>8} {'inconcl':>8} {'games':>6}")
+    same: dict = {}  # specs whose plans are the same share their rows
     for plan_name, (plan, fraction) in PLANS.items():
+        same.setdefault((plan, fraction), []).append(plan_name)
+    for names, (plan, fraction) in ((", ".join(n), key) for key, n in same.items()):
+        plan_name = names.split(", ")[0]
         for family, (candidate, baseline) in families.items():
             margin = fraction * baseline.mean()
             for shift in SHIFTS:
@@ -43,7 +47,7 @@ def main() -> None:
                 found = simulate(plan, c, b, sequences=args.sequences, seed=7, margin_fraction=fraction)
                 print(f"{plan_name:<11} {family:<20} {shift:>5.1f}m {found.non_inferior:>8.3f} "
                       f"{found.inferior:>8.3f} {found.inconclusive:>8.3f} {found.mean_games:>6.0f}", flush=True)
-        print(f"{plan_name}: stages of {plan.stage_games}, cap {plan.max_games}, {plan.looks} looks, "
+        print(f"{names}: stages of {plan.stage_games}, cap {plan.max_games}, {plan.looks} looks, "
               f"margin {fraction:.0%} of the baseline's mean ({margin:.2f} points on these games)")
 
 
