@@ -91,6 +91,20 @@ def test_a_clear_case_stops_at_the_first_look_and_one_that_cannot_decide_reaches
     assert figures == {"paired_diff_median": 0.0, "paired_diff_iqm": 0.0, "identical_games_share": 1.0}
 
 
+@pytest.mark.slow
+def test_the_json_of_a_games_verdict_carries_its_robust_figures(tmp_path, checkpoint, write_spec):
+    from test_json_output import assert_documented
+
+    spec = write_spec(SPEC)
+    done = cli("run", str(spec), "--db", str(tmp_path / "r.duckdb"), "--no-report", "--json", cwd=tmp_path)
+    assert done.exit_code == 0, (done.output, done.exception)
+    document = json.loads(done.stdout)
+    assert_documented(document, "run")
+    games = {v["verdict"]: v["games"] for v in document["verdicts"]}
+    assert games["clear_keeps"] == {"paired_diff_median": 0.0, "paired_diff_iqm": 0.0, "identical_games_share": 1.0,
+                                    "fragility": None}
+
+
 def _verdict(**rules: str) -> VerdictSpec:
     return VerdictSpec(name="v", measurement="m", candidate="c", baseline="b", deployment_worthy_when=rules)
 
@@ -241,3 +255,43 @@ def test_a_staged_run_killed_midway_resumes_without_a_game_or_a_look_twice(tmp_p
         return games, looks
 
     assert stored(folders["killed"]) == stored(folders["whole"])
+
+
+def test_a_decision_one_game_carries_says_so_in_its_reason(tmp_path):
+    """Stored games whose last look is non-inferior only thanks to three big games: the
+    verdict's reason names them, and its evidence holds the robust figures."""
+    import numpy as np
+
+    from breakout_core.sequential import SequentialPlan, SequentialTest
+    from runner.kinds.episodes import EpisodesMeasurement, metrics
+    from runner.store.database import Store
+
+    bulk = np.random.default_rng(4).normal(0, 1, 97)
+    diffs = np.concatenate([(bulk - bulk.mean()) / bulk.std(ddof=1) * 15 - 5.25, [90.0, 95.0, 100.0]])
+    test = SequentialTest(SequentialPlan(margin=8.0, stage_games=40, max_games=100))
+    for block in (diffs[:40], diffs[40:80], diffs[80:]):
+        test.add(block)
+    look = test.looks[-1]
+    store = Store(tmp_path / "r.duckdb")
+    store.begin_run({"run_id": "r1", "spec_name": "s", "spec_hash": "h", "spec_text": "name: s", "host": "h"})
+    game = {"run_id": "r1", "measurement": "games", "steps": 1, "frames": 4, "ended_by": "game_over",
+            "action_noop": 0, "action_fire": 0, "action_right": 0, "action_left": 0, "wall_s": 0.1,
+            "contract_hash": "c"}
+    store.append_rows("episodes", [{**game, "policy": "b", "seed": i, "score": 100.0} for i in range(100)]
+                      + [{**game, "policy": "c", "seed": i, "score": 100.0 + d} for i, d in enumerate(diffs)])
+    store.append_rows("episode_looks", [{
+        "run_id": "r1", "measurement": "games", "candidate": "c", "baseline": "b", "stage": look.stage,
+        "games": look.n, "max_games": 100, "planned_looks": 3, "candidate_mean": 100 + look.mean,
+        "baseline_mean": 100.0, "mean_diff": look.mean, "sd_diff": look.sd, "ci_low": look.low, "ci_high": look.high,
+        "confidence": look.confidence, "margin": look.margin, "decision": look.decision}])
+    m = EpisodesMeasurement.model_validate({"kind": "episodes", "name": "games", "runtimes": ["b", "c"],
+                                            "seeds": {"start": 0, "count": 100},
+                                            "stages": {"games": 40, "margin": 8.0}})
+    with store.reader() as con:
+        found = metrics(con, "r1", m, "c", "b")
+    outcome, reason, evidence = decide(_verdict(diff_plus_margin_ci_low="> 0"), found)
+    assert outcome == "deployment-worthy" and look.decision == "non-inferior"
+    assert reason.endswith("fragile: removing one game alone would change non-inferior: seed 97 (+90) -> "
+                           "inconclusive, seed 98 (+95) -> inconclusive, seed 99 (+100) -> inconclusive")
+    assert evidence["metrics"]["identical_games_share"] == 0.0
+    assert evidence["metrics"]["paired_diff_median"] == pytest.approx(float(np.median(diffs)))
