@@ -27,8 +27,8 @@ Why these choices, measured on this project's recorded paired games
   transformation of the studentised mean removes its skewness to second order, widening
   the interval on the side the sample's skew points to; but where rare games fall on both
   sides, a sample holding only one side's leans the wrong way. Each look's interval is
-  therefore the hull of the Student t interval and Hall's: the test decides only where both
-  agree, so each direction errs no more often than the better of the two.
+  therefore the hull of the Student t interval and Hall's: a look decides only where both
+  intervals do, so its interval misses the true mean on a side only where both miss it.
 - The sample lacking its rare games is most likely in a small early stage. The
   O'Brien-Fleming-type spending makes the early looks strict (at 50 of 400 games the
   interval is at 1 - 3e-8) and the last ones close to a single test at alpha.
