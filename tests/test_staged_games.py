@@ -291,7 +291,7 @@ def test_a_decision_one_game_carries_says_so_in_its_reason(tmp_path):
         found = metrics(con, "r1", m, "c", "b")
     outcome, reason, evidence = decide(_verdict(diff_plus_margin_ci_low="> 0"), found)
     assert outcome == "deployment-worthy" and look.decision == "non-inferior"
-    assert reason.endswith("fragile: removing one game alone would change non-inferior: seed 97 (+90) -> "
-                           "inconclusive, seed 98 (+95) -> inconclusive, seed 99 (+100) -> inconclusive")
+    assert reason.endswith("fragile: removing any one of 3 of the 100 games alone would change non-inferior: seed 97 "
+                           "(+90) -> inconclusive, seed 98 (+95) -> inconclusive, seed 99 (+100) -> inconclusive")
     assert evidence["metrics"]["identical_games_share"] == 0.0
     assert evidence["metrics"]["paired_diff_median"] == pytest.approx(float(np.median(diffs)))

@@ -240,8 +240,9 @@ def _fragility(con, run_id: str, measurement: str, candidate: str, baseline: str
     if not changed:
         return None
     shown = ", ".join(f"seed {pairs[i][0]} ({pairs[i][1]:+g}) -> {becomes}" for i, becomes in changed[:5])
-    more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
-    return f"fragile: removing one game alone would change {decision}: {shown}{more}"
+    more = ", ..." if len(changed) > 5 else ""
+    return (f"fragile: removing any one of {len(changed)} of the {games} games alone would change {decision}: "
+            f"{shown}{more}")
 
 
 def looks_report(con, run_id: str, measurement: str, stages: StagesSpec) -> "list[Section]":
