@@ -186,10 +186,25 @@ def test_check_refuses_a_baseline_that_is_not_a_file(tmp_path):
     assert_one_line_usage_error(result, f"--baseline {tmp_path}: not a file")
 
 
+@pytest.mark.parametrize("override, mention", [
+    ("measurements.games.seeds={start: 3000, count: 100}",
+     "measurements[3].stages: 100 seeds in stages of 50 games are 2 look(s); the staged test plans at least 3"),
+    ("measurements.games.stages.margin_fraction=1.2", "measurements[3].stages.margin_fraction: Input should be less "
+     "than 1"),
+    ("measurements.games.stages.margin_fraction=0", "measurements[3].stages.margin_fraction: Input should be greater "
+     "than 0"),
+])
+def test_check_refuses_a_games_plan_the_staged_test_cannot_keep(tmp_path, override, mention):
+    result = cli("check", str(FP16_ONNX), "--set", override, "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, "specs/check_onnx.yaml", mention)
+    assert not (tmp_path / "r.duckdb").exists()
+
+
 @pytest.mark.slow
 def test_check_rejects_a_model_whose_decisions_changed(tmp_path):
     model = perturbed_onnx(tmp_path / "perturbed.onnx")
-    fewer = ("measurements.games.seeds={start: 3000, count: 1}", "measurements.latency.iterations=320")
+    fewer = ("measurements.games.seeds={start: 3000, count: 6}", "measurements.games.stages={games: 2}",
+             "measurements.latency.iterations=320")
     result = cli("check", "perturbed.onnx", *[arg for o in fewer for arg in ("--set", o)], "--db", "r.duckdb",
                  cwd=tmp_path)
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.output, result.exception)

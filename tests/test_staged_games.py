@@ -37,13 +37,13 @@ measurements:
   - kind: episodes
     name: clear
     runtimes: [torch_a, torch_b]
-    seeds: {start: 10, count: 4}
+    seeds: {start: 10, count: 6}
     batch_size: 2
     stages: {games: 2, margin: 1.0}
   - kind: episodes
     name: undecidable
     runtimes: [torch_a, torch_b]
-    seeds: {start: 10, count: 4}
+    seeds: {start: 10, count: 6}
     batch_size: 2
     stages: {games: 2}
 verdicts:
@@ -71,21 +71,38 @@ def test_a_clear_case_stops_at_the_first_look_and_one_that_cannot_decide_reaches
     con = duckdb.connect(str(db), read_only=True)
     looks = con.execute("SELECT measurement, stage, games, max_games, planned_looks, baseline_mean, mean_diff, ci_low, "
                         "ci_high, margin, decision FROM episode_looks ORDER BY measurement, stage").fetchall()
-    assert looks == [("clear", 1, 2, 4, 2, 0.0, 0.0, 0.0, 0.0, 1.0, "non-inferior"),
-                     ("undecidable", 1, 2, 4, 2, 0.0, 0.0, 0.0, 0.0, 0.0, "continue"),
-                     ("undecidable", 2, 4, 4, 2, 0.0, 0.0, 0.0, 0.0, 0.0, "inconclusive")]
+    assert looks == [("clear", 1, 2, 6, 3, 0.0, 0.0, 0.0, 0.0, 1.0, "non-inferior"),
+                     ("undecidable", 1, 2, 6, 3, 0.0, 0.0, 0.0, 0.0, 0.0, "continue"),
+                     ("undecidable", 2, 4, 6, 3, 0.0, 0.0, 0.0, 0.0, 0.0, "continue"),
+                     ("undecidable", 3, 6, 6, 3, 0.0, 0.0, 0.0, 0.0, 0.0, "inconclusive")]
     games = dict(con.execute("SELECT measurement || ' ' || policy, list(seed ORDER BY seed) FROM episodes "
                              "GROUP BY ALL").fetchall())
     assert games == {"clear torch_a": [10, 11], "clear torch_b": [10, 11],  # stopped after one stage
-                     "undecidable torch_a": [10, 11, 12, 13], "undecidable torch_b": [10, 11, 12, 13]}
+                     "undecidable torch_a": [10, 11, 12, 13, 14, 15], "undecidable torch_b": [10, 11, 12, 13, 14, 15]}
     verdicts = dict(con.execute("SELECT verdict, outcome || ': ' || reason FROM verdicts").fetchall())
     assert verdicts["clear_keeps"].startswith("deployment-worthy: diff_plus_margin_ci_low = 1 > 0")
     outcome, reason = verdicts["undecidable_keeps"].split(": ", 1)
-    assert outcome == "inconclusive" and "the cap of 4 games was reached without a decision" in reason
-    assert "interval [0.00, 0.00] against a margin of -0.00 after 4 games a runtime in 2 look(s)" in reason
+    assert outcome == "inconclusive" and "the cap of 6 games was reached without a decision" in reason
+    assert "interval [0.00, 0.00] against a margin of -0.00 after 6 games a runtime in 3 look(s)" in reason
     evidence = json.loads(con.execute("SELECT evidence FROM verdicts WHERE verdict = 'undecidable_keeps'")
                           .fetchone()[0])
-    assert evidence["metrics"]["staged_decision"] == "inconclusive" and evidence["metrics"]["staged_games"] == 4
+    assert evidence["metrics"]["staged_decision"] == "inconclusive" and evidence["metrics"]["staged_games"] == 6
+    figures = {k: evidence["metrics"][k] for k in ("paired_diff_median", "paired_diff_iqm", "identical_games_share")}
+    assert figures == {"paired_diff_median": 0.0, "paired_diff_iqm": 0.0, "identical_games_share": 1.0}
+
+
+@pytest.mark.slow
+def test_the_json_of_a_games_verdict_carries_its_robust_figures(tmp_path, checkpoint, write_spec):
+    from test_json_output import assert_documented
+
+    spec = write_spec(SPEC)
+    done = cli("run", str(spec), "--db", str(tmp_path / "r.duckdb"), "--no-report", "--json", cwd=tmp_path)
+    assert done.exit_code == 0, (done.output, done.exception)
+    document = json.loads(done.stdout)
+    assert_documented(document, "run")
+    games = {v["verdict"]: v["games"] for v in document["verdicts"]}
+    assert games["clear_keeps"] == {"paired_diff_median": 0.0, "paired_diff_iqm": 0.0, "identical_games_share": 1.0,
+                                    "fragility": None}
 
 
 def _verdict(**rules: str) -> VerdictSpec:
@@ -105,13 +122,15 @@ def test_an_undecided_staged_interval_is_inconclusive_and_other_rules_still_deci
 
 
 BAD = [
-    ("count: 4}\n    batch_size: 2\n    stages: {games: 2, margin: 1.0}",
-     "count: 4}\n    batch_size: 2\n    stages: {games: 5, margin: 1.0}", 14,
-     "stages: 4 seeds are fewer than one stage of 5 games"),
+    ("count: 6}\n    batch_size: 2\n    stages: {games: 2, margin: 1.0}",
+     "count: 6}\n    batch_size: 2\n    stages: {games: 5, margin: 1.0}", 14,
+     "stages: 6 seeds in stages of 5 games are 2 look(s); the staged test plans at least 3"),
     ("stages: {games: 2}", "stages: {games: 1}", 20, "greater than or equal to 2"),
     ("stages: {games: 2}", "stages: {games: 2, margin: -3}", 20, "margin: Input should be greater than 0"),
     ("stages: {games: 2}", "stages: {games: 2, margin_fraction: 0}", 20,
      "margin_fraction: Input should be greater than 0"),
+    ("stages: {games: 2}", "stages: {games: 2, margin_fraction: 1.5}", 20,
+     "margin_fraction: Input should be less than 1"),
     ("stages: {games: 2}", "stages: {games: 2, margin: 2, margin_fraction: 0.1}", 20,
      "give margin (score points) or margin_fraction (of the baseline's mean), not both"),
     ("stages: {games: 2}", "stages: {games: 2, alpha: 0.5}", 20, "alpha: Input should be less than 0.5"),
@@ -150,6 +169,13 @@ def test_bad_stages_through_the_cli_are_one_line_and_exit_2(tmp_path, checkpoint
     assert not (tmp_path / "r.duckdb").exists()
 
 
+def test_fewer_looks_than_allowed_through_the_cli_are_one_line_and_exit_2(tmp_path, checkpoint, write_spec):
+    spec = write_spec(SPEC.replace("stages: {games: 2}", "stages: {games: 4}"))
+    done = runner("run", str(spec), "--db", str(tmp_path / "r.duckdb"), "--no-report", cwd=tmp_path)
+    assert_one_line_usage_error(done, f"{spec}:20:", "6 seeds in stages of 4 games are 2 look(s)")
+    assert not (tmp_path / "r.duckdb").exists()
+
+
 def test_staged_seeds_that_a_calibration_also_plays_are_refused(write_spec):
     """Calibration games must be none of the games the spec judges by, staged or not."""
     reference = REPO / "models" / "reference"
@@ -176,7 +202,7 @@ measurements:
   - kind: episodes
     name: games
     runtimes: [ort_fp32, ort_int8]
-    seeds: {{start: 3900, count: 100}}
+    seeds: {{start: 3900, count: 150}}
     stages: {{games: 50}}
 """
     path = write_spec(text)
@@ -229,3 +255,43 @@ def test_a_staged_run_killed_midway_resumes_without_a_game_or_a_look_twice(tmp_p
         return games, looks
 
     assert stored(folders["killed"]) == stored(folders["whole"])
+
+
+def test_a_decision_one_game_carries_says_so_in_its_reason(tmp_path):
+    """Stored games whose last look is non-inferior only thanks to three big games: the
+    verdict's reason names them, and its evidence holds the robust figures."""
+    import numpy as np
+
+    from breakout_core.sequential import SequentialPlan, SequentialTest
+    from runner.kinds.episodes import EpisodesMeasurement, metrics
+    from runner.store.database import Store
+
+    bulk = np.random.default_rng(4).normal(0, 1, 97)
+    diffs = np.concatenate([(bulk - bulk.mean()) / bulk.std(ddof=1) * 15 - 5.25, [90.0, 95.0, 100.0]])
+    test = SequentialTest(SequentialPlan(margin=8.0, stage_games=40, max_games=100))
+    for block in (diffs[:40], diffs[40:80], diffs[80:]):
+        test.add(block)
+    look = test.looks[-1]
+    store = Store(tmp_path / "r.duckdb")
+    store.begin_run({"run_id": "r1", "spec_name": "s", "spec_hash": "h", "spec_text": "name: s", "host": "h"})
+    game = {"run_id": "r1", "measurement": "games", "steps": 1, "frames": 4, "ended_by": "game_over",
+            "action_noop": 0, "action_fire": 0, "action_right": 0, "action_left": 0, "wall_s": 0.1,
+            "contract_hash": "c"}
+    store.append_rows("episodes", [{**game, "policy": "b", "seed": i, "score": 100.0} for i in range(100)]
+                      + [{**game, "policy": "c", "seed": i, "score": 100.0 + d} for i, d in enumerate(diffs)])
+    store.append_rows("episode_looks", [{
+        "run_id": "r1", "measurement": "games", "candidate": "c", "baseline": "b", "stage": look.stage,
+        "games": look.n, "max_games": 100, "planned_looks": 3, "candidate_mean": 100 + look.mean,
+        "baseline_mean": 100.0, "mean_diff": look.mean, "sd_diff": look.sd, "ci_low": look.low, "ci_high": look.high,
+        "confidence": look.confidence, "margin": look.margin, "decision": look.decision}])
+    m = EpisodesMeasurement.model_validate({"kind": "episodes", "name": "games", "runtimes": ["b", "c"],
+                                            "seeds": {"start": 0, "count": 100},
+                                            "stages": {"games": 40, "margin": 8.0}})
+    with store.reader() as con:
+        found = metrics(con, "r1", m, "c", "b")
+    outcome, reason, evidence = decide(_verdict(diff_plus_margin_ci_low="> 0"), found)
+    assert outcome == "deployment-worthy" and look.decision == "non-inferior"
+    assert reason.endswith("fragile: removing any one of 3 of the 100 games alone would change non-inferior: seed 97 "
+                           "(+90) -> inconclusive, seed 98 (+95) -> inconclusive, seed 99 (+100) -> inconclusive")
+    assert evidence["metrics"]["identical_games_share"] == 0.0
+    assert evidence["metrics"]["paired_diff_median"] == pytest.approx(float(np.median(diffs)))

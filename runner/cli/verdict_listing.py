@@ -11,11 +11,16 @@ COLOURS = {"deployment-worthy": "green", "rejected": "red", "inconclusive": "yel
 
 
 def run_verdict_record(row: dict) -> dict:
-    """A verdict row a run stored, as `runner run --json` lists it."""
+    """A verdict row a run stored, as `runner run --json` lists it; a verdict on paired games
+    carries their robust figures (`games`), any other null there."""
+    from runner.kinds.shared.episode_scores import ROBUST_FIGURES
+
     evidence = json.loads(row["evidence"])
+    metrics = evidence.get("metrics", {})
+    games = {k: metrics.get(k) for k in ROBUST_FIGURES} if "paired_diff_median" in metrics else None
     return {"verdict": row["verdict"], "measurement": row["measurement"], "candidate": row["candidate"],
             "baseline": row["baseline"] or None, "outcome": row["outcome"], "label": evidence.get("label"),
-            "reason": row["reason"], "rules": evidence.get("rules", [])}
+            "reason": row["reason"], "rules": evidence.get("rules", []), "games": games}
 
 
 def echo_run_verdicts(rows: list[dict]) -> None:

@@ -233,7 +233,10 @@ def metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str, baseline: 
         found["baseline_games_reused"] = float(reused)  # copied from an earlier run under the same key
     if m.stages is not None:
         found.update(staged_metrics(con, run_id, m.name, candidate, baseline))
-    found.update(_game_call_metrics(con, run_id, m, candidate, baseline))
+    calls = _game_call_metrics(con, run_id, m, candidate, baseline)
+    if found.get("fragility"):  # said in the reason line, whatever the outcome
+        calls["note"] = "; ".join(n for n in (found["fragility"], calls.get("note")) if n)
+    found.update(calls)
     if m.parity is not None:
         found.update(parity_pair_metrics(con, run_id, m.parity, candidate, baseline))
     if m.latency is not None:

@@ -69,14 +69,19 @@ def outcome_text(row) -> str:
 
 
 def _verdict_section(frame) -> Section:
+    from runner.kinds.shared.episode_scores import robust_figures_text
+
     if frame.empty:
         return Section("Verdicts", html="<p>This spec declares no verdicts.</p>")
     rows = []
     for r in frame.itertuples(index=False):
-        rules = json.loads(r.evidence).get("rules", [])
+        evidence = json.loads(r.evidence)
+        rules = evidence.get("rules", [])
         rule_text = "<br>".join(
             html.escape(f"{x['metric']} = {x['value']:.4g} {x['rule']} → {'pass' if x['passed'] else 'fail'}")
             if x["value"] is not None else html.escape(f"{x['metric']}: not computed") for x in rules)
+        if figures := robust_figures_text(evidence.get("metrics", {})):
+            rule_text += "<br>" + html.escape(figures)
         rows.append(
             f"<tr class='{r.outcome}'><td>{html.escape(r.verdict)}</td><td>{html.escape(compared(r))}</td>"
             f"<td><b>{html.escape(outcome_text(r))}</b></td><td>{html.escape(r.reason)}</td><td>{rule_text}</td></tr>")

@@ -78,6 +78,10 @@ VIEWS = [
 
 schema.declare("episodes", MIGRATIONS, VIEWS)
 
+# beside every games verdict's rules (its evidence, the report, `--json`): the same paired
+# differences seen without the mean's sensitivity to a few games
+ROBUST_FIGURES = ("paired_diff_median", "paired_diff_iqm", "identical_games_share", "fragility")
+
 METRIC_NAMES = (  # what score_metrics() gives a verdict
     "candidate_mean_score",
     "baseline_mean_score",
@@ -107,6 +111,26 @@ def episode_row(ctx: "RunContext", measurement: str, policy: str, e) -> dict:
         "action_noop": noop, "action_fire": fire, "action_right": right, "action_left": left,
         "wall_s": e.wall_s, "contract_hash": ctx.contract.hash,
     }
+
+
+def robust_figures(diffs) -> dict[str, float]:
+    """The median and interquartile mean (the mean of the middle half) of paired differences,
+    and the share of seeds on which both played the same score."""
+    import numpy as np
+    from scipy import stats
+
+    diffs = np.asarray(diffs, dtype=np.float64)
+    return {"paired_diff_median": float(np.median(diffs)), "paired_diff_iqm": float(stats.trim_mean(diffs, 0.25)),
+            "identical_games_share": float(np.mean(diffs == 0))}
+
+
+def robust_figures_text(found: dict) -> str | None:
+    """The robust figures of a verdict's evidence in one line; None where it has none."""
+    if "paired_diff_median" not in found:
+        return None
+    text = (f"paired differences: median {found['paired_diff_median']:+.4g}, IQM {found['paired_diff_iqm']:+.4g}, "
+            f"{found['identical_games_share']:.0%} of games identical")
+    return f"{text}; {found['fragility']}" if found.get("fragility") else text
 
 
 def score_metrics(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, candidate: str,
@@ -142,6 +166,7 @@ def score_metrics(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, 
         "paired_episodes": float(len(diffs)),
         "candidate_distinct_scores": float(summary[candidate][3]),
         "baseline_distinct_scores": float(summary[baseline][3]),
+        **robust_figures(diffs),
         "interval_method": f"{interval.method} interval of the mean paired difference, {interval.confidence:.0%}, "
         f"{interval.n_resamples} resamples, seed {interval.seed}",
     }

@@ -4,15 +4,17 @@ staged mode of the `episodes` kind.
 Its seeds are the cap, taken in order, `games` at a time: every runtime and the baseline play
 the same seeds of a stage, the games land in the shared `episodes` table as any others, and
 after each stage every candidate still undecided gets one look of
-breakout_core.sequential's group-sequential test on its paired differences so far (the
-looks paid for in the interval: each is at 1 - alpha / K over the K planned looks). A
+breakout_core.sequential's group-sequential test on its paired differences so far (alpha
+spent over the planned looks, at least breakout_core.sequential.MIN_LOOKS of them). A
 candidate that decides stops; the baseline plays on while any candidate goes on. Every look
 is a row of `episode_looks`.
 
 The margin is either score points or a fraction of the baseline's mean over the same games
 so far (10% by default), computed afresh at each look and stored with it. Verdicts read the
 last look: `diff_plus_margin_ci_low > 0` is non-inferiority, and the cap reached without a
-decision is inconclusive with the figures, never decided on them.
+decision is inconclusive with the figures, never decided on them. Beside the decision stand
+the robust figures of its differences (episode_scores.robust_figures) and, where removing
+one game alone would change it, which game and what it would become.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ class StagesSpec(StrictModel):
             return None
         return self.margin_fraction if self.margin_fraction is not None else DEFAULT_MARGIN_FRACTION
 
+    def plan(self, seed_count: int):
+        """The sequential test's plan for `seed_count` seeds (the cap) in these stages."""
+        from breakout_core.sequential import SequentialPlan
+
+        return SequentialPlan(margin=self.margin, stage_games=self.games, max_games=seed_count, alpha=self.alpha)
+
     def described(self) -> str:
         return (f"{self.margin:g} score points" if self.margin is not None
                 else f"{self.fraction:.0%} of the baseline's mean over the same games")
@@ -63,9 +71,12 @@ class StagesSpec(StrictModel):
 
 def stages_problem(stages: StagesSpec, seed_count: int) -> str | None:
     """Why `seed_count` seeds cannot be played in these stages (None: they can)."""
-    if seed_count < stages.games:
-        return (f"{seed_count} seeds are fewer than one stage of {stages.games} games "
-                "(the seeds are the cap: give at least one stage of them)")
+    from breakout_core.sequential import MIN_LOOKS
+
+    looks = -(-seed_count // stages.games)
+    if looks < MIN_LOOKS:
+        return (f"{seed_count} seeds in stages of {stages.games} games are {looks} look(s); the staged test plans "
+                f"at least {MIN_LOOKS} (the seeds are the cap: give more seeds or smaller stages)")
     return None
 
 
@@ -99,10 +110,10 @@ def play_in_stages(m, ctx: "RunContext", seeds: list[int], play: PlayStage) -> N
     """Play `m`'s runtimes in stages of `m.stages.games` seeds until each candidate decides
     or the seeds run out, storing a look per candidate and stage. On --resume, the games and
     looks already stored are kept, and the test is recomputed from them."""
-    from breakout_core.sequential import CONTINUE, SequentialPlan, SequentialTest
+    from breakout_core.sequential import CONTINUE, SequentialTest
 
     stages: StagesSpec = m.stages
-    plan = SequentialPlan(margin=stages.margin, stage_games=stages.games, max_games=len(seeds), alpha=stages.alpha)
+    plan = stages.plan(len(seeds))
     baseline = m.baseline_runtime
     if found_unavailable(ctx, m.name, baseline):
         return
@@ -179,22 +190,29 @@ def _look(ctx: "RunContext", m, test, candidate: str, baseline: str, so_far: lis
 
 
 def staged_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str) -> dict:
-    """The last look of candidate against baseline; when it decided nothing, the reason a
-    verdict that straddles its threshold gives for being inconclusive."""
+    """The last look of candidate against baseline, and which single game's removal would change
+    its decision; when it decided nothing, the reason a verdict that straddles its threshold
+    gives for being inconclusive."""
+    from breakout_core.sequential import INTERVAL_METHOD
+
     row = con.execute(
-        "SELECT stage, games, max_games, planned_looks, mean_diff, ci_low, ci_high, confidence, margin, decision, "
-        "candidate_mean, baseline_mean FROM episode_looks WHERE run_id = ? AND measurement = ? AND candidate = ? "
-        "AND baseline = ? ORDER BY stage DESC LIMIT 1", [run_id, measurement, candidate, baseline]).fetchone()
+        "SELECT stage, games, max_games, planned_looks, mean_diff, sd_diff, ci_low, ci_high, confidence, margin, "
+        "decision, candidate_mean, baseline_mean FROM episode_looks WHERE run_id = ? AND measurement = ? "
+        "AND candidate = ? AND baseline = ? ORDER BY stage DESC LIMIT 1",
+        [run_id, measurement, candidate, baseline]).fetchone()
     if row is None:
         return {}
-    stage, games, cap, looks, mean, low, high, confidence, margin, decision, c_mean, b_mean = row
+    stage, games, cap, looks, mean, sd, low, high, confidence, margin, decision, c_mean, b_mean = row
     found = {"staged_games": float(games), "staged_looks": float(stage), "staged_mean_diff": mean,
              "staged_diff_ci_low": low, "staged_diff_ci_high": high, "staged_margin": margin,
              "diff_plus_margin_ci_low": low + margin, "diff_plus_margin_ci_high": high + margin,
              "candidate_mean_score": c_mean, "baseline_mean_score": b_mean, "staged_decision": decision,
-             "interval_method": f"Student t interval of the mean paired difference at {confidence:.2%} each look "
-                                f"(alpha split over {looks} planned looks, Bonferroni)"}
-    figures = (f"mean difference {mean:+.2f}, {confidence:.2%} interval [{low:.2f}, {high:.2f}] against a margin of "
+             "interval_method": f"{INTERVAL_METHOD}: {confidence:.6%} at look {stage} of {looks} planned"}
+    fragile = _fragility(con, run_id, measurement, candidate, baseline,
+                         (stage, games, cap, mean, sd, low, high, confidence, margin, decision))
+    if fragile:
+        found["fragility"] = fragile
+    figures = (f"mean difference {mean:+.2f}, {confidence:.4%} interval [{low:.2f}, {high:.2f}] against a margin of "
                f"-{margin:.2f} after {games} games a runtime in {stage} look(s)")
     if decision in ("inconclusive", "continue"):
         found["undecided_metrics"] = INTERVAL_METRICS
@@ -202,6 +220,29 @@ def staged_metrics(con, run_id: str, measurement: str, candidate: str, baseline:
                                      if decision == "inconclusive" else
                                      f"the staged games stopped before the cap of {cap} games, undecided: {figures}")
     return found
+
+
+def _fragility(con, run_id: str, measurement: str, candidate: str, baseline: str, last: tuple) -> str | None:
+    """A line naming the games whose removal alone would change the last look's decision (the
+    same confidence and margin over the others); None where no single game would."""
+    import numpy as np
+
+    from breakout_core.sequential import Look, fragile_games
+
+    stage, games, cap, mean, sd, low, high, confidence, margin, decision = last
+    pairs = con.execute("SELECT seed, diff FROM episode_pairs WHERE run_id = ? AND measurement = ? AND candidate = ? "
+                        "AND baseline = ? ORDER BY seed", [run_id, measurement, candidate, baseline]).fetchall()
+    if len(pairs) != games:  # the stored games are not the look's (a look that was not stored): nothing to say
+        return None
+    look = Look(stage=stage, n=games, mean=mean, sd=sd, low=low, high=high, confidence=confidence, margin=margin,
+                decision=decision)
+    changed = fragile_games(np.array([d for _, d in pairs]), look, at_cap=games >= cap)
+    if not changed:
+        return None
+    shown = ", ".join(f"seed {pairs[i][0]} ({pairs[i][1]:+g}) -> {becomes}" for i, becomes in changed[:5])
+    more = ", ..." if len(changed) > 5 else ""
+    return (f"fragile: removing any one of {len(changed)} of the {games} games alone would change {decision}: "
+            f"{shown}{more}")
 
 
 def looks_report(con, run_id: str, measurement: str, stages: StagesSpec) -> "list[Section]":
