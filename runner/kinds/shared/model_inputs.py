@@ -45,6 +45,14 @@ def runtime_file(ctx, name: str) -> Path:
     return target
 
 
+def adapted_source_sha256(adapted: Path) -> str | None:
+    """The sha256 of the file an adapted copy was made from, as its metadata records it."""
+    import onnx
+
+    meta = {p.key: p.value for p in onnx.load(adapted, load_external_data=False).metadata_props}
+    return meta.get("breakout.input_source_sha256")
+
+
 def check_states(ctx) -> np.ndarray:
     """The spec's first fixed states (uint8 (N, 4, 84, 84)), else seeded random observations."""
     from breakout_core.fixed_states import load_fixed_states

@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
 from runner.kinds.shared import runtime_status
 from runner.kinds.shared.lineage import check_lineage
-from runner.kinds.shared.model_inputs import runtime_file
+from runner.kinds.shared.model_inputs import adapted_source_sha256, runtime_file
 from runner.spec.runtimes import runtime_precision
 
 
@@ -34,15 +35,18 @@ def open_runtime(ctx, measurement: str, name: str) -> Iterator[Any]:
     ok, reason = runtime.available(**runtime.requested)
     if ok:
         started = time.perf_counter()
+        loaded = runtime_file(ctx, config.artifact)
         try:
-            runtime.load(runtime_file(ctx, config.artifact))
+            runtime.load(loaded)
         except RuntimeUnavailable as exc:
             ok, reason = False, exc.reason
         else:
             row["load_s"] = time.perf_counter() - started
             row["artifact_sha256"] = runtime.artifact_sha256
+            # an adapted copy is held to the sha256 of the source it was made from
+            source = runtime.artifact_sha256 if loaded == Path(artifact.path) else adapted_source_sha256(loaded)
             try:  # the file this runtime loaded is the one this run recorded, or no row is stored
-                check_loaded(ctx, config.artifact, runtime.artifact_sha256, f"runtime {name}")
+                check_loaded(ctx, config.artifact, source, f"runtime {name}")
             except BaseException:
                 runtime.close()
                 raise
