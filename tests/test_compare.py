@@ -71,7 +71,8 @@ def add_latency(store: Store, run_id: str, samples: dict[str, np.ndarray], *, sh
         "ms": np.concatenate(list(samples.values()))}))
     store.append_rows("latency_series", [{
         "run_id": run_id, "measurement": "lat", "runtime": r, "batch_size": 1, "warmup": 20, "iterations": len(ms),
-        "rounds": rounds, "timer": "perf_counter_ns", "timer_resolution_s": 1e-9, "timer_implementation": "clock_gettime",
+        "rounds": rounds, "timer": "perf_counter_ns", "timer_resolution_s": 1e-9,
+        "timer_implementation": "clock_gettime",
         "percentile_method": "linear", "input": states} for r, ms in samples.items()])
     store.append_rows("runtime_status", [{
         "run_id": run_id, "measurement": "lat", "runtime": r, "backend": "onnxruntime", "artifact": "m.onnx",

@@ -37,6 +37,7 @@ from runner.kinds.shared.runtime_metrics import (
     LATENCY_METRIC_NAMES,
     PARITY_METRIC_NAMES,
     latency_pair_metrics,
+    latency_rule_problem,
     parity_pair_metrics,
 )
 from runner.kinds.shared.runtime_status import found_unavailable, runtime_sections, with_unavailable
@@ -80,6 +81,8 @@ class EpisodesMeasurement(RuntimeMeasurement):
             return f"{metric} is a parity metric: name the parity measurement with `parity:` in {self.name!r}"
         if metric in LATENCY_METRIC_NAMES and self.latency is None:
             return f"{metric} is a latency metric: name the latency measurement with `latency:` in {self.name!r}"
+        if metric in LATENCY_METRIC_NAMES and (problem := latency_rule_problem(metric)):
+            return problem
         if metric in staged_games.METRIC_NAMES and self.stages is None:
             return f"{metric} comes from games in stages: give `stages:` in {self.name!r}"
         if metric in BOOTSTRAP_INTERVAL and self.stages is not None:
