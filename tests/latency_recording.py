@@ -64,10 +64,10 @@ def window_outcomes(recording: Recording, verdict, size: int, slowdown: float = 
 
 def compare_marks(recording: Recording, size: int, factor: float, slowdown: float = 1.0
                   ) -> list[dict[str, tuple[bool, str]]]:
-    """`runner compare` of two unchanged runs: consecutive windows of `size` rounds, each a run of
-    `b` against its baseline `a` (in the second, `b` `slowdown` times slower); per row metric (p50_ratio, cpu_p95_ratio, ...) whether it is
-    significant (False where it cannot be judged) and its mark ("worse", "better" beyond `factor`,
-    or "")."""
+    """`runner compare` of two runs: consecutive windows of `size` rounds, each a run of `b`
+    against its baseline `a` (in the second, `b` `slowdown` times slower); per row metric
+    (p50_ratio, cpu_p95_ratio, ...) whether it is significant (False where it cannot be judged)
+    and its mark ("worse", "better" beyond `factor`, or "")."""
     from runner.kinds.latency_compare import STATISTICS, ratio_row
 
     marks = []
