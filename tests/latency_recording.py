@@ -63,10 +63,11 @@ def window_outcomes(recording: Recording, verdict, size: int, slowdown: float = 
 
 
 def compare_marks(recording: Recording, size: int, factor: float, slowdown: float = 1.0
-                  ) -> list[dict[str, tuple[bool, str]]]:
+                  ) -> list[dict[str, tuple[bool | None, str]]]:
     """`runner compare` of two runs: consecutive windows of `size` rounds, each a run of `b`
     against its baseline `a` (in the second, `b` `slowdown` times slower); per row metric
-    (p50_ratio, cpu_p95_ratio, ...) whether it is significant (False where it cannot be judged)
+    (p50_ratio, cpu_p95_ratio, ...) whether it is significant (None where it cannot be judged:
+    a P99 from rounds of 100 calls)
     and its mark ("worse", "better" beyond `factor`, or "")."""
     from runner.kinds.latency_compare import STATISTICS, ratio_row
 
@@ -79,6 +80,6 @@ def compare_marks(recording: Recording, size: int, factor: float, slowdown: floa
             row = ratio_row("latency", "b ÷ a", f"{metric}_ratio", *run_a, *run_b, key)
             mark = "worse" if row.changed_for_the_worse(factor) else "better" if row.changed_for_the_better(
                 factor) else ""
-            rows[row.metric] = (bool(row.significant), mark)  # None: too few calls for the statistic
+            rows[row.metric] = (row.significant, mark)
         marks.append(rows)
     return marks

@@ -132,6 +132,7 @@ def test_compare_of_two_unchanged_runs_flags_none_beyond_the_factor(recording, c
     for metric in ("p50_ratio", "p95_ratio", "cpu_p50_ratio", "cpu_p95_ratio"):
         marks = [pair[metric] for pair in pairs]
         assert sum(mark != "" for _, mark in marks) / len(marks) <= FALSE_ALARMS, (metric, marks)
+        assert all(significant is not None for significant, _ in marks)
         assert sum(significant for significant, _ in marks) / len(marks) <= 0.10, (metric, marks)
 
 
