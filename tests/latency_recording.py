@@ -69,7 +69,7 @@ def compare_marks(recording: Recording, size: int, factor: float, slowdown: floa
     (p50_ratio, cpu_p95_ratio, ...) whether it is significant (None where it cannot be judged:
     a P99 from rounds of 100 calls)
     and its mark ("worse", "better" beyond `factor`, or "")."""
-    from runner.kinds.latency_compare import STATISTICS, ratio_row
+    from runner.kinds.shared.latency_compare import STATISTICS, ratio_row
 
     marks = []
     for start in range(0, recording.n_rounds - 2 * size + 1, size):

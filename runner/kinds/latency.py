@@ -31,7 +31,7 @@ from pydantic import Field, model_validator
 
 from breakout_core.latency_rounds import ORDER_SEED, min_calls_per_round, min_rounds, round_order
 from runner.kinds.kind import Kind
-from runner.kinds.latency_compare import compare_latency
+from runner.kinds.shared.latency_compare import compare_latency
 from runner.kinds.shared.runtime_lifecycle import load_states, open_runtime
 from runner.kinds.shared.runtime_metrics import LATENCY_METRIC_NAMES as METRIC_NAMES
 from runner.kinds.shared.runtime_metrics import (
