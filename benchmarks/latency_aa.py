@@ -171,14 +171,18 @@ def live(runs: int) -> None:
             ids = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY started_at").fetchall()]
         print(f"  verdict: {dict(Counter(outcomes))}; not deployment-worthy "
               f"{_rate([o != 'deployment-worthy' for o in outcomes])}")
-        flagged, failed = [], []
+        significant: dict[str, list[bool]] = {}
+        marked, failed = [], []
         for a, b in zip(ids, ids[1:]):
             comparison = compare_runs(store, a, b, factor=1.1)
-            judged = [r for r in comparison.rows if r.significant is not None]
-            flagged.append(any(r.significant for r in judged))
+            for row in comparison.rows:
+                if row.significant is not None:
+                    significant.setdefault(row.metric, []).append(row.significant)
+            marked.append(any(r.mark in ("worse", "better") for r in comparison.rows))
             failed.append(bool(comparison.regressions(1.1)))
-        print(f"  runner compare of consecutive runs: any row significant {_rate(flagged)}, "
-              f"--fail-on-regression 1.1 fails {_rate(failed)}")
+        print(f"  runner compare of consecutive runs: worse or better beyond 1.1 {_rate(marked)}, "
+              f"--fail-on-regression 1.1 fails {_rate(failed)}; significant (95% interval without 1): "
+              + ", ".join(f"{metric} {_rate(flags)}" for metric, flags in significant.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
