@@ -1,12 +1,13 @@
 """A/A latency: the same FP32 file timed against itself, and how often the latency rules call it
 slower.
 
-    python benchmarks/latency_aa.py record [--rounds 1200] [--calls 100] [--out tests/data/latency_aa_rounds.csv]
+    python benchmarks/latency_aa.py record [--rounds 1260] [--calls 100] [--session-rounds 60]
     python benchmarks/latency_aa.py [judge] [--data tests/data/latency_aa_rounds.csv] [--slowdown 1.25]
     python benchmarks/latency_aa.py live [--runs 21]
 
 `record` loads models/reference/dqn_breakout.onnx twice on ONNX Runtime's CPU provider (one
-intra-op thread each, as specs/check_onnx.yaml runs it) as runtimes `a` and `b`, and times
+intra-op thread each, as specs/check_onnx.yaml runs it) as runtimes `a` and `b` (both loaded
+anew every --session-rounds rounds, as each run of a spec loads its own), and times
 them in interleaved rounds through the latency kind's own path (Runtime.timed_runs: wall time
 and thread CPU time of every batch-1 call, on day22's first fixed state), their order in each
 round drawn by breakout_core.latency_rounds.round_order. It writes each round's P50, P95,
@@ -54,16 +55,26 @@ def _cpu_flags() -> str:
     return f"{model}; {os.cpu_count()} cores; " + " ".join(f for f in wanted if f in flags)
 
 
-def record(rounds: int, calls: int, warmup: int, out: Path, seed: int) -> None:
-    from breakout_core.latency_rounds import ROUND_STATISTICS, round_order, round_statistic
+def _sessions() -> dict:
     from breakout_core.runtimes import make_runtime
 
+    return {name: make_runtime("onnxruntime", provider="cpu", intra_op_threads=1).load(ONNX) for name in ("a", "b")}
+
+
+def record(rounds: int, calls: int, warmup: int, out: Path, seed: int, session_rounds: int) -> None:
+    """Both runtimes are loaded anew every `session_rounds` rounds, as each run loads its own: two
+    sessions of one file differ in speed by a few percent, and that differs from load to load."""
+    from breakout_core.latency_rounds import ROUND_STATISTICS, round_order, round_statistic
+
     obs = np.ascontiguousarray(np.load(STATES)["obs"][:1])
-    runtimes = {name: make_runtime("onnxruntime", provider="cpu", intra_op_threads=1).load(ONNX)
-                for name in ("a", "b")}
+    runtimes: dict = {}
     load_before, started = os.getloadavg(), time.time()
     lines = []
     for r in range(rounds):
+        if r % session_rounds == 0:
+            for runtime in runtimes.values():
+                runtime.close()
+            runtimes = _sessions()
         for turn, name in enumerate(round_order(list(runtimes), seed, r)):
             result = runtimes[name].timed_runs(obs, warmup, calls)
             values = [round_statistic(s, stat) for s in (result.samples_ms, result.cpu_ms)
@@ -77,7 +88,7 @@ def record(rounds: int, calls: int, warmup: int, out: Path, seed: int) -> None:
     out.write_text(
         f"# A/A latency: {ONNX.relative_to(REPO)} against itself, ONNX Runtime CPU, 1 intra-op thread, batch 1;\n"
         f"# {rounds} interleaved rounds of {calls} timed calls ({warmup} untimed first) per runtime, "
-        f"order seed {seed};\n"
+        f"order seed {seed}; both loaded anew every {session_rounds} rounds;\n"
         f"# recorded by benchmarks/latency_aa.py record in {seconds:.0f} s on {_cpu_flags()};\n"
         f"# python {platform.python_version()}; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after "
         "(a machine shared with other jobs)\n"
@@ -189,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", nargs="?", choices=["record", "judge", "live"], default="judge")
     parser.add_argument("--runs", type=int, default=21)
-    parser.add_argument("--rounds", type=int, default=1200)
+    parser.add_argument("--rounds", type=int, default=1260)
+    parser.add_argument("--session-rounds", type=int, default=60)
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
@@ -199,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
     if args.action == "record":
-        record(args.rounds, args.calls, args.warmup, args.out, args.seed)
+        record(args.rounds, args.calls, args.warmup, args.out, args.seed, args.session_rounds)
     elif args.action == "live":
         live(args.runs)
     else:
