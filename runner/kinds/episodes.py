@@ -12,7 +12,7 @@ clock (`Runtime.CALL_TIMER`: the page's performance.now() for the browser), whos
 a verdict may weigh (`candidate_game_call_p95_ms`: one decision within a 60 Hz frame?).
 
 A verdict here may also use parity and latency metrics (action_agreement,
-latency_p95_ratio, ...) of the parity / latency measurements this one names: Day 26's
+latency_p95_ratio_ci_high, ...) of the parity / latency measurements this one names: Day 26's
 decision takes the three together. Trajectory divergence is no rule: the scores decide.
 
 With `stages`, the seeds are a cap played in stages until a sequential non-inferiority
