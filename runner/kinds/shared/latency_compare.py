@@ -94,6 +94,9 @@ def ratio_row(name: str, subject: str, metric: str, runtime_a: dict, baseline_a:
     """One statistic of a runtime relative to the baseline in the same round, in both runs (each
     side's round_statistics), judged over the rounds, never over calls."""
     statistic = key[1]
+    if len(runtime_a[key]) != len(baseline_a[key]) or len(runtime_b[key]) != len(baseline_b[key]):
+        return Row(name, subject, metric, None, None, True, "", None, machine_bound=True,
+                   problem="the runtime and the baseline ran different rounds")
     per_round_a = np.asarray(runtime_a[key], dtype=np.float64) / np.asarray(baseline_a[key], dtype=np.float64)
     per_round_b = np.asarray(runtime_b[key], dtype=np.float64) / np.asarray(baseline_b[key], dtype=np.float64)
     ratio = run_ratio(per_round_a, per_round_b)

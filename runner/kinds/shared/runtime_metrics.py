@@ -118,6 +118,10 @@ def round_ratio_metrics(candidate: dict, baseline: dict) -> dict:
     the interval measures; one round gives none."""
     from breakout_core.latency_rounds import min_calls_per_round, round_ratio
 
+    rounds = len(candidate[("wall", "p50")])
+    if len(baseline[("wall", "p50")]) != rounds:
+        return {"inconclusive_reason": f"the runtimes ran {rounds} and {len(baseline[('wall', 'p50')])} rounds: "
+                                       "a ratio over rounds needs both in every round"}
     calls = min(candidate[("calls", None)], baseline[("calls", None)])
     found: dict = {}
     for (clock, statistic), values in candidate.items():
@@ -128,7 +132,6 @@ def round_ratio_metrics(candidate: dict, baseline: dict) -> dict:
         found[name] = ratio.ratio
         if ratio.ci_low is not None and calls >= min_calls_per_round(statistic):
             found[f"{name}_ci_low"], found[f"{name}_ci_high"] = ratio.ci_low, ratio.ci_high
-    rounds = len(candidate[("wall", "p50")])
     found["latency_rounds"] = float(rounds)
     if rounds < 2:
         found["inconclusive_reason"] = (f"{rounds} interleaved latency round(s): a ratio's interval over rounds "
