@@ -1,7 +1,11 @@
 """Latency of one call, sample by sample: warm-up excluded, every timed sample kept.
 
-The timed loop is a bare `for` with two `perf_counter_ns` reads and a list append, so the
-harness adds well under a microsecond to each sample. Percentiles are numpy's, with the
+The timed loop is a bare `for` with two `perf_counter_ns` and two `thread_time_ns` reads and
+two list appends, so the harness adds about a microsecond to each sample. Each call's thread
+CPU time is kept beside its wall time: on a shared machine a call waits for a core as long as
+other jobs hold it, which its wall time counts and its CPU time does not (a runtime that runs
+the call on other threads, ONNX Runtime with more than one intra-op thread, shows less CPU
+time than it spends). Percentiles are numpy's, with the
 method named (the same one breakout_core.stats and DuckDB's quantile_cont use), so a
 P95 here can be recomputed from the stored samples.
 """
@@ -18,6 +22,7 @@ from breakout_core.stats import PERCENTILE_METHOD
 
 MIN_TIMED_CALLS = 64  # fewer samples make P95/P99 mostly the largest sample or two
 TIMER = "time.perf_counter_ns"
+CPU_TIMER = "time.thread_time_ns"
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class LatencyResult:
     timer: str
     timer_resolution_s: float  # time.get_clock_info('perf_counter').resolution
     timer_implementation: str
+    cpu_ms: np.ndarray | None = None  # float64, each call's thread CPU time; None where the clock is elsewhere
 
     @property
     def n(self) -> int:
@@ -78,28 +84,37 @@ def measure_latency(
         raise ValueError(f"warmup must be >= 0, got {warmup}")
     for _ in range(warmup):
         fn(*args)
-    clock = time.perf_counter_ns
+    clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
     samples: list[int] = []
-    append = samples.append
+    cpu: list[int] = []
+    append, append_cpu = samples.append, cpu.append
     for _ in range(iterations):
+        cpu_start = cpu_clock()
         start = clock()
         fn(*args)
         append(clock() - start)
-    return latency_result(np.asarray(samples, dtype=np.float64) / 1e6, warmup=warmup)
+        append_cpu(cpu_clock() - cpu_start)
+    return latency_result(np.asarray(samples, dtype=np.float64) / 1e6, warmup=warmup,
+                          cpu_ms=np.asarray(cpu, dtype=np.float64) / 1e6)
 
 
 def latency_result(samples_ms: np.ndarray, *, warmup: int = 0, timer: str | None = None,
-                   timer_resolution_s: float | None = None) -> LatencyResult:
+                   timer_resolution_s: float | None = None, cpu_ms: np.ndarray | None = None) -> LatencyResult:
     """Statistics of samples already taken (milliseconds); at least MIN_TIMED_CALLS of them.
 
     `timer` and `timer_resolution_s` name a clock other than this process's perf_counter
-    (a page's performance.now()); by default the samples are perf_counter's.
+    (a page's performance.now()); by default the samples are perf_counter's. `cpu_ms`, each
+    call's thread CPU time where it was read, one per sample.
     """
     samples_ms = np.asarray(samples_ms, dtype=np.float64).reshape(-1)
     if samples_ms.size < MIN_TIMED_CALLS:
         raise ValueError(f"need >= {MIN_TIMED_CALLS} latency samples, got {samples_ms.size}")
     if not np.all(np.isfinite(samples_ms)) or np.any(samples_ms < 0):
         raise ValueError("latency samples must be finite and >= 0")
+    if cpu_ms is not None:
+        cpu_ms = np.asarray(cpu_ms, dtype=np.float64).reshape(-1)
+        if cpu_ms.shape != samples_ms.shape:
+            raise ValueError(f"need one CPU time per latency sample, got {cpu_ms.size} for {samples_ms.size}")
     p50, p90, p95, p99 = np.percentile(samples_ms, [50, 90, 95, 99], method=PERCENTILE_METHOD)
     info = time.get_clock_info("perf_counter")
     return LatencyResult(
@@ -117,4 +132,5 @@ def latency_result(samples_ms: np.ndarray, *, warmup: int = 0, timer: str | None
         timer=timer or TIMER,
         timer_resolution_s=float(info.resolution if timer_resolution_s is None else timer_resolution_s),
         timer_implementation=info.implementation if timer is None else timer,
+        cpu_ms=cpu_ms,
     )

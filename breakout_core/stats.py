@@ -1,6 +1,5 @@
-"""Statistics for score comparisons: percentiles, paired bootstrap intervals, t intervals for
-independent samples of a few values (training seeds, repeats), and the shift test between two
-runs' samples."""
+"""Statistics for score comparisons: percentiles, paired bootstrap intervals, and t intervals for
+independent samples of a few values (training seeds, repeats, latency rounds)."""
 
 from __future__ import annotations
 
@@ -78,61 +77,6 @@ def paired_bootstrap_ci(
         n_resamples=n_resamples,
         seed=seed,
     )
-
-
-# -- shifts between two independent samples (cross-run comparison) -----------------------------
-
-RANK_TEST_ALPHA = 0.002  # asv compare: a two-sided Mann-Whitney U below this is a significant change
-FALLBACK_CONFIDENCE = 0.99  # asv's fallback: non-overlapping 99% intervals of the median
-
-
-@dataclass(frozen=True)
-class ShiftTest:
-    significant: bool
-    method: str  # what was done, with its figures, for a reader of the comparison
-    p_value: float | None = None
-
-
-def smallest_rank_test_p(n_a: int, n_b: int) -> float:
-    """The smallest two-sided p an exact Mann-Whitney U can give for these sample sizes:
-    2 / C(n_a + n_b, n_a), reached when the two samples do not overlap at all."""
-    from math import comb
-
-    return min(1.0, 2 / comb(n_a + n_b, n_a))
-
-
-def median_interval(values: np.ndarray, *, confidence: float = FALLBACK_CONFIDENCE, n_resamples: int = 10_000,
-                    seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the median (scipy.stats.bootstrap, fixed seed)."""
-    from scipy import stats
-
-    values = np.asarray(values, dtype=np.float64)
-    if values.size < 2:
-        raise ValueError("an interval of the median needs at least 2 values")
-    result = stats.bootstrap((values,), np.median, confidence_level=confidence, n_resamples=n_resamples,
-                             method=BOOTSTRAP_METHOD, rng=np.random.default_rng(seed))
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
-
-
-def sample_shift(a: np.ndarray, b: np.ndarray, *, alpha: float = RANK_TEST_ALPHA, seed: int = 0) -> ShiftTest:
-    """Whether samples a and b (e.g. latencies of two runs) differ, as asv compare decides.
-
-    A two-sided Mann-Whitney U on the raw samples, significant when p < alpha. When the
-    samples are too small for the test ever to reach alpha, the 99% bootstrap intervals of
-    the two medians are compared instead: significant when they do not overlap."""
-    from scipy import stats
-
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if a.size < 2 or b.size < 2:
-        raise ValueError("a shift test needs at least 2 values in each sample")
-    if smallest_rank_test_p(a.size, b.size) < alpha:
-        p = float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
-        return ShiftTest(p < alpha, f"Mann-Whitney U p={p:.2g} (n {a.size}/{b.size})", p)
-    low_a, high_a = median_interval(a, seed=seed)
-    low_b, high_b = median_interval(b, seed=seed)
-    apart = high_a < low_b or high_b < low_a
-    return ShiftTest(apart, f"{FALLBACK_CONFIDENCE:.0%} CIs of the median [{low_a:.4g}, {high_a:.4g}] vs "
-                            f"[{low_b:.4g}, {high_b:.4g}] (n {a.size}/{b.size}, too few for the rank test)")
 
 
 def trimmed_mean_interval(values: np.ndarray, *, trim: float = 0.0, confidence: float = 0.95) -> Interval:

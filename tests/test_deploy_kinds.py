@@ -205,7 +205,7 @@ verdicts:
     measurement: latency
     candidate: ort_cpu
     baseline: torch_fp32
-    deployment_worthy_when: {latency_p95_ratio: "< 1.0"}
+    deployment_worthy_when: {latency_p95_ms: "< 1000"}
 """
 
 
@@ -275,7 +275,8 @@ def test_episodes_verdict_needs_the_measurement_its_metric_comes_from(checkpoint
     measurement: eps
     candidate: ort_cpu
     baseline: torch_fp32
-    deployment_worthy_when: {action_agreement: ">= 1.0", latency_p95_ratio: "< 1", paired_score_diff_ci_low: "> -1"}
+    deployment_worthy_when:
+      {action_agreement: ">= 1.0", latency_p50_ratio_ci_high: "< 1", paired_score_diff_ci_low: "> -1"}
 """.replace("  - name: scores", "  - name: scores", 1)
     text = text.replace("verdicts:\n", "  - kind: episodes\n    name: eps\n    runtimes: [torch_fp32, ort_cpu]\n"
                                        "    seeds: [1, 2]\n    latency: export\nverdicts:\n")
@@ -366,8 +367,8 @@ measurements:
     name: latency
     fixed_states: states
     runtimes: [torch_fp32, ort_cpu, trt_fp32]
-    iterations: 64
-    warmup: 5
+    iterations: 128
+    rounds: 2
   - kind: closed_loop
     name: loop
     runtimes: [torch_fp32, ort_cpu, ort_fp16, ort_cuda]
@@ -409,12 +410,12 @@ verdicts:
     measurement: latency
     candidate: ort_cpu
     baseline: torch_fp32
-    deployment_worthy_when: {latency_p95_ratio: "<= 100"}
+    deployment_worthy_when: {latency_p50_ratio_ci_high: "<= 100"}
   - name: impossible_speed
     measurement: latency
     candidate: ort_cpu
     baseline: torch_fp32
-    deployment_worthy_when: {latency_p95_ratio: "<= 0.0001"}
+    deployment_worthy_when: {latency_p50_ratio_ci_high: "<= 0.0001"}
   - name: loop_same
     measurement: loop
     candidate: ort_cpu
@@ -425,13 +426,13 @@ verdicts:
     candidate: trt_fp32
     baseline: ort_cpu
     deployment_worthy_when:
-      {action_agreement: ">= 1.0", latency_p95_ratio: "< 1.0", paired_score_diff_ci_low: ">= -1.0"}
+      {action_agreement: ">= 1.0", latency_p50_ratio_ci_high: "< 1.0", paired_score_diff_ci_low: ">= -1.0"}
   - name: ort_scores
     measurement: scores
     candidate: ort_cpu
     baseline: torch_fp32
     deployment_worthy_when:
-      {action_agreement: ">= 1.0", latency_p95_ratio: "<= 100", paired_score_diff_ci_low: ">= -1.0"}
+      {action_agreement: ">= 1.0", latency_p50_ratio_ci_high: "<= 100", paired_score_diff_ci_low: ">= -1.0"}
 """
 
 
@@ -534,7 +535,7 @@ def test_e2e_unavailable_runtimes_have_reasons_and_no_rows(tiny_run):
 def test_e2e_latency_closed_loop_and_episodes_rows(tiny_run):
     folder, _ = tiny_run
     assert dict(_query(folder, "SELECT runtime, count(*) FROM latency_samples GROUP BY runtime")) == \
-        {r: 64 for r in _ran("latency")}
+        {r: 128 for r in _ran("latency")}
     timer, resolution = _query(folder, "SELECT DISTINCT timer, timer_resolution_s FROM latency_series")[0]
     assert timer == "time.perf_counter_ns" and 0 < resolution < 1e-3
     loop = dict(_query(folder, "SELECT runtime, steps FROM closed_loop_summary"))
@@ -562,7 +563,8 @@ def test_e2e_verdicts_report_and_verdicts_page(tiny_run):
     assert outcomes["fp16_half"][0] == "deployment-worthy"
     assert outcomes["ort_parity"][0] == "deployment-worthy"
     assert outcomes["ort_not_slower"][0] == "deployment-worthy"
-    assert outcomes["impossible_speed"][0] == "rejected" and "latency_p95_ratio" in outcomes["impossible_speed"][1]
+    impossible = outcomes["impossible_speed"]
+    assert impossible[0] == "rejected" and "latency_p50_ratio_ci_high" in impossible[1]
     assert outcomes["loop_same"][0] == "deployment-worthy"
     assert outcomes["ort_scores"][0] == "deployment-worthy"
     for name, runtime, needle in (("cuda_parity", "ort_cuda", "CUDAExecutionProvider"),

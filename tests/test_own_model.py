@@ -34,13 +34,13 @@ def test_set_a_mapping_key_and_one_the_file_leaves_to_its_default():
 
 
 def test_set_a_list_item_by_index_or_by_its_name():
-    rule = 'deployment_worthy_when={latency_p50_ratio: "<= 1.1"}'
-    by_index = load_spec(DAY24, overrides=(f"verdicts.0.{rule}", "measurements.0.rounds=4"))
+    rule = 'deployment_worthy_when={latency_p50_ratio_ci_high: "<= 1.1"}'
+    by_index = load_spec(DAY24, overrides=(f"verdicts.0.{rule}", "measurements.0.warmup=4"))
     by_name = load_spec(DAY24, overrides=(f"verdicts.ort_cpu_faster_than_torch_cpu.{rule}",
-                                          "measurements.day24_latency.rounds=4"))
+                                          "measurements.day24_latency.warmup=4"))
     assert by_index.spec == by_name.spec
-    assert dict(by_index.spec.verdicts[0].deployment_worthy_when) == {"latency_p50_ratio": "<= 1.1"}
-    assert by_index.spec.measurements[0].rounds == 4
+    assert dict(by_index.spec.verdicts[0].deployment_worthy_when) == {"latency_p50_ratio_ci_high": "<= 1.1"}
+    assert by_index.spec.measurements[0].warmup == 4
     assert by_index.spec.verdicts[1] == load_spec(DAY24).spec.verdicts[1]
 
 
@@ -87,10 +87,10 @@ def test_run_with_a_bad_override_stores_nothing(tmp_path):
 
 
 def test_validate_resolved_prints_the_overridden_document(tmp_path):
-    result = runner("validate", "--resolved", str(DAY24), "--set", "measurements.day24_latency.rounds=4", cwd=tmp_path)
+    result = runner("validate", "--resolved", str(DAY24), "--set", "measurements.day24_latency.warmup=4", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == load_spec(DAY24, overrides=("measurements.day24_latency.rounds=4",)).text
-    assert read_spec_text(result.stdout)["measurements"][0]["rounds"] == 4
+    assert result.stdout == load_spec(DAY24, overrides=("measurements.day24_latency.warmup=4",)).text
+    assert read_spec_text(result.stdout)["measurements"][0]["warmup"] == 4
 
 
 QUESTION = """\
@@ -204,7 +204,7 @@ def test_check_refuses_a_games_plan_the_staged_test_cannot_keep(tmp_path, overri
 def test_check_rejects_a_model_whose_decisions_changed(tmp_path):
     model = perturbed_onnx(tmp_path / "perturbed.onnx")
     fewer = ("measurements.games.seeds={start: 3000, count: 6}", "measurements.games.stages={games: 2}",
-             "measurements.latency.iterations=320")
+             "measurements.latency.iterations=1000", "measurements.latency.rounds=10")
     result = cli("check", "perturbed.onnx", *[arg for o in fewer for arg in ("--set", o)], "--db", "r.duckdb",
                  cwd=tmp_path)
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.output, result.exception)

@@ -9,7 +9,6 @@ from pathlib import Path
 import pandas as pd
 
 from breakout_core.files import write_whole
-from breakout_core.stats import RANK_TEST_ALPHA
 from runner.compare.runs import Comparison
 from runner.report.html import MAX_CHART_POINTS, altair, blank_nulls, render_page, table_html
 from runner.report.section import Section
@@ -19,10 +18,10 @@ MARK_CLASSES = {"better": "deployment-worthy", "worse": "rejected", "not compara
                 "different machine": "inconclusive"}  # the page's existing colours
 
 
-LEGEND = ("significant: latency P50 two-sided Mann-Whitney U p < {alpha:g}, P95/P99 a 99% bootstrap CI of B − A "
-          "without 0; scores a bootstrap CI of B − A without 0; "
-          "parity any change beyond tolerance. better/worse: significant and beyond the factor {{factor:g}} "
-          "(parity: tolerance alone)").format(alpha=RANK_TEST_ALPHA)
+LEGEND = ("significant: latency over rounds, never calls: a 95% Welch t CI of B/A of the per-round P50, P95 "
+          "(P99, mean) without 1; scores a bootstrap CI of B − A without 0; "
+          "parity any change beyond tolerance. better/worse: significant and beyond the factor {factor:g} "
+          "(latency: its whole interval beyond it; parity: tolerance alone)")
 
 
 def rows_frame(comparison: Comparison) -> pd.DataFrame:

@@ -1,7 +1,8 @@
 """The rows `runner compare` shows, and how one metric of two runs is judged from raw values.
 
 Each kind's comparer (its Kind's `compare`) builds its rows with these helpers: repeated
-values by Welch's t, episode scores by a paired bootstrap where both runs played the same
+values by Welch's t (latency's per-round statistics by their ratio's interval, a Row's
+`ratio_interval`), episode scores by a paired bootstrap where both runs played the same
 seeds, values over training seeds by a t interval, and what makes a row not comparable (a
 runtime's settings, its model file, a runtime that could not run).
 """
@@ -59,6 +60,9 @@ class Row:
     problem: str | None = None  # why A and B are not the same question
     note: str = ""
     mark: str = ""
+    # the interval of value_b / value_a where one decides (latency over rounds): worse or better
+    # beyond a factor only when the whole interval lies beyond it, never on the point estimate
+    ratio_interval: tuple[float, float] | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -76,15 +80,28 @@ class Row:
             return 1.0 if num == 0 else math.inf
         return num / den
 
+    @property
+    def worse_by_interval(self) -> tuple[float, float] | None:
+        """The interval of worse_by, where the row has one."""
+        if self.ratio_interval is None:
+            return None
+        low, high = self.ratio_interval
+        return (low, high) if self.lower_is_better else (1 / high, 1 / low)
+
     def changed_for_the_worse(self, factor: float) -> bool:
-        """Significantly worse, and beyond `factor` where noise is possible."""
+        """Significantly worse, and beyond `factor` where noise is possible (the whole interval
+        beyond it, where the row has one)."""
         if self.problem or not self.significant or self.worse_by is None:
             return False
+        if self.worse_by_interval is not None:
+            return self.worse_by_interval[0] > factor
         return self.worse_by >= factor if self.uses_factor else self.worse_by > 1
 
     def changed_for_the_better(self, factor: float) -> bool:
         if self.problem or not self.significant or self.worse_by is None:
             return False
+        if self.worse_by_interval is not None:
+            return self.worse_by_interval[1] < 1 / factor
         return self.worse_by <= 1 / factor if self.uses_factor else self.worse_by < 1
 
 def differences(a: dict | None, b: dict | None, ignore: set[str] = frozenset()) -> list[str]:
@@ -137,23 +154,6 @@ def samples_row(measurement: str, subject: str, metric: str, a: np.ndarray, b: n
     problem = None if len(a) and len(b) else f"measured only in run {'A' if len(a) else 'B'}"
     return Row(measurement, subject, metric, value_a, value_b, lower_is_better, test, significant,
                machine_bound=machine_bound, problem=problem, note=note)
-
-def quantile_row(measurement: str, subject: str, metric: str, a: np.ndarray, b: np.ndarray, q: float, *,
-                 machine_bound: bool, note: str = "") -> Row:
-    """The q-th percentile of two samples (lower is better, as for a latency tail): significant
-    when the 99% bootstrap CI of the difference of the percentiles (each run resampled on its own)
-    leaves out 0. A rank test judges the whole distribution; a tail can move while the median stays."""
-    from breakout_core.stats import FALLBACK_CONFIDENCE, PERCENTILE_METHOD, independent_bootstrap_ci
-
-    def shift(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-        return (np.percentile(y, q, axis=axis, method=PERCENTILE_METHOD)
-                - np.percentile(x, q, axis=axis, method=PERCENTILE_METHOD))
-
-    ci = independent_bootstrap_ci((a, b), shift, confidence=FALLBACK_CONFIDENCE, n_resamples=2_000)
-    test = f"bootstrap {ci.confidence:.0%} CI of B − A P{q:g} [{ci.low:.4g}, {ci.high:.4g}] (n {a.size}/{b.size})"
-    return Row(measurement, subject, metric, percentile(a, q), percentile(b, q), True, test,
-               ci.low > 0 or ci.high < 0, machine_bound=machine_bound, note=note)
-
 
 def percentile(values: np.ndarray | None, q: float) -> float | None:
     from breakout_core.stats import PERCENTILE_METHOD

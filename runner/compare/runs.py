@@ -2,10 +2,11 @@
 
 Every value shown for run A and run B is computed from the raw rows, and so is its
 significance:
-  latency      the samples of each runtime and batch size: P50 by a two-sided Mann-Whitney U,
-               significant at p < 0.002 (99% median intervals when too few samples); P95,
-               and P99 where a verdict or --metric names it, by a 99% bootstrap CI of the
-               difference of that percentile; the mean, where named, by Welch's t
+  latency      the rounds of each runtime and batch size, never its calls (which the
+               load correlates): each round's P50 and P95 (P99 and the mean where a
+               verdict or --metric names them), wall time and thread CPU time, B/A by
+               Welch's t 95% CI on their logarithms; worse or better beyond `factor`
+               only when the whole interval is
   scores       the episodes of each policy or runtime: a paired bootstrap CI of the mean
                same-seed difference when both runs played the same seeds, otherwise
                Welch's t CI of the difference of the mean scores

@@ -12,7 +12,7 @@ clock (`Runtime.CALL_TIMER`: the page's performance.now() for the browser), whos
 a verdict may weigh (`candidate_game_call_p95_ms`: one decision within a 60 Hz frame?).
 
 A verdict here may also use parity and latency metrics (action_agreement,
-latency_p95_ratio, ...) of the parity / latency measurements this one names: Day 26's
+latency_p95_ratio_ci_high, ...) of the parity / latency measurements this one names: Day 26's
 decision takes the three together. Trajectory divergence is no rule: the scores decide.
 
 With `stages`, the seeds are a cap played in stages until a sequential non-inferiority
@@ -39,6 +39,7 @@ from runner.kinds.shared.runtime_metrics import (
     LATENCY_METRIC_NAMES,
     PARITY_METRIC_NAMES,
     latency_pair_metrics,
+    latency_rule_problem,
     parity_pair_metrics,
 )
 from runner.kinds.shared.runtime_status import found_unavailable, runtime_sections, with_unavailable
@@ -84,6 +85,8 @@ class EpisodesMeasurement(RuntimeMeasurement):
             return f"{metric} is a parity metric: name the parity measurement with `parity:` in {self.name!r}"
         if metric in LATENCY_METRIC_NAMES and self.latency is None:
             return f"{metric} is a latency metric: name the latency measurement with `latency:` in {self.name!r}"
+        if metric in LATENCY_METRIC_NAMES and (problem := latency_rule_problem(metric)):
+            return problem
         if metric in staged_games.METRIC_NAMES and self.stages is None:
             return f"{metric} comes from games in stages: give `stages:` in {self.name!r}"
         if metric in BOOTSTRAP_INTERVAL and self.stages is not None:

@@ -5,38 +5,40 @@ then each series is `warmup` untimed calls followed by timed calls of runtime.in
 the same input, through breakout_core.latency.measure_latency (perf_counter_ns around each
 call), through each runtime's timed_runs(): the browser runtime overrides it to time
 session.run in the page with performance.now(), the way a page sees its latency, and its
-series records that timer and its resolution. With `rounds` > 1 the runtimes take turns, round by round,
-so a slow drift of the machine (another job starting) falls on all of them alike; each round has its own warm-up.
-Fewer than 64 timed calls per series is refused when the spec is validated.
+series records that timer and its resolution. Each call's thread CPU time is kept beside its
+wall time (none where a page times the call). With `rounds` > 1 the runtimes take turns, round
+by round, in an order drawn for each round from `order_seed` (recorded as each sample's `turn`),
+so a slow drift of the machine (another job starting) falls on all of them alike; each round has
+its own warm-up. Fewer than 64 timed calls per round is refused when the spec is validated.
+
+Verdicts judge a ratio by its interval over rounds (breakout_core.latency_rounds): a rule on a
+ratio's point estimate is refused when the spec loads, and a rule on a tail's interval with too
+few calls per round or too few rounds for it (min_calls_per_round, min_rounds) too.
 
 `latency_samples` holds every sample; `latency_series` the timer, its resolution and the
 settings; view `latency_summary` the P50/P90/P95/P99 (quantile_cont: linear interpolation,
-numpy's default), mean, std, min, max; `latency_pairs` their ratios between runtimes.
+numpy's default), mean, std, min, max, and the CPU time's; `latency_rounds` each round's;
+`latency_pairs` the pooled ratios between runtimes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 from typing import Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from runner.compare.rows import (
-    Row,
-    RunSide,
-    differences,
-    percentile,
-    quantile_row,
-    runtime_problem,
-    samples_row,
-    unavailable_rows,
-)
+from breakout_core.latency_rounds import ORDER_SEED, min_calls_per_round, min_rounds, round_order
 from runner.kinds.kind import Kind
+from runner.kinds.shared.latency_compare import compare_latency
 from runner.kinds.shared.runtime_lifecycle import load_states, open_runtime
 from runner.kinds.shared.runtime_metrics import LATENCY_METRIC_NAMES as METRIC_NAMES
-from runner.kinds.shared.runtime_metrics import latency_pair_metrics
+from runner.kinds.shared.runtime_metrics import (
+    latency_interval_needs,
+    latency_pair_metrics,
+    latency_rule_problem,
+)
 from runner.kinds.shared.runtime_status import runtime_sections, with_unavailable
 from runner.report.section import Section
 from runner.run.context import RunContext
@@ -54,6 +56,7 @@ class LatencyMeasurement(RuntimeMeasurement):
     iterations: int = Field(default=200, ge=MIN_SAMPLES, le=1_000_000,
                             description="timed calls per runtime and batch size")
     rounds: int = Field(default=1, ge=1, le=1000, description="runtimes take turns this many times")
+    order_seed: int = Field(default=ORDER_SEED, ge=0, description="seed of the runtimes' order in each round")
     fixed_states: Name | None = Field(default=None, description="artifact: inputs are its first states; "
                                       "None: a seeded random uint8 batch")
     verdict_batch_size: int | None = Field(default=None, description="batch size verdicts use; default: the first")
@@ -81,6 +84,35 @@ class LatencyMeasurement(RuntimeMeasurement):
             refs.append((("fixed_states",), "artifact:fixed_states", self.fixed_states))
         return refs
 
+    def metric_problem(self, metric: str) -> str | None:
+        return latency_rule_problem(metric)
+
+
+def spec_problems(m: LatencyMeasurement, spec, context: dict) -> list[tuple[tuple, str]]:
+    """Rules that judge this measurement's interval of a statistic (its own verdicts', and those of a
+    measurement that names it as its `latency:`) that its rounds cannot carry: each round needs
+    min_calls_per_round calls of the statistic, the interval min_rounds rounds."""
+    names = {other.name for other in spec.measurements
+             if other.name == m.name or getattr(other, "latency", None) == m.name}
+    per_round = m.iterations // m.rounds
+    problems: list[tuple[tuple, str]] = []
+    for verdict in spec.verdicts:
+        if verdict.measurement not in names:
+            continue
+        for metric in verdict.deployment_worthy_when:
+            statistic = latency_interval_needs(metric)
+            if statistic is None:
+                continue
+            calls, rounds = min_calls_per_round(statistic), min_rounds(statistic)
+            if per_round < calls:
+                problems.append((("iterations",), f"verdict {verdict.name!r} judges {metric}: each round needs >= "
+                                                  f"{calls} timed calls for its {statistic.upper()}, "
+                                                  f"iterations / rounds = {per_round}"))
+            elif m.rounds < rounds:
+                problems.append((("rounds",), f"verdict {verdict.name!r} judges {metric}: its interval needs "
+                                              f"rounds >= {rounds}, got {m.rounds}"))
+    return problems
+
 
 MIGRATIONS = [
     (
@@ -97,7 +129,15 @@ MIGRATIONS = [
             percentile_method VARCHAR NOT NULL, input VARCHAR NOT NULL
         );
         """,
-    )
+    ),
+    (
+        "0431_latency_cpu_time",
+        """
+        ALTER TABLE latency_samples ADD COLUMN cpu_ms DOUBLE;
+        ALTER TABLE latency_samples ADD COLUMN turn INTEGER;
+        ALTER TABLE latency_series ADD COLUMN order_seed INTEGER;
+        """,
+    ),
 ]
 
 VIEWS = [
@@ -106,8 +146,18 @@ VIEWS = [
     SELECT run_id, measurement, runtime, batch_size, count(*) AS n,
            quantile_cont(ms, 0.5) AS p50_ms, quantile_cont(ms, 0.9) AS p90_ms, quantile_cont(ms, 0.95) AS p95_ms,
            quantile_cont(ms, 0.99) AS p99_ms, avg(ms) AS mean_ms, stddev_samp(ms) AS std_ms,
-           min(ms) AS min_ms, max(ms) AS max_ms
+           min(ms) AS min_ms, max(ms) AS max_ms, quantile_cont(cpu_ms, 0.5) AS cpu_p50_ms,
+           quantile_cont(cpu_ms, 0.95) AS cpu_p95_ms, quantile_cont(cpu_ms, 0.99) AS cpu_p99_ms,
+           avg(cpu_ms) AS cpu_mean_ms
     FROM latency_samples GROUP BY run_id, measurement, runtime, batch_size
+    """,
+    """
+    CREATE OR REPLACE VIEW latency_rounds AS
+    SELECT run_id, measurement, runtime, batch_size, round, min(turn) AS turn, count(*) AS n,
+           quantile_cont(ms, 0.5) AS p50_ms, quantile_cont(ms, 0.95) AS p95_ms, quantile_cont(ms, 0.99) AS p99_ms,
+           avg(ms) AS mean_ms, quantile_cont(cpu_ms, 0.5) AS cpu_p50_ms, quantile_cont(cpu_ms, 0.95) AS cpu_p95_ms,
+           quantile_cont(cpu_ms, 0.99) AS cpu_p99_ms, avg(cpu_ms) AS cpu_mean_ms
+    FROM latency_samples GROUP BY run_id, measurement, runtime, batch_size, round
     """,
     """
     CREATE OR REPLACE VIEW latency_pairs AS
@@ -152,28 +202,34 @@ def execute(m: LatencyMeasurement, ctx: RunContext) -> None:
         task = ctx.progress.add_task(f"{m.name} · latency", total=len(loaded) * len(m.batch_sizes) * m.rounds,
                                      unit="series")
         samples: dict[tuple[str, int], list[np.ndarray]] = {(n, b): [] for n in loaded for b in m.batch_sizes}
+        cpu: dict[tuple[str, int], list[np.ndarray]] = {key: [] for key in samples}
+        turns: dict[tuple[str, int], list[int]] = {key: [] for key in samples}
         last = {}
-        for _ in range(m.rounds):
-            for name, runtime in loaded.items():
+        for r in range(m.rounds):
+            for turn, name in enumerate(round_order(list(loaded), m.order_seed, r)):
                 for b in m.batch_sizes:
-                    result = runtime.timed_runs(batches[b], m.warmup, per_round)
+                    result = loaded[name].timed_runs(batches[b], m.warmup, per_round)
                     samples[(name, b)].append(result.samples_ms)
+                    cpu[(name, b)].append(np.full(per_round, np.nan) if result.cpu_ms is None else result.cpu_ms)
+                    turns[(name, b)].append(turn)
                     last[(name, b)] = result
                     ctx.progress.advance(task)
     for (name, b), parts in samples.items():
-        ms = np.concatenate(parts)
+        ms, cpu_ms = np.concatenate(parts), np.concatenate(cpu[(name, b)])
         rounds = np.repeat(np.arange(m.rounds), per_round)
         ctx.store.append_arrow("latency_samples", pa.table({
             "run_id": [ctx.run_id] * len(ms), "measurement": [m.name] * len(ms), "runtime": [name] * len(ms),
             "batch_size": np.full(len(ms), b, dtype=np.int32), "round": rounds.astype(np.int32),
-            "sample": np.arange(len(ms), dtype=np.int32), "ms": ms}))
+            "sample": np.arange(len(ms), dtype=np.int32), "ms": ms,
+            "cpu_ms": pa.array(cpu_ms, mask=np.isnan(cpu_ms)),
+            "turn": np.repeat(np.asarray(turns[(name, b)], dtype=np.int32), per_round)}))
         r = last[(name, b)]
         ctx.store.append_rows("latency_series", [{
             "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "batch_size": b, "warmup": m.warmup,
             "iterations": m.iterations, "rounds": m.rounds, "timer": r.timer,
             "timer_resolution_s": r.timer_resolution_s,
             "timer_implementation": r.timer_implementation, "percentile_method": r.percentile_method,
-            "input": input_text}])
+            "input": input_text, "order_seed": m.order_seed}])
 
 
 
@@ -185,36 +241,39 @@ def metrics(con, run_id: str, m: LatencyMeasurement, candidate: str, baseline: s
 
 def report(con, run_id: str, m: LatencyMeasurement) -> list[Section]:
     from runner.report.charts import log_histogram, ratio_dots
-    from runner.report.html import MAX_CHART_POINTS, altair, table_html
+    from runner.report.html import MAX_CHART_POINTS, altair, blank_nulls, table_html
 
     alt = altair()
     sections = runtime_sections(con, run_id, m.name)
     summary = con.execute("SELECT runtime, batch_size, n, p50_ms, p90_ms, p95_ms, p99_ms, mean_ms, std_ms, min_ms, "
-                          "max_ms FROM latency_summary WHERE run_id = ? AND measurement = ? "
+                          "max_ms, cpu_p50_ms, cpu_p95_ms, cpu_p99_ms, cpu_mean_ms FROM latency_summary "
+                          "WHERE run_id = ? AND measurement = ? "
                           "ORDER BY batch_size, runtime",
                           [run_id, m.name]).df()
     series = con.execute("SELECT DISTINCT timer, timer_resolution_s, timer_implementation, percentile_method, warmup, "
-                         "iterations, rounds, input FROM latency_series WHERE run_id = ? AND measurement = ?",
+                         "iterations, rounds, order_seed, input FROM latency_series "
+                         "WHERE run_id = ? AND measurement = ?",
                          [run_id, m.name]).df()
     if summary.empty:
         sections.append(Section(f"{m.name}: latency", html="<p>No runtime could run here.</p>"))
         return sections
-    sections.append(Section(f"{m.name}: latency per call (ms; warm-up and model load excluded)",
-                            html=table_html(summary, float_format="{:.4f}")
+    sections.append(Section(f"{m.name}: latency per call (ms, wall time and cpu_: the calling thread's CPU time; "
+                            "warm-up and model load excluded)",
+                            html=table_html(blank_nulls(summary), float_format="{:.4f}")
                             + table_html(series, float_format="{:.3g}")))
-    pairs = con.execute("SELECT candidate, baseline, batch_size, p50_ratio, p95_ratio, p99_ratio, mean_ratio "
-                        "FROM latency_pairs WHERE run_id = ? AND measurement = ? AND baseline = ? "
-                        "ORDER BY batch_size, candidate",
-                        [run_id, m.name, m.baseline_runtime]).df()
+    pairs = _ratio_table(con, run_id, m)
     if not pairs.empty:
-        dots = pairs.melt(id_vars=["candidate", "batch_size"], value_vars=["p50_ratio", "p95_ratio", "p99_ratio",
-                                                                          "mean_ratio"], var_name="statistic",
-                          value_name="ratio")
+        dots = pairs.copy()
         dots["pair"] = dots["candidate"] + " b=" + dots["batch_size"].astype(str)
-        dots["statistic"] = dots["statistic"].str.removesuffix("_ratio")
+        dots["statistic"] = dots["clock"] + " " + dots["statistic"]
         chart = ratio_dots(dots, subject="pair", statistic="statistic", ratio="ratio",
                            title=f"candidate ÷ {m.baseline_runtime} (log scale; < 1: faster, dashed: same)")
-        sections.append(Section(f"{m.name}: ratios to {m.baseline_runtime} (< 1: faster)", html=table_html(pairs),
+        sections.append(Section(f"{m.name}: ratios to {m.baseline_runtime} over {m.rounds} rounds (< 1: faster; "
+                                "wall time and the calling thread's CPU time)",
+                                html="<p>Each ratio is the geometric mean of the per-round ratios (candidate over "
+                                     "baseline in the same round); its 95% interval is Student's t over the rounds, "
+                                     "and it is what a verdict judges. A tail's interval needs enough calls per "
+                                     "round.</p>" + table_html(blank_nulls(pairs), float_format="{:.4f}"),
                                 charts=[chart]))
     samples = con.execute("SELECT runtime, batch_size, round, sample, ms FROM latency_samples WHERE run_id = ? "
                           "AND measurement = ? ORDER BY runtime, batch_size, sample LIMIT ?",
@@ -233,85 +292,6 @@ def report(con, run_id: str, m: LatencyMeasurement) -> list[Section]:
     return sections
 
 
-# -- runner compare ---------------------------------------------------------------------------
-
-def compare_latency(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Row]:
-    name = m_a["name"]
-    samples, series = {}, {}
-    for label, side in (("A", a), ("B", b)):
-        for runtime, batch, ms in con.execute(
-                "SELECT runtime, batch_size, list(ms ORDER BY sample) FROM latency_samples WHERE run_id = ? "
-                "AND measurement = ? GROUP BY ALL", [side.run_id, name]).fetchall():
-            samples[(label, runtime, batch)] = np.asarray(ms, dtype=np.float64)
-        cursor = con.execute("SELECT * EXCLUDE (run_id, measurement) FROM latency_series WHERE run_id = ? "
-                             "AND measurement = ?", [side.run_id, name])
-        columns = [d[0] for d in cursor.description]
-        for values in cursor.fetchall():
-            settings = dict(zip(columns, values))
-            settings["input"] = _by_content(settings["input"])
-            series[(label, settings.pop("runtime"), settings.pop("batch_size"))] = settings
-    statistics = judged_statistics(a.asked)
-    rows = []
-    for runtime, batch in sorted({(r, n) for _, r, n in samples}):
-        subject = f"{runtime} b={batch}"
-        sa, sb = samples.get(("A", runtime, batch)), samples.get(("B", runtime, batch))
-        if sa is None or sb is None:
-            problem = (runtime_problem(con, a, b, name, [runtime])
-                       or f"measured only in run {'A' if sb is None else 'B'}")
-            rows += [Row(name, subject, metric, _statistic(sa, metric), _statistic(sb, metric), True, "", None,
-                         machine_bound=True, problem=problem) for metric in statistics]
-            continue
-        settings = differences(series.get(("A", runtime, batch)), series.get(("B", runtime, batch)),
-                                {"timer_resolution_s"})
-        problem = (f"series settings differ: {'; '.join(settings)}" if settings
-                   else runtime_problem(con, a, b, name, [runtime]))
-        for metric in statistics:
-            row = _statistic_row(name, subject, metric, sa, sb)
-            row.problem = problem
-            rows.append(row)
-    return rows + unavailable_rows(con, a, b, name, "p50_ms", {r for _, r, _ in samples})
-
-
-# the latency statistics compare can judge, by row metric: a percentile, or None for the mean
-STATISTICS = {"p50_ms": 50, "p95_ms": 95, "p99_ms": 99, "mean_ms": None}
-ALWAYS_JUDGED = ("p50_ms", "p95_ms")
-
-
-def judged_statistics(asked: frozenset[str]) -> list[str]:
-    """P50 and P95 always; P99 and the mean where a verdict or the user names them (as a verdict
-    metric, `latency_p99_ratio`, or as a row metric, `p99_ms`)."""
-    pattern = r"(?:latency_)?(p\d\d|mean)_(?:ms|ratio)"
-    named = {f"{m.group(1)}_ms" for name in asked if (m := re.fullmatch(pattern, name))}
-    return [metric for metric in STATISTICS if metric in ALWAYS_JUDGED or metric in named]
-
-
-def _statistic(values: np.ndarray | None, metric: str) -> float | None:
-    if values is None:
-        return None
-    q = STATISTICS[metric]
-    return float(np.mean(values)) if q is None else percentile(values, q)
-
-
-def _statistic_row(name: str, subject: str, metric: str, sa: np.ndarray, sb: np.ndarray) -> Row:
-    """P50 by asv's rank test on the whole samples; a tail percentile by a bootstrap of its own
-    difference; the mean by Welch's t."""
-    from breakout_core.stats import sample_shift
-
-    q = STATISTICS[metric]
-    if q == 50:
-        shift = sample_shift(sa, sb)
-        return Row(name, subject, metric, percentile(sa, 50), percentile(sb, 50), True, shift.method,
-                   shift.significant, machine_bound=True)
-    if q is None:
-        return samples_row(name, subject, metric, sa, sb, lower_is_better=True, machine_bound=True)
-    return quantile_row(name, subject, metric, sa, sb, q, machine_bound=True)
-
-def _by_content(input_text: str) -> str:
-    """A latency input as recorded ("fixed states PATH (sha256 ...), ...") without its path: the same
-    states read from another folder are the same input."""
-    return re.sub(r"^fixed states .*? \(sha256", "fixed states (sha256", input_text)
-
-
 KIND = Kind(
     name="latency",
     model=LatencyMeasurement,
@@ -323,6 +303,30 @@ KIND = Kind(
     metrics=metrics,
     report=report,
     references=LatencyMeasurement.references,
+    metric_problem=LatencyMeasurement.metric_problem,
+    spec_problems=spec_problems,
     compare=compare_latency,
     not_settings=frozenset({"runtimes", "baseline", "batch_sizes", "verdict_batch_size"}),
 )
+
+
+def _ratio_table(con, run_id: str, m: LatencyMeasurement):
+    """Each candidate's ratios to the baseline, per batch size, clock and statistic, with their
+    intervals over rounds (as verdicts read them)."""
+    import pandas as pd
+
+    from runner.kinds.shared.runtime_metrics import CLOCK_PREFIXES
+
+    rows = []
+    for b in m.batch_sizes:
+        for candidate in m.ordered_runtimes()[1:]:
+            found = latency_pair_metrics(con, run_id, m.name, candidate, m.baseline_runtime, b)
+            for clock, prefix in CLOCK_PREFIXES.items():
+                for statistic in ("p50", "p95", "p99", "mean"):
+                    name = f"{prefix}_{statistic}_ratio"
+                    if name in found:
+                        rows.append({"candidate": candidate, "batch_size": b, "clock": clock, "statistic": statistic,
+                                     "ratio": found[name], "ci_low": found.get(f"{name}_ci_low"),
+                                     "ci_high": found.get(f"{name}_ci_high"),
+                                     "rounds": int(found.get("latency_rounds", 0))})
+    return pd.DataFrame(rows)

@@ -8,10 +8,16 @@ PARITY_METRIC_NAMES = ("action_agreement", "action_disagreements", "max_abs_dq",
                        "elements_fail", "near_ties", "batch_invariance_max_abs_dq", "decisive_action_agreement",
                        "decisive_states")
 
-LATENCY_METRIC_NAMES = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency_p50_ratio", "latency_p95_ratio",
-                        "latency_p99_ratio", "latency_mean_ratio", "latency_p50_ratio_ci_low",
-                        "latency_p50_ratio_ci_high")
-RATIO_CONFIDENCE = 0.95  # of the P50 ratio's interval over interleaved rounds
+# each statistic of a round (breakout_core.latency_rounds.ROUND_STATISTICS) on both clocks: wall time
+# (`latency_`) and the calling thread's CPU time (`cpu_time_`); a ratio's point estimate is shown,
+# its interval over rounds decides
+CLOCK_PREFIXES = {"wall": "latency", "cpu": "cpu_time"}
+_STATISTICS = ("p50", "p95", "p99", "mean")
+LATENCY_RATIO_POINTS = tuple(f"{prefix}_{s}_ratio" for prefix in CLOCK_PREFIXES.values() for s in _STATISTICS)
+LATENCY_METRIC_NAMES = (
+    tuple(f"{prefix}_{s}_ms" for prefix in CLOCK_PREFIXES.values() for s in ("p50", "p95", "p99"))
+    + LATENCY_RATIO_POINTS
+    + tuple(f"{point}_ci_{end}" for point in LATENCY_RATIO_POINTS for end in ("low", "high")))
 
 
 def parity_pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str) -> dict:
@@ -39,45 +45,95 @@ def parity_pair_metrics(con, run_id: str, measurement: str, candidate: str, base
     return found
 
 
+def latency_rule_problem(metric: str) -> str | None:
+    """Why a verdict may not judge `metric`: a ratio's point estimate swings with a shared
+    machine's load (the same file against itself gave P95 ratios of 0.54 to 1.43 in five
+    rounds), so a rule judges the interval over rounds instead."""
+    if metric in LATENCY_RATIO_POINTS:
+        return (f"{metric} is a point estimate that swings with the machine's load: judge its interval over "
+                f"rounds, {metric}_ci_high (or {metric}_ci_low)")
+    return None
+
+
+def latency_interval_needs(metric: str) -> str | None:
+    """The round statistic (p50, p95, p99, mean) whose interval over rounds `metric` is, or None."""
+    for prefix in CLOCK_PREFIXES.values():
+        for statistic in _STATISTICS:
+            if metric in (f"{prefix}_{statistic}_ratio_ci_low", f"{prefix}_{statistic}_ratio_ci_high"):
+                return statistic
+    return None
+
+
 def latency_pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str,
                          batch_size: int | None) -> dict:
-    """Latency of candidate and its ratios to baseline at `batch_size` (None: the smallest measured)."""
+    """Latency of candidate and its ratios to baseline at `batch_size` (None: the smallest measured),
+    on both clocks: each statistic's ratio is the geometric mean of its per-round ratios (candidate
+    over baseline in the same round) and its interval a t interval over the rounds
+    (breakout_core.latency_rounds.round_ratio). A tail statistic gets an interval only where each
+    round holds enough calls for it (min_calls_per_round); the spec refuses a rule on one without."""
     if batch_size is None:
         batch_size = con.execute("SELECT min(batch_size) FROM latency_samples WHERE run_id = ? AND measurement = ?",
                                  [run_id, measurement]).fetchone()[0]
     found = {}
-    row = con.execute("SELECT p50_ms, p95_ms, p99_ms FROM latency_summary WHERE run_id = ? AND measurement = ? "
-                      "AND runtime = ? AND batch_size = ?", [run_id, measurement, candidate, batch_size]).fetchone()
+    row = con.execute("SELECT p50_ms, p95_ms, p99_ms, cpu_p50_ms, cpu_p95_ms, cpu_p99_ms FROM latency_summary "
+                      "WHERE run_id = ? AND measurement = ? AND runtime = ? AND batch_size = ?",
+                      [run_id, measurement, candidate, batch_size]).fetchone()
     if row:
         found.update(latency_p50_ms=row[0], latency_p95_ms=row[1], latency_p99_ms=row[2])
+        if row[3] is not None:
+            found.update(cpu_time_p50_ms=row[3], cpu_time_p95_ms=row[4], cpu_time_p99_ms=row[5])
     if baseline is not None:
-        row = con.execute("SELECT p50_ratio, p95_ratio, p99_ratio, mean_ratio FROM latency_pairs WHERE run_id = ? AND "
-                          "measurement = ? AND candidate = ? AND baseline = ? AND batch_size = ?",
-                          [run_id, measurement, candidate, baseline, batch_size]).fetchone()
-        if row:
-            found.update(latency_p50_ratio=row[0], latency_p95_ratio=row[1], latency_p99_ratio=row[2],
-                         latency_mean_ratio=row[3])
-            found.update(_p50_ratio_interval(con, run_id, measurement, candidate, baseline, batch_size))
+        found.update(_round_ratios(con, run_id, measurement, candidate, baseline, batch_size))
     if found:
         found["latency_batch_size"] = float(batch_size)
     return found
 
 
-def _p50_ratio_interval(con, run_id: str, measurement: str, candidate: str, baseline: str, batch_size: int) -> dict:
-    """The interval of the P50 ratio from the interleaved rounds: each round's P50 of the
-    candidate over the baseline's in the same round, a t interval on their logarithms
-    (breakout_core.stats.paired_ratio_interval). The spread between rounds, where a shared
-    machine's load shows, is what it measures; one round gives none."""
-    from breakout_core.stats import paired_ratio_interval
+def round_statistics(con, run_id: str, measurement: str, runtime: str, batch_size: int) -> dict:
+    """{(clock, statistic): per-round values in round order} of one runtime's series, with
+    ("calls", None): the fewest calls in a round; {} where it has no rows."""
+    columns = [f"{clock_column}{s}_ms" for clock_column in ("", "cpu_") for s in _STATISTICS]
+    rows = con.execute(f"SELECT n, {', '.join(columns)} FROM latency_rounds WHERE run_id = ? AND measurement = ? "
+                       "AND runtime = ? AND batch_size = ? ORDER BY round",
+                       [run_id, measurement, runtime, batch_size]).fetchall()
+    if not rows:
+        return {}
+    values = list(zip(*rows))
+    found: dict = {("calls", None): min(values[0])}
+    for (clock, statistic), column in zip([(c, s) for c in CLOCK_PREFIXES for s in _STATISTICS], values[1:]):
+        if all(v is not None for v in column):  # CPU time is not read where a page times its calls
+            found[(clock, statistic)] = column
+    return found
 
-    rows = con.execute(
-        "SELECT round, quantile_cont(ms, 0.5) FILTER (WHERE runtime = ?) AS c, "
-        "quantile_cont(ms, 0.5) FILTER (WHERE runtime = ?) AS b FROM latency_samples "
-        "WHERE run_id = ? AND measurement = ? AND batch_size = ? AND runtime IN (?, ?) GROUP BY round ORDER BY round",
-        [candidate, baseline, run_id, measurement, batch_size, candidate, baseline]).fetchall()
-    pairs = [(c, b) for _, c, b in rows if c is not None and b is not None]
-    if len(pairs) < 2:
-        return {"inconclusive_reason": f"{len(pairs)} interleaved latency round(s): the P50 ratio's interval "
-                                       "needs rounds >= 2"}
-    low, high = paired_ratio_interval(*map(list, zip(*pairs)), confidence=RATIO_CONFIDENCE)
-    return {"latency_p50_ratio_ci_low": low, "latency_p50_ratio_ci_high": high, "latency_rounds": float(len(pairs))}
+
+def _round_ratios(con, run_id: str, measurement: str, candidate: str, baseline: str, batch_size: int) -> dict:
+    c = round_statistics(con, run_id, measurement, candidate, batch_size)
+    b = round_statistics(con, run_id, measurement, baseline, batch_size)
+    return round_ratio_metrics(c, b) if c and b else {}
+
+
+def round_ratio_metrics(candidate: dict, baseline: dict) -> dict:
+    """Every statistic's ratio over the rounds both runtimes ran, on both clocks, from their
+    round_statistics. The spread between rounds, where a shared machine's load shows, is what
+    the interval measures; one round gives none."""
+    from breakout_core.latency_rounds import min_calls_per_round, round_ratio
+
+    rounds = len(candidate[("wall", "p50")])
+    if len(baseline[("wall", "p50")]) != rounds:
+        return {"inconclusive_reason": f"the runtimes ran {rounds} and {len(baseline[('wall', 'p50')])} rounds: "
+                                       "a ratio over rounds needs both in every round"}
+    calls = min(candidate[("calls", None)], baseline[("calls", None)])
+    found: dict = {}
+    for (clock, statistic), values in candidate.items():
+        if clock == "calls" or (clock, statistic) not in baseline:
+            continue
+        ratio = round_ratio(values, baseline[(clock, statistic)])
+        name = f"{CLOCK_PREFIXES[clock]}_{statistic}_ratio"
+        found[name] = ratio.ratio
+        if ratio.ci_low is not None and calls >= min_calls_per_round(statistic):
+            found[f"{name}_ci_low"], found[f"{name}_ci_high"] = ratio.ci_low, ratio.ci_high
+    found["latency_rounds"] = float(rounds)
+    if rounds < 2:
+        found["inconclusive_reason"] = (f"{rounds} interleaved latency round(s): a ratio's interval over rounds "
+                                        "needs rounds >= 2")
+    return found
