@@ -29,7 +29,7 @@ import pytest
 
 from breakout_core.sequential_oc import recorded_families, shifted_pairs, simulate
 from runner.spec.document import load_spec
-from runner.spec.fields import seed_list
+from runner.spec.fields import seed_count
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data" / "paired_games.csv"
@@ -41,7 +41,7 @@ FAMILIES = recorded_families(DATA)
 def shipped_plan(spec: str, measurement: str):
     """(plan, margin fraction) of a shipped spec's staged games, as the spec loads."""
     found = next(m for m in load_spec(REPO / "specs" / spec).spec.measurements if m.name == measurement)
-    return found.stages.plan(len(seed_list(found.seeds))), found.stages.fraction
+    return found.stages.plan(seed_count(found.seeds)), found.stages.fraction
 
 
 PLANS = {"check_onnx": shipped_plan("check_onnx.yaml", "games"),
