@@ -18,13 +18,13 @@ import statistics
 import subprocess
 import sys
 
-from breakout_core.messages import process_failure
+from breakout_core.common.messages import process_failure
 
 ONE_SIDE = """
 import json, resource, statistics, sys, time
-from breakout_core.contract import CONTRACTS
-from breakout_core.train_config import TrainConfig
-from breakout_core.trainer import Trainer, random_replay
+from breakout_core.game.contract import CONTRACTS
+from breakout_core.learning.train_config import TrainConfig
+from breakout_core.learning.trainer import Trainer, random_replay
 keep, steps, threads = sys.argv[1] == "keep", int(sys.argv[2]), int(sys.argv[3])
 config = TrainConfig(algorithm="dqn", batch_size=32, torch_threads=threads, channels_last=True, fused_adam=True,
                      keep_freed_memory=keep)

@@ -4,7 +4,7 @@
                                 [--batch 10] [--max-episode-frames N] [--calls 1000] [--repeats 15]
 
 1. Latency harness overhead: ONNX Runtime CPU, batch 1, P50 of runtime.infer timed by
-   breakout_core.latency.measure_latency (what the `latency` kind calls) against a bare
+   breakout_core.diagnosis.latency.measure_latency (what the `latency` kind calls) against a bare
    `perf_counter_ns` loop around the same call, and against a bare loop around ONNX
    Runtime's own session.run (what the runtime wrapper adds: checks and an output copy).
    The three alternate in blocks, in rotating order, `--repeats` times; the median of each
@@ -47,8 +47,8 @@ def bare_loop(fn, arg, warmup: int, calls: int) -> np.ndarray:
 
 
 def latency_overhead(onnx_path: Path, obs: np.ndarray, calls: int, repeats: int) -> None:
-    from breakout_core.latency import measure_latency
-    from breakout_core.runtimes import make_runtime
+    from breakout_core.diagnosis.latency import measure_latency
+    from breakout_core.runtimes.registry import make_runtime
 
     runtime = make_runtime("onnxruntime", provider="cpu", intra_op_threads=1, node_placement=False).load(onnx_path)
     session = runtime._session_obj  # ONNX Runtime's own session, for the bare-session loop
@@ -81,8 +81,8 @@ def latency_overhead(onnx_path: Path, obs: np.ndarray, calls: int, repeats: int)
 
 
 def episodes_batched_vs_sequential(onnx_path: Path, contract, episodes: int, batch: int) -> None:
-    from breakout_core.evaluator import evaluate
-    from breakout_core.runtimes import make_runtime
+    from breakout_core.evaluation.evaluator import evaluate
+    from breakout_core.runtimes.registry import make_runtime
     from runner.kinds.shared.runtime_lifecycle import RuntimePolicy
 
     seeds = list(range(2600, 2600 + episodes))
@@ -106,7 +106,7 @@ def episodes_batched_vs_sequential(onnx_path: Path, contract, episodes: int, bat
     scores = [e.score for e in res_b.episodes]
     print(f"   batched / one at a time: {wall_s / wall_b:.2f}x episodes/minute; same scores in both: {same} "
           f"(mean {np.mean(scores):.2f}, steps {sum(e.steps for e in res_b.episodes)})")
-    from breakout_core.driver import bare_stepping_rate
+    from breakout_core.game.driver import bare_stepping_rate
 
     env_b = bare_stepping_rate(contract, batch, 500)
     env_1 = bare_stepping_rate(contract, 1, 2000)
@@ -126,16 +126,16 @@ def main() -> int:
 
     import torch
 
-    from breakout_core.contract import CONTRACTS
-    from breakout_core.fixed_states import load_fixed_states
+    from breakout_core.evaluation.fixed_states import load_fixed_states
+    from breakout_core.game.contract import CONTRACTS
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = args.onnx or (REFERENCE_ONNX if REFERENCE_ONNX.is_file() else None)
         frames = args.max_episode_frames
         if onnx_path is None:
-            from breakout_core.export import export_onnx
-            from breakout_core.qnetwork import QNetwork
+            from breakout_core.conversion.export import export_onnx
+            from breakout_core.learning.qnetwork import QNetwork
 
             torch.manual_seed(0)
             onnx_path = export_onnx(QNetwork(), Path(tmp) / "untrained.onnx").onnx_path

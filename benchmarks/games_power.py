@@ -3,7 +3,7 @@
     python benchmarks/games_power.py [--sequences 4000] [--data tests/data/paired_games.csv]
 
 For each population of tests/data/paired_games.csv (FP16 pairs, INT8 pairs, left-tail
-collapses: breakout_core.sequential_oc.recorded_families) and each shipped plan (the staged
+collapses: breakout_core.statistics.sequential_oc.recorded_families) and each shipped plan (the staged
 games of specs/check_onnx.yaml and specs/int8_cpu.yaml), the candidate's scores are shifted
 to a mean difference of 0, -0.5, -1, -1.5 and -2 margins (a margin: 10% of the baseline's
 mean), and the rule runs on --sequences resampled sequences: the share ending non-inferior,
@@ -31,7 +31,7 @@ def main() -> None:
 
     from test_games_operating_characteristics import PLANS
 
-    from breakout_core.sequential_oc import recorded_families, shifted_pairs, simulate
+    from breakout_core.statistics.sequential_oc import recorded_families, shifted_pairs, simulate
 
     families = recorded_families(args.data)
     print(f"{'plan':<11} {'population':<20} {'loss':>6} {'non-inf':>8} {'inferior':>8} {'inconcl':>8} {'games':>6}")

@@ -10,7 +10,7 @@ intra-op thread each, as specs/check_onnx.yaml runs it) as runtimes `a` and `b` 
 anew every --session-rounds rounds, as each run of a spec loads its own), and times
 them in interleaved rounds through the latency kind's own path (Runtime.timed_runs: wall time
 and thread CPU time of every batch-1 call, on day22's first fixed state), their order in each
-round drawn by breakout_core.latency_rounds.round_order. It writes each round's P50, P95,
+round drawn by breakout_core.statistics.latency_rounds.round_order. It writes each round's P50, P95,
 P99 and mean of both clocks per runtime, with the machine and its load in the header.
 
 `judge` (the default) cuts the recorded rounds into consecutive windows of the size
@@ -56,7 +56,7 @@ def _cpu_flags() -> str:
 
 
 def _sessions() -> dict:
-    from breakout_core.runtimes import make_runtime
+    from breakout_core.runtimes.registry import make_runtime
 
     return {name: make_runtime("onnxruntime", provider="cpu", intra_op_threads=1).load(ONNX) for name in ("a", "b")}
 
@@ -64,7 +64,7 @@ def _sessions() -> dict:
 def record(rounds: int, calls: int, warmup: int, out: Path, seed: int, session_rounds: int) -> None:
     """Both runtimes are loaded anew every `session_rounds` rounds, as each run loads its own: two
     sessions of one file differ in speed by a few percent, and that differs from load to load."""
-    from breakout_core.latency_rounds import ROUND_STATISTICS, round_order, round_statistic
+    from breakout_core.statistics.latency_rounds import ROUND_STATISTICS, round_order, round_statistic
 
     obs = np.ascontiguousarray(np.load(STATES)["obs"][:1])
     runtimes: dict = {}

@@ -38,11 +38,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from breakout_core.contract import CONTRACTS
-from breakout_core.input_major import InputMajorLinear
-from breakout_core.learner_precision import PrecisionUnavailable, choose_learner_precision
-from breakout_core.train_config import TrainConfig
-from breakout_core.trainer import Trainer, random_replay
+from breakout_core.game.contract import CONTRACTS
+from breakout_core.learning.input_major import InputMajorLinear
+from breakout_core.learning.learner_precision import PrecisionUnavailable, choose_learner_precision
+from breakout_core.learning.train_config import TrainConfig
+from breakout_core.learning.trainer import Trainer, random_replay
 
 FAST = "channels_last + fused Adam + input-major"  # the fastest step measured: the profile's second column
 PHASES = ("sample", "online_fwd_obs", "online_fwd_next", "target_fwd_next", "loss", "backward", "clip",

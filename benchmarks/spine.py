@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from breakout_core.contract import CONTRACTS, Contract
-from breakout_core.driver import EpisodeDriver, bare_stepping_rate
-from breakout_core.evaluator import evaluate
-from breakout_core.policies import RandomPolicy
+from breakout_core.evaluation.evaluator import evaluate
+from breakout_core.evaluation.policies import RandomPolicy
+from breakout_core.game.contract import CONTRACTS, Contract
+from breakout_core.game.driver import EpisodeDriver, bare_stepping_rate
 
 
 def evaluator_rate(contract: Contract, seeds: list[int], batch: int, driver=None) -> float:

@@ -43,9 +43,9 @@ from pathlib import Path
 
 import duckdb
 
-from breakout_core.cpu_flags import cpu_flags, cpu_model
-from breakout_core.learner_precision import RECORDED_FLAGS
-from breakout_core.messages import process_failure
+from breakout_core.common.cpu_flags import cpu_flags, cpu_model
+from breakout_core.common.messages import process_failure
+from breakout_core.learning.learner_precision import RECORDED_FLAGS
 
 VARIANTS = {  # train-kind fields that differ between the project's variants
     "plain": {"channels_last": False, "fused_adam": False, "input_major_linear": False, "keep_freed_memory": False},

@@ -31,7 +31,7 @@ class CleanRLQNetwork(nn.Module):
 
 def reference_weighted() -> CleanRLQNetwork:
     """The CleanRL-shaped network holding the shipped agent's weights."""
-    from breakout_core.qnetwork import load_checkpoint
+    from breakout_core.learning.qnetwork import load_checkpoint
 
     reference, _ = load_checkpoint(REFERENCE_PT)
     net = CleanRLQNetwork()

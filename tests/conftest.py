@@ -25,8 +25,8 @@ def checkpoint(tmp_path: Path) -> Path:
     under breakout-v3, the contract a spec plays when it names none."""
     import torch
 
-    from breakout_core.contract import CONTRACTS
-    from breakout_core.qnetwork import QNetwork, save_checkpoint
+    from breakout_core.game.contract import CONTRACTS
+    from breakout_core.learning.qnetwork import QNetwork, save_checkpoint
 
     torch.manual_seed(0)
     return save_checkpoint(tmp_path / "model.pt", QNetwork(), CONTRACTS["breakout-v3"], transitions=0)

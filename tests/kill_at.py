@@ -38,9 +38,8 @@ import pyarrow  # noqa: F401
 import rich.progress  # noqa: F401
 import torch._dynamo  # noqa: F401  (with torch; torch.optim imports it on a first step)
 
-import breakout_core.evaluator
-import breakout_core.stats
-import breakout_core.trainer  # noqa: F401
+import breakout_core.evaluation.evaluator
+import breakout_core.learning.trainer  # noqa: F401
 import runner.kinds.train.executors
 import runner.run.execute
 import runner.run.verdicts
@@ -54,7 +53,7 @@ from runner.cli.commands import main as runner_main
 
 def event_class(event: str, args: tuple) -> str | None:
     if event == "os.rename":
-        source = os.path.basename(str(args[0]))  # breakout_core.files writes NAME.PID.TOKEN.tmp, then renames it
+        source = os.path.basename(str(args[0]))  # breakout_core.common.files writes NAME.PID.TOKEN.tmp, then renames it
         if source.startswith("trainer_state.pt.") and source.endswith(".tmp"):
             return "state"
         if source.endswith(".tmp") and ".pt." in source:

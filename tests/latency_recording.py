@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from breakout_core.latency_rounds import ROUND_STATISTICS
+from breakout_core.statistics.latency_rounds import ROUND_STATISTICS
 from runner.kinds.shared.runtime_metrics import round_ratio_metrics
 
 REPO = Path(__file__).resolve().parents[1]

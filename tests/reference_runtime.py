@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from breakout_core.runtimes import ActualRun, Option, Runtime
-from breakout_core.runtimes.base import import_error_reason
+from breakout_core.runtimes.actual import ActualRun
+from breakout_core.runtimes.base import Option, Runtime, import_error_reason
 
 
 class ReferenceRuntime(Runtime):

@@ -45,10 +45,10 @@ def artifacts(tmp_path_factory, one_torch_thread) -> Artifacts:
     if "shared" not in _cache:
         import torch
 
-        from breakout_core.contract import Contract
-        from breakout_core.export import export_onnx
-        from breakout_core.fixed_states import capture_from_checkpoint, save_fixed_states
-        from breakout_core.qnetwork import QNetwork, save_checkpoint
+        from breakout_core.conversion.export import export_onnx
+        from breakout_core.evaluation.fixed_states import capture_from_checkpoint, save_fixed_states
+        from breakout_core.game.contract import Contract
+        from breakout_core.learning.qnetwork import QNetwork, save_checkpoint
 
         folder = tmp_path_factory.mktemp("runtime_artifacts")
         torch.manual_seed(0)

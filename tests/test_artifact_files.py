@@ -27,9 +27,9 @@ from rich.console import Console
 from rich.progress import Progress
 from tiny_onnx import no_float_ops_model, tiny_model, tiny_weights
 
-from breakout_core.files import FileReplaced, same_file, write_whole, written_whole
-from breakout_core.hashing import file_sha256
-from breakout_core.quantize import QuantizeError, quantize_int8
+from breakout_core.common.files import FileReplaced, same_file, write_whole, written_whole
+from breakout_core.common.hashing import file_sha256
+from breakout_core.conversion.quantize import QuantizeError, quantize_int8
 from runner.kinds.shared.runtime_status import runtime_sections
 from runner.run.artifact_files import RunFiles, lock_path
 from runner.run.context import RunContext
@@ -66,7 +66,7 @@ def test_a_failed_quantization_leaves_the_old_int8_file_as_it_was(tmp_path):
 WRITER = """
 import sys
 from pathlib import Path
-from breakout_core.quantize import quantize_int8
+from breakout_core.conversion.quantize import quantize_int8
 source, target, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 for i in range(n):
     made = quantize_int8(source, target, method="dynamic", per_channel=bool(i % 2))

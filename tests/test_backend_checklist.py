@@ -11,7 +11,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from breakout_core.runtimes import RUNTIMES, Runtime
+from breakout_core.runtimes.base import Runtime
+from breakout_core.runtimes.registry import RUNTIMES
 
 REPO = Path(__file__).parents[1]
 ARCHITECTURE = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")

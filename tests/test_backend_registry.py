@@ -52,7 +52,7 @@ verdicts:
 REGISTER = """
 import sys
 sys.path.insert(0, {tests!r})
-from breakout_core.runtimes import RUNTIMES
+from breakout_core.runtimes.registry import RUNTIMES
 from reference_runtime import ReferenceRuntime
 RUNTIMES[ReferenceRuntime.name] = ReferenceRuntime  # the registry line a new backend adds
 from runner.cli.commands import main

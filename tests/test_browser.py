@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 from test_end_to_end import cli
 
-from breakout_core.parity import compare_q
-from breakout_core.runtimes import BrowserRuntime, RuntimeUnavailable, make_runtime, runtime_available
+from breakout_core.diagnosis.parity import compare_q
+from breakout_core.runtimes.base import RuntimeUnavailable
+from breakout_core.runtimes.browser_runtime import BrowserRuntime
+from breakout_core.runtimes.registry import make_runtime, runtime_available
 
 REPO = Path(__file__).parents[1]
 
@@ -232,7 +234,7 @@ def test_both_providers_play_the_same_games_each_call_timed_in_the_page(artifact
 @pytest.mark.slow
 def test_play_page_person_and_agent_play_to_the_end_and_the_row_is_stored(tmp_path):
     from breakout_core.browser import chromium
-    from breakout_core.contract import Contract
+    from breakout_core.game.contract import Contract
     from runner.play.server import PlayServer
     from runner.store.database import Store
 

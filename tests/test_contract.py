@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from breakout_core.contract import CONTRACTS, Contract, contract_by_name
+from breakout_core.game.contract import CONTRACTS, Contract, contract_by_name
 
 
 def _changed(value):

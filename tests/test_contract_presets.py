@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from test_cli_inputs import cli
 
-from breakout_core.contract import CONTRACTS, DEFAULT_CONTRACT, FIRE
-from breakout_core.driver import NOOP, EpisodeDriver, play_seeds
+from breakout_core.game.contract import CONTRACTS, DEFAULT_CONTRACT, FIRE
+from breakout_core.game.driver import NOOP, EpisodeDriver, play_seeds
 from runner.cli.check import CHECK_SPEC
 from runner.cli.check_contract import contract_sets, judged_contract, unlabelled_line
 from runner.spec.document import SpecError, load_spec
@@ -103,8 +103,8 @@ def test_a_cleanrl_shaped_model_is_checked_against_its_own_fp32_file_under_the_d
     only make the games few; the fixed states' games are cut short for the same reason.)"""
     from cleanrl_shaped import export_cleanrl_shaped
 
-    from breakout_core.fixed_states import load_fixed_states
-    from breakout_core.fp16 import convert_fp16
+    from breakout_core.conversion.fp16 import convert_fp16
+    from breakout_core.evaluation.fixed_states import load_fixed_states
     from runner.cli import check_contract
     from runner.store.database import Store
 

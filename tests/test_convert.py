@@ -10,8 +10,8 @@ import pytest
 from cleanrl_shaped import export_cleanrl_shaped
 from test_cli_inputs import assert_one_line_usage_error, cli
 
-from breakout_core.contract import CONTRACTS
-from breakout_core.export import inspect_onnx
+from breakout_core.conversion.export import inspect_onnx
+from breakout_core.game.contract import CONTRACTS
 from runner.store.database import Store
 
 MODELS = Path(__file__).resolve().parents[1] / "models" / "reference"
@@ -112,8 +112,8 @@ def test_convert_int8_prints_the_file_it_recommends_and_the_verdicts_that_chose_
 def test_the_preprocessing_check_reads_a_scale_that_the_fp16_converter_casts(tmp_path):
     """torch.onnx.export writes the 255 of `x.float() / 255.0` as a Constant node; with the division
     kept in float32 the FP16 converter casts that constant down and up again before the Div."""
-    from breakout_core.fp16 import to_float16
-    from breakout_core.onnx_checks import check_preprocessing
+    from breakout_core.conversion.fp16 import to_float16
+    from breakout_core.conversion.onnx_checks import check_preprocessing
 
     model = onnx.load(export_cleanrl_shaped(tmp_path / "cleanrl.onnx"))
     kept = [n.name for n in model.graph.node if n.op_type != "Conv"]

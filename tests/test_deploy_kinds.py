@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from test_end_to_end import cli
 
-from breakout_core.parity import compare_q
-from breakout_core.runtimes import RUNTIMES, runtime_available
+from breakout_core.diagnosis.parity import compare_q
+from breakout_core.runtimes.registry import RUNTIMES, runtime_available
 from runner.kinds.shared.runtime_lifecycle import greedy
 from runner.spec.document import SpecError, load_spec
 from runner.spec.runtimes import RUNTIME_CONFIGS
@@ -29,7 +29,7 @@ REPO = Path(__file__).parents[1]
 Q_COLUMNS = ("q_noop", "q_fire", "q_right", "q_left")
 
 
-# -- parity math: SQL views against breakout_core.parity.compare_q ------------------------------
+# -- parity math: SQL views against breakout_core.diagnosis.parity.compare_q ------------------------------
 
 def _parity_rows(runtime: str, q: np.ndarray, batch_size: int = 1) -> list[dict]:
     actions = greedy(q)
@@ -125,7 +125,7 @@ def test_parity_views_finite_differences_and_worst_batch_size_decides(store):
 
 
 def test_latency_view_percentiles_equal_numpy(store):
-    from breakout_core.latency import latency_result
+    from breakout_core.diagnosis.latency import latency_result
 
     samples = np.random.default_rng(0).lognormal(mean=-1.0, sigma=0.4, size=257)
     store.append_rows("latency_samples", [{"run_id": "r", "measurement": "l", "runtime": "a", "batch_size": 1,
@@ -151,7 +151,7 @@ def test_latency_view_percentiles_equal_numpy(store):
 def test_the_p50_ratio_interval_comes_from_the_interleaved_rounds(store):
     """Each round's P50 ratio, paired by round: the interval is the t interval on their logarithms,
     and one round gives none (a verdict on it is inconclusive with that reason)."""
-    from breakout_core.stats import paired_ratio_interval
+    from breakout_core.statistics.stats import paired_ratio_interval
     from runner.kinds.shared.runtime_metrics import latency_pair_metrics as pair_metrics
     from runner.run.verdicts import decide
     from runner.spec.fields import VerdictSpec
@@ -287,7 +287,7 @@ def test_episodes_verdict_needs_the_measurement_its_metric_comes_from(checkpoint
 
 
 def test_runtime_config_models_are_the_backends_options():
-    from breakout_core.runtimes import RUNTIMES
+    from breakout_core.runtimes.registry import RUNTIMES
 
     assert list(RUNTIME_CONFIGS) == list(RUNTIMES)
     for name, model in RUNTIME_CONFIGS.items():
@@ -461,8 +461,8 @@ def tiny_run(tmp_path_factory, one_torch_thread):
     2 cores and other work)."""
     import torch
 
-    from breakout_core.contract import CONTRACTS
-    from breakout_core.qnetwork import QNetwork, save_checkpoint
+    from breakout_core.game.contract import CONTRACTS
+    from breakout_core.learning.qnetwork import QNetwork, save_checkpoint
 
     folder = tmp_path_factory.mktemp("deploy_e2e")
     torch.manual_seed(0)
@@ -481,8 +481,8 @@ def _query(folder: Path, sql: str, args=()) -> list[tuple]:
 
 @pytest.mark.slow
 def test_e2e_export_files_states_and_fp16_io(tiny_run):
-    from breakout_core.export import inspect_onnx
-    from breakout_core.fixed_states import load_fixed_states
+    from breakout_core.conversion.export import inspect_onnx
+    from breakout_core.evaluation.fixed_states import load_fixed_states
 
     folder, _ = tiny_run
     rows = dict(_query(folder, "SELECT artifact, bytes FROM export_files"))
@@ -590,8 +590,8 @@ def test_e2e_verdicts_report_and_verdicts_page(tiny_run):
 def test_artifacts_made_from_another_checkpoint_are_refused(tiny_run):
     import torch
 
-    from breakout_core.contract import CONTRACTS
-    from breakout_core.qnetwork import QNetwork, save_checkpoint
+    from breakout_core.game.contract import CONTRACTS
+    from breakout_core.learning.qnetwork import QNetwork, save_checkpoint
     from runner.kinds.shared.lineage import check_lineage
 
     folder, _ = tiny_run
@@ -626,7 +626,7 @@ class _HoldsLeft:
 
 
 def test_closed_loop_plays_the_contracts_serve_after_each_lost_life():
-    from breakout_core.contract import Contract
+    from breakout_core.game.contract import Contract
     from runner.kinds.closed_loop import play
 
     stalled = play(_HoldsLeft(), Contract(), seed=0, steps=400)

@@ -1,5 +1,6 @@
 """The documentation against the code: the README's list of tables and views is the schema a
-new database gets, and every repository path docs/architecture.md names exists."""
+new database gets, every repository path docs/architecture.md names exists, and its engine
+table names every engine module in its room."""
 
 from __future__ import annotations
 
@@ -41,6 +42,17 @@ def test_architecture_doc_names_only_files_that_exist():
     assert len(paths) > 10
     missing = sorted(p for p in paths if not (REPO / p.rstrip("/")).exists())
     assert missing == [], f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+def test_the_engine_table_names_every_module_in_its_room():
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## The engine", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `breakout_core/(\w+)/` \| ([^|]*) \|", section, re.M)
+    named = {(room, module) for room, cell in rows for module in re.findall(r"`(\w+)\.py`", cell)}
+    backends = {("runtimes", p.stem) for p in (REPO / "breakout_core" / "runtimes").glob("*_runtime.py")}
+    present = {(p.parent.name, p.stem) for p in (REPO / "breakout_core").glob("*/*.py") if p.stem != "__init__"}
+    assert sorted(present - backends - named) == [], "modules the engine table does not name in their room"
+    assert sorted(named - present) == [], "modules the engine table names that are not there"
 
 
 def test_readme_names_only_repository_files_that_exist():

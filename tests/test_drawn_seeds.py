@@ -13,7 +13,7 @@ import pytest
 from test_cli_inputs import assert_one_line_usage_error
 from test_end_to_end import cli
 
-from breakout_core.hashing import file_sha256
+from breakout_core.common.hashing import file_sha256
 from runner.spec.document import SpecError, load_spec
 from runner.spec.seed_pools import CHECK_RANGE, CONFIRMATION_RANGE, draw_key, draw_seeds
 
@@ -66,8 +66,8 @@ def test_the_same_file_draws_the_same_games_and_a_new_one_new_games(tmp_path, ch
     contract draws the same seeds but replays the baseline's games."""
     import torch
 
-    from breakout_core.contract import CONTRACTS
-    from breakout_core.qnetwork import QNetwork, save_checkpoint
+    from breakout_core.game.contract import CONTRACTS
+    from breakout_core.learning.qnetwork import QNetwork, save_checkpoint
 
     torch.manual_seed(1)
     save_checkpoint(tmp_path / "other.pt", QNetwork(), CONTRACTS["breakout-v3"], transitions=0)

@@ -13,10 +13,10 @@ import time
 import numpy as np
 import pytest
 
-from breakout_core import driver as driver_module
-from breakout_core.contract import CONTRACTS, MAX_REPEAT_ACTION_PROBABILITY, Contract
-from breakout_core.cores import usable_cores
-from breakout_core.driver import (
+from breakout_core.common.cores import usable_cores
+from breakout_core.game import driver as driver_module
+from breakout_core.game.contract import CONTRACTS, MAX_REPEAT_ACTION_PROBABILITY, Contract
+from breakout_core.game.driver import (
     GAME_OVER,
     STOPPED,
     WORKER_MIN_EPISODES,
@@ -25,14 +25,14 @@ from breakout_core.driver import (
     make_vector_env,
     play_seeds,
 )
-from breakout_core.envs import (
+from breakout_core.game.envs import (
     LAST_ACTION_CLEARING_DRAW,
     LAST_ACTION_CLEARING_SEED,
     AleGame,
     episode_start,
     new_emulator,
 )
-from breakout_core.game_worker import GameWorkerError
+from breakout_core.game.game_worker import GameWorkerError
 
 V3 = CONTRACTS["breakout-v3"]
 two_processes = pytest.mark.skipif(not hasattr(os, "memfd_create") or usable_cores() < 2,
@@ -137,7 +137,7 @@ def test_v3_episodes_are_the_same_alone_batched_reversed_and_in_another_process(
         assert trajectories(short, SEEDS[::-1], 5, processes=2) == batched  # 3 of the 5 slots in a worker process
     assert {s: trajectories(short, [s], 1)[s] for s in SEEDS} == batched
     code = ("import json, sys; sys.path.insert(0, 'tests'); from test_driver import trajectories, SEEDS; "
-            "from breakout_core.contract import CONTRACTS; "
+            "from breakout_core.game.contract import CONTRACTS; "
             "print(json.dumps(trajectories(CONTRACTS['breakout-v3'].replace(max_episode_frames=4_000), "
             "SEEDS[::-1], 2)))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -266,8 +266,8 @@ def test_a_dead_worker_is_an_error_that_names_it():
 @two_processes
 def test_a_worker_ends_with_the_process_that_made_it():
     """Killed without a chance to close it, the driver's process leaves no worker behind."""
-    code = ("import os, signal; from breakout_core.contract import CONTRACTS; "
-            "from breakout_core.driver import EpisodeDriver; "
+    code = ("import os, signal; from breakout_core.game.contract import CONTRACTS; "
+            "from breakout_core.game.driver import EpisodeDriver; "
             "d = EpisodeDriver(CONTRACTS['breakout-v3'], 2, processes=2); d.start(1, 5); "
             "print(d._workers[0]._process.pid, flush=True); os.kill(os.getpid(), signal.SIGKILL)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -76,7 +76,7 @@ def test_run_sql_report_and_verdicts(tmp_path, checkpoint, write_spec):
                            "GROUP BY policy ORDER BY policy", [run_id]).fetchall()
         assert rows == [("dqn", 4, 4, 7), ("random", 4, 4, 7)]
         # the bytes the checkpoint policy played, for `runner compare`; a random policy has no file
-        from breakout_core.hashing import file_sha256
+        from breakout_core.common.hashing import file_sha256
         assert con.execute("SELECT policy, path, sha256 FROM policy_files WHERE run_id = ?", [run_id]).fetchall() == \
             [("dqn", str(tmp_path / "model.pt"), file_sha256(tmp_path / "model.pt"))]
         outcome, reason, evidence = con.execute(
@@ -214,7 +214,7 @@ measurements:
 def test_a_resumed_run_goes_on_in_the_game_it_began(tmp_path, write_spec):
     """A run stored under another contract than this runner's default builds from the same
     spec text (a spec that names none) is resumed under its own contract, and says so."""
-    from breakout_core.contract import CONTRACTS
+    from breakout_core.game.contract import CONTRACTS
 
     spec = write_spec(TWO_RANDOM)
     db = tmp_path / "r.duckdb"

@@ -4,10 +4,10 @@ import imageio.v3 as iio
 import numpy as np
 import pytest
 
-from breakout_core.contract import Contract
-from breakout_core.driver import GAME_OVER, TIME_LIMIT
-from breakout_core.evaluator import evaluate, write_gif
-from breakout_core.policies import QNetworkPolicy, RandomPolicy
+from breakout_core.evaluation.evaluator import evaluate, write_gif
+from breakout_core.evaluation.policies import QNetworkPolicy, RandomPolicy
+from breakout_core.game.contract import Contract
+from breakout_core.game.driver import GAME_OVER, TIME_LIMIT
 
 SHORT = Contract().replace(max_episode_frames=2_000)  # keeps a stalling untrained net short
 SEEDS = [11, 3, 27, 8, 15]

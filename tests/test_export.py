@@ -6,10 +6,10 @@ import numpy as np
 import onnx
 import pytest
 
-from breakout_core.export import ExportError, _check_model, export_onnx, inspect_onnx
-from breakout_core.parity import compare_q
-from breakout_core.qnetwork import QNetwork
-from breakout_core.runtimes import make_runtime
+from breakout_core.conversion.export import ExportError, _check_model, export_onnx, inspect_onnx
+from breakout_core.diagnosis.parity import compare_q
+from breakout_core.learning.qnetwork import QNetwork
+from breakout_core.runtimes.registry import make_runtime
 
 
 def _graph_io(path):

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from runtime_artifacts import EPISODE_SEEDS, MAX_STEPS, N_STATES
 
-from breakout_core.contract import Contract
-from breakout_core.fixed_states import (
+from breakout_core.evaluation.fixed_states import (
     FIXED_STATES_FORMAT,
     STEP_CAP,
     capture_fixed_states,
@@ -19,7 +18,8 @@ from breakout_core.fixed_states import (
     load_fixed_states,
     save_fixed_states,
 )
-from breakout_core.policies import RandomPolicy
+from breakout_core.evaluation.policies import RandomPolicy
+from breakout_core.game.contract import Contract
 
 
 def test_states_come_from_real_play_spread_over_each_episode(artifacts):
@@ -112,8 +112,8 @@ def test_any_policy_and_too_short_episodes(tmp_path):
 
 def test_a_captured_episode_is_the_evaluators_episode(artifacts, one_torch_thread):
     # the same seed, policy and epsilon play the same game in both: (seed, step) names a state
-    from breakout_core.evaluator import evaluate
-    from breakout_core.policies import QNetworkPolicy
+    from breakout_core.evaluation.evaluator import evaluate
+    from breakout_core.evaluation.policies import QNetworkPolicy
 
     policy = QNetworkPolicy.from_checkpoint(artifacts.checkpoint, epsilon=0.05)
     evaluated = evaluate(policy, [3], Contract(), batch_size=1).episodes[0]

@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, numpy_helper
 from tiny_onnx import fp16_fragile_weights, tiny_model, tiny_states
 
-from breakout_core.fp16 import Fp16Error, convert_fp16
-from breakout_core.repair import Fp16Converter, RepairTarget, q_values, repair_search
+from breakout_core.conversion.fp16 import Fp16Error, convert_fp16
+from breakout_core.diagnosis.repair import Fp16Converter, RepairTarget, q_values, repair_search
 
 REPO = Path(__file__).parents[1]
 
@@ -72,7 +72,7 @@ def test_the_output_stays_float32_when_the_last_node_is_kept(tmp_path, tiny):
 
 
 def test_the_shipped_model_with_its_first_conv_kept_passes_the_export_checks(tmp_path):
-    from breakout_core.export import _check_model
+    from breakout_core.conversion.export import _check_model
 
     source = REPO / "models" / "reference" / "dqn_breakout.onnx"
     artifact = convert_fp16(source, tmp_path / "conv.onnx", keep_float=["node_conv2d", "node_linear_1"])

@@ -3,7 +3,7 @@ benchmarks/paired_games.yaml's run, FP32 against FP16 and against a repaired INT
 fresh seeds), for the plans the shipped specs run it with (specs/check_onnx.yaml and
 specs/int8_cpu.yaml).
 
-Four populations of paired games (breakout_core.sequential_oc.recorded_families), each
+Four populations of paired games (breakout_core.statistics.sequential_oc.recorded_families), each
 resampled whole and shifted to a chosen mean difference: real FP16 pairs (many identical
 games), real INT8 pairs as recorded, the INT8 pairs right-skewed (every rare game of 250-340
 points the candidate's: the one game FP32 won by 236 left out) and left-tail collapses (those
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from breakout_core.sequential_oc import recorded_families, shifted_pairs, simulate
+from breakout_core.statistics.sequential_oc import recorded_families, shifted_pairs, simulate
 from runner.spec.document import load_spec
 from runner.spec.fields import seed_count
 

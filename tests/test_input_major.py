@@ -7,9 +7,14 @@ import pytest
 import torch
 from torch import nn
 
-from breakout_core.contract import Contract
-from breakout_core.input_major import InputMajorLinear, input_major_weights, transposed_at, with_input_major_linears
-from breakout_core.qnetwork import QNetwork, load_checkpoint, save_checkpoint
+from breakout_core.game.contract import Contract
+from breakout_core.learning.input_major import (
+    InputMajorLinear,
+    input_major_weights,
+    transposed_at,
+    with_input_major_linears,
+)
+from breakout_core.learning.qnetwork import QNetwork, load_checkpoint, save_checkpoint
 
 
 @pytest.mark.parametrize("architecture", ["nature", "dueling"])

@@ -15,9 +15,9 @@ import duckdb
 import pytest
 from tiny_onnx import no_float_ops_model
 
-from breakout_core.hashing import file_sha256
-from breakout_core.quantize import cpu_isa, quantize_int8
-from breakout_core.runtimes import make_runtime
+from breakout_core.common.hashing import file_sha256
+from breakout_core.conversion.quantize import cpu_isa, quantize_int8
+from breakout_core.runtimes.registry import make_runtime
 from runner.spec.document import SpecError, load_spec
 
 REPO = Path(__file__).resolve().parents[1]

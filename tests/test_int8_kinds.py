@@ -18,8 +18,8 @@ import pytest
 from onnx import numpy_helper
 from tiny_onnx import fp16_fragile_weights, tiny_model, tiny_states, tiny_weights
 
-from breakout_core.contract import CONTRACTS
-from breakout_core.fixed_states import FixedStates, save_fixed_states
+from breakout_core.evaluation.fixed_states import FixedStates, save_fixed_states
+from breakout_core.game.contract import CONTRACTS
 from runner.spec.document import SpecError, load_spec
 
 REPO = Path(__file__).parents[1]
@@ -197,7 +197,7 @@ def test_repair_finds_the_fragile_layer_and_writes_the_chosen_file(tmp_path):
     assert steps[0][3] > 0.5 and steps[2][3] <= 0.5
     path, sha, step, met, n_calibration, seeds = result
     assert step == 2 and met and n_calibration == 16 and seeds == "[9100, 9101]"
-    from breakout_core.hashing import file_sha256
+    from breakout_core.common.hashing import file_sha256
 
     assert Path(path) == tmp_path / "out" / "repaired.onnx" and file_sha256(path) == sha == steps[2][6]
     metadata = {p.key: p.value for p in onnx.load(path).metadata_props}

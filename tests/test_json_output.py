@@ -94,7 +94,7 @@ def test_run_json(tmp_path):
     assert_documented(document, "run")
     assert document["spec_name"] == "my_model_parity" and Path(document["report"]).is_file()
     assert document["verdicts"][0]["rules"][0]["metric"] == "action_agreement"
-    from breakout_core.contract import CONTRACTS
+    from breakout_core.game.contract import CONTRACTS
 
     v3 = CONTRACTS["breakout-v3"]  # the spec names no contract: the default
     assert document["contract"] == {"name": "breakout-v3", "hash": v3.hash, "rules": v3.rules()}

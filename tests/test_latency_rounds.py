@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from test_cli_inputs import assert_one_line_usage_error, cli
 
-from breakout_core.latency import measure_latency
-from breakout_core.latency_rounds import min_calls_per_round, min_rounds, round_order, round_ratio, run_ratio
+from breakout_core.diagnosis.latency import measure_latency
+from breakout_core.statistics.latency_rounds import min_calls_per_round, min_rounds, round_order, round_ratio, run_ratio
 from runner.store.database import Store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,10 +10,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from breakout_core.contract import Contract
-from breakout_core.learner_precision import PrecisionUnavailable, choose_learner_precision
-from breakout_core.train_config import TrainConfig
-from breakout_core.trainer import CheckpointSaved, Trainer, random_replay
+from breakout_core.game.contract import Contract
+from breakout_core.learning.learner_precision import PrecisionUnavailable, choose_learner_precision
+from breakout_core.learning.train_config import TrainConfig
+from breakout_core.learning.trainer import CheckpointSaved, Trainer, random_replay
 from runner.cli.commands import main
 
 AMX = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"})
@@ -106,9 +106,9 @@ def test_a_bf16_step_keeps_weights_gradients_and_adam_in_fp32(tmp_path):
 def test_a_checkpoint_trained_in_bf16_exports_and_keeps_its_decisions(tmp_path):
     """A bf16 training writes fp32 weights: its checkpoint exports to ONNX and ONNX Runtime
     takes the same action as torch on every fixed state, as an fp32 checkpoint does."""
-    from breakout_core.export import export_onnx
-    from breakout_core.parity import compare_q
-    from breakout_core.runtimes import make_runtime
+    from breakout_core.conversion.export import export_onnx
+    from breakout_core.diagnosis.parity import compare_q
+    from breakout_core.runtimes.registry import make_runtime
 
     config = TrainConfig(learner_precision="bf16", total_transitions=300, checkpoint_at=(), **SMALL)
     trainer = Trainer(config, Contract().replace(max_episode_frames=400), tmp_path, cpu_flags=AMX)

@@ -12,10 +12,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from breakout_core.contract import Contract
-from breakout_core.input_major import transposed_at
-from breakout_core.train_config import TrainConfig
-from breakout_core.trainer import Trainer, random_replay
+from breakout_core.game.contract import Contract
+from breakout_core.learning.input_major import transposed_at
+from breakout_core.learning.train_config import TrainConfig
+from breakout_core.learning.trainer import Trainer, random_replay
 
 PLAIN = TrainConfig(batch_size=16, torch_threads=1, channels_last=False, fused_adam=False, input_major_linear=False,
                     compile=False)
@@ -131,9 +131,9 @@ def test_a_resumed_trainer_keeps_its_own_adam_kernel(tmp_path, saved_fused):
 FAULTS_PER_ROUND = """
 import resource, sys
 import numpy as np
-from breakout_core.contract import Contract
-from breakout_core.train_config import TrainConfig
-from breakout_core.trainer import Trainer
+from breakout_core.game.contract import Contract
+from breakout_core.learning.train_config import TrainConfig
+from breakout_core.learning.trainer import Trainer
 Trainer(TrainConfig(torch_threads=1, keep_freed_memory=sys.argv[1] == "keep"), Contract(), "unused")
 def blocks():
     a, b = np.ones(10 << 20, np.uint8), np.ones(10 << 20, np.uint8)
@@ -163,9 +163,9 @@ def test_a_trainer_keeps_freed_memory_for_reuse():
 def test_a_training_without_the_setting_is_refused_in_a_process_that_set_it():
     code = """
 from dataclasses import replace
-from breakout_core.contract import Contract
-from breakout_core.train_config import TrainConfig
-from breakout_core.trainer import Trainer
+from breakout_core.game.contract import Contract
+from breakout_core.learning.train_config import TrainConfig
+from breakout_core.learning.trainer import Trainer
 config = TrainConfig(batch_size=32, torch_threads=1)
 Trainer(config, Contract(), "unused")
 try:

@@ -11,10 +11,10 @@ import onnxruntime as ort
 import pytest
 from tiny_onnx import LAYERS, tiny_model, tiny_states, tiny_weights
 
-from breakout_core.fixed_states import load_fixed_states
-from breakout_core.localise import LocaliseError, localise
-from breakout_core.parity import compare_q
-from breakout_core.quantize import quantize_int8
+from breakout_core.conversion.quantize import quantize_int8
+from breakout_core.diagnosis.localise import LocaliseError, localise
+from breakout_core.diagnosis.parity import compare_q
+from breakout_core.evaluation.fixed_states import load_fixed_states
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "models" / "reference" / "dqn_breakout.onnx"

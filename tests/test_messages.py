@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-from breakout_core.messages import described, first_line, last_line, process_failure
+from breakout_core.common.messages import described, first_line, last_line, process_failure
 
 
 def test_first_line_skips_blank_lines_and_names_an_empty_message():

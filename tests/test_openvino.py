@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from breakout_core.fixed_states import load_fixed_states
-from breakout_core.parity import compare_q
-from breakout_core.runtimes import make_runtime
+from breakout_core.diagnosis.parity import compare_q
+from breakout_core.evaluation.fixed_states import load_fixed_states
 from breakout_core.runtimes.openvino_runtime import cpu_capabilities
+from breakout_core.runtimes.registry import make_runtime
 from runner.cli.commands import main
 
 needs_openvino = pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
@@ -65,7 +65,7 @@ def test_fp16_file_computes_in_the_requested_precision(states):
 
 @needs_openvino
 def test_int8_qdq_file_runs_integer_kernels_like_onnxruntime(tmp_path, states):
-    from breakout_core.quantize import quantize_int8
+    from breakout_core.conversion.quantize import quantize_int8
 
     made = quantize_int8(FP32, tmp_path / "int8.onnx", calibration=states)
     ort_q, _ = _q("onnxruntime", made.path, states, intra_op_threads=1)
@@ -81,7 +81,7 @@ def test_int8_qdq_file_runs_integer_kernels_like_onnxruntime(tmp_path, states):
 def test_bf16_where_the_cpu_has_it_is_recorded_as_bf16(states):
     if "BF16" not in (cpu_capabilities() or ()):
         pytest.skip("this CPU does not compute bf16 in OpenVINO's CPU plugin")
-    from breakout_core.parity import default_tolerance
+    from breakout_core.diagnosis.parity import default_tolerance
 
     baseline, _ = _q("onnxruntime", FP32, states, intra_op_threads=1)
     candidate, actual = _q("openvino", FP32, states, threads=1, inference_precision="bf16")
@@ -132,7 +132,7 @@ def test_a_good_spec_validates(write_spec):
 
 def test_without_the_package_it_is_unavailable_with_the_reason():
     code = ("import sys; sys.modules['openvino'] = None\n"
-            "from breakout_core.runtimes import runtime_available, make_runtime\n"
+            "from breakout_core.runtimes.registry import runtime_available, make_runtime\n"
             "print(runtime_available('openvino')); make_runtime('openvino', inference_precision='f16')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

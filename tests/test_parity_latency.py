@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from breakout_core.latency import MIN_TIMED_CALLS, latency_result, measure_latency
-from breakout_core.parity import (
+from breakout_core.diagnosis.latency import MIN_TIMED_CALLS, latency_result, measure_latency
+from breakout_core.diagnosis.parity import (
     FP16_TOLERANCE,
     FP32_TOLERANCE,
     compare_q,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from breakout_core.contract import Contract
+from breakout_core.game.contract import Contract
 from runner.play.server import PlayServer
 from runner.store.database import Store
 

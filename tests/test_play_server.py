@@ -18,7 +18,7 @@ import aiohttp
 import numpy as np
 import pytest
 
-from breakout_core.contract import Contract
+from breakout_core.game.contract import Contract
 from runner.play.server import MAX_OPEN_GAMES, PlayServer
 from runner.store.database import Store
 from runner.store.errors import StoreError

@@ -13,10 +13,8 @@ import pytest
 from onnx import TensorProto, numpy_helper
 from tiny_onnx import no_float_ops_model, tiny_model, tiny_states
 
-from breakout_core.fixed_states import load_fixed_states
-from breakout_core.hashing import file_sha256
-from breakout_core.localise import localise
-from breakout_core.quantize import (
+from breakout_core.common.hashing import file_sha256
+from breakout_core.conversion.quantize import (
     CALIBRATION_OPTIONS,
     MIN_CALIBRATION_STATES,
     NothingToQuantize,
@@ -24,6 +22,8 @@ from breakout_core.quantize import (
     cpu_isa,
     quantize_int8,
 )
+from breakout_core.diagnosis.localise import localise
+from breakout_core.evaluation.fixed_states import load_fixed_states
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "models" / "reference" / "dqn_breakout.onnx"

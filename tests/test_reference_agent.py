@@ -11,10 +11,10 @@ import pytest
 from click.testing import Result
 from test_cli_inputs import cli
 
-from breakout_core.contract import CONTRACTS
-from breakout_core.evaluator import evaluate
-from breakout_core.policies import QNetworkPolicy, RandomPolicy
-from breakout_core.qnetwork import load_checkpoint
+from breakout_core.evaluation.evaluator import evaluate
+from breakout_core.evaluation.policies import QNetworkPolicy, RandomPolicy
+from breakout_core.game.contract import CONTRACTS
+from breakout_core.learning.qnetwork import load_checkpoint
 
 REPO = Path(__file__).parents[1]
 SHIPPED = REPO / "models" / "reference"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tiny_onnx import fragile_weights, tiny_model, tiny_states
 
-from breakout_core.repair import (
+from breakout_core.diagnosis.repair import (
     Int8Converter,
     RepairTarget,
     choose_step,

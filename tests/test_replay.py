@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from breakout_core.replay import FrameReplay
+from breakout_core.learning.replay import FrameReplay
 
 
 def _frame(stream: int, step: int) -> np.ndarray:
@@ -98,7 +98,7 @@ def test_sampling_too_early_is_a_clear_error():
 
 
 def test_replay_bytes_is_what_a_replay_allocates():
-    from breakout_core.replay_layout import replay_bytes
+    from breakout_core.learning.replay_layout import replay_bytes
 
     replay = FrameReplay(1_000, 2, frame_shape=(84, 84))
     held = sum(a.nbytes for a in (replay.frames, replay.actions, replay.rewards, replay.terminal, replay.has_next,

@@ -13,17 +13,11 @@ import numpy as np
 import pytest
 from runtime_artifacts import N_STATES
 
-from breakout_core.latency import measure_latency
-from breakout_core.parity import TOLERANCES, compare_q
-from breakout_core.runtimes import (
-    RUNTIMES,
-    OnnxRuntimeRuntime,
-    Option,
-    Runtime,
-    RuntimeUnavailable,
-    make_runtime,
-    runtime_available,
-)
+from breakout_core.diagnosis.latency import measure_latency
+from breakout_core.diagnosis.parity import TOLERANCES, compare_q
+from breakout_core.runtimes.base import Option, Runtime, RuntimeUnavailable
+from breakout_core.runtimes.onnxruntime_runtime import OnnxRuntimeRuntime
+from breakout_core.runtimes.registry import RUNTIMES, make_runtime, runtime_available
 
 
 def test_every_registered_backend_declares_what_the_runner_reads():

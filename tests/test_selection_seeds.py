@@ -78,8 +78,8 @@ def _selection(db: Path, run_id: str) -> dict:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from breakout_core.contract import Contract
-    from breakout_core.qnetwork import QNetwork, load_checkpoint, save_checkpoint
+    from breakout_core.game.contract import Contract
+    from breakout_core.learning.qnetwork import QNetwork, load_checkpoint, save_checkpoint
 
     folder = tmp_path_factory.mktemp("selection")
     (folder / "train.yaml").write_text(TRAIN)
@@ -153,7 +153,7 @@ def test_a_copy_without_its_training_files_is_found_by_its_metadata(trained):
 
 @pytest.mark.slow
 def test_an_onnx_file_follows_its_export_and_an_outside_one_is_unknown(trained, tmp_path, monkeypatch):
-    from breakout_core.export import export_onnx
+    from breakout_core.conversion.export import export_onnx
     from runner.kinds.shared.selection_seeds import selection_of
 
     folder, _, checkpoint, _ = trained

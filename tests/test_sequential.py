@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from breakout_core.sequential import (
+from breakout_core.statistics.sequential import (
     CONTINUE,
     INCONCLUSIVE,
     INFERIOR,
@@ -21,7 +21,7 @@ from breakout_core.sequential import (
     run_sequential,
     t_interval,
 )
-from breakout_core.sequential_oc import simulate
+from breakout_core.statistics.sequential_oc import simulate
 
 SD = 29.0  # the spread of paired Breakout score differences this test has in mind
 SEQUENCES = 2000

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from breakout_core.contract import CONTRACTS
+from breakout_core.game.contract import CONTRACTS
 from runner.cli.commands import main
 from runner.kinds.shared.training_settings import SWEEPABLE
 from runner.spec.document import SpecError, load_spec

@@ -262,7 +262,7 @@ def test_a_decision_one_game_carries_says_so_in_its_reason(tmp_path):
     verdict's reason names them, and its evidence holds the robust figures."""
     import numpy as np
 
-    from breakout_core.sequential import SequentialPlan, SequentialTest
+    from breakout_core.statistics.sequential import SequentialPlan, SequentialTest
     from runner.kinds.episodes import EpisodesMeasurement, metrics
     from runner.store.database import Store
 

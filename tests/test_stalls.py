@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from breakout_core.stalls import stall_test
+from breakout_core.statistics.stalls import stall_test
 from runner.kinds.shared.stalls import stall_metrics
 from runner.run.verdicts import decide
 from runner.spec.document import load_spec

@@ -16,7 +16,7 @@ from cli_process import Outcome, run_in_one_process
 from test_cli_inputs import cli
 from test_end_to_end import TINY, runner
 
-from breakout_core.files import NoSpaceLeft
+from breakout_core.common.files import NoSpaceLeft
 from runner.spec.yaml_source import MAX_SPEC_BYTES
 from runner.store.database import Store
 from runner.store.errors import StoreDamaged
@@ -144,8 +144,8 @@ def test_a_full_disk_under_the_database_is_one_line(small_disk, tmp_path):
 def test_a_full_disk_under_checkpoints_spool_and_reports_says_so_and_leaves_no_temporary_file(small_disk):
     import torch
 
-    from breakout_core.contract import CONTRACTS
-    from breakout_core.qnetwork import QNetwork, save_checkpoint
+    from breakout_core.game.contract import CONTRACTS
+    from breakout_core.learning.qnetwork import QNetwork, save_checkpoint
 
     _fill(small_disk, 64 * 1024)
     torch.manual_seed(0)

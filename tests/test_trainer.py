@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from breakout_core.contract import Contract
-from breakout_core.qnetwork import load_checkpoint
-from breakout_core.train_config import TrainConfig
-from breakout_core.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, TrainDone, Trainer
+from breakout_core.game.contract import Contract
+from breakout_core.learning.qnetwork import load_checkpoint
+from breakout_core.learning.train_config import TrainConfig
+from breakout_core.learning.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, TrainDone, Trainer
 
 # batches of 8: what these tests count (transitions, updates, syncs, resumes) does not depend on a batch's size
 TINY = dict(learning_starts=200, replay_capacity=2_000, diagnostics_every=100, target_sync_every=150,

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from test_end_to_end import runner, wait_for_rows
 
-from breakout_core import stats
+from breakout_core.statistics import stats
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {

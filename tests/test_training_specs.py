@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 from test_end_to_end import runner, wait_for_rows
 from test_learner_precision import this_cpu_flags, this_cpu_has_amx
 
-from breakout_core.qnetwork import load_checkpoint
+from breakout_core.learning.qnetwork import load_checkpoint
 from runner.cli.commands import main
 from runner.spec.document import load_spec
 from runner.spec.yaml_source import read_spec_text
@@ -264,7 +264,7 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
     bytes changed since is refused, and stores nothing."""
     import torch
 
-    from breakout_core.hashing import file_sha256
+    from breakout_core.common.hashing import file_sha256
 
     spec = yaml.safe_load((SPECS / "train_reference_v3.yaml").read_text())
     spec["contract"].update(max_episode_frames=400, other_contracts="deliberate")  # a capped game: another contract
@@ -348,9 +348,9 @@ def test_reference_training_goes_on_from_the_shipped_checkpoint_and_the_card_sho
 
 def test_a_training_refuses_a_start_file_replaced_after_its_job_was_made(tmp_path):
     """Trainings run one after another: the bytes a training loads must be the ones hashed for its row."""
-    from breakout_core.contract import Contract
-    from breakout_core.hashing import file_sha256
-    from breakout_core.train_config import TrainConfig
+    from breakout_core.common.hashing import file_sha256
+    from breakout_core.game.contract import Contract
+    from breakout_core.learning.train_config import TrainConfig
     from runner.kinds.train.trainings import Training, TrainingJob, train_one
 
     start = tmp_path / "start.pt"

@@ -20,9 +20,9 @@ from user_exports import (
     scaled_outside_onnx,
 )
 
-from breakout_core.fixed_states import load_fixed_states
-from breakout_core.input_convention import InputConvention, model_input, write_adapted
-from breakout_core.model_prechecks import precheck
+from breakout_core.conversion.input_convention import InputConvention, model_input, write_adapted
+from breakout_core.conversion.model_prechecks import precheck
+from breakout_core.evaluation.fixed_states import load_fixed_states
 from breakout_core.runtimes.onnxruntime_runtime import OnnxRuntimeRuntime
 from runner.spec.yaml_source import read_spec_text
 from runner.store.database import Store
@@ -97,7 +97,7 @@ def test_an_adapter_that_does_not_fit_the_file_is_caught_on_the_states(tmp_path,
 
 
 def test_a_uint8_channels_last_file_needs_no_declaration(exports):
-    from breakout_core.input_convention import convention_of
+    from breakout_core.conversion.input_convention import convention_of
 
     assert str(convention_of(onnx.load(exports["nhwc_uint8"]), None)) == "uint8:0-255:nhwc"
     assert convention_of(onnx.load(REFERENCE_ONNX), None).native
@@ -169,7 +169,7 @@ FEWER = ("measurements.games.seeds={start: 3000, count: 2}", "measurements.laten
 def test_a_user_model_against_its_own_fp32_file(tmp_path, exports, candidate, baseline, flags):
     """No .pt and no contract flag: the fixed states come from the baseline's own games, captured
     once and reused; every file is fed through its adapter; no exit 3."""
-    from breakout_core.contract import contract_by_name
+    from breakout_core.game.contract import contract_by_name
     from runner.cli.check_inputs import baseline_states
 
     for name in {candidate, baseline}:

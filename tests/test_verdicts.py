@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from breakout_core.stats import paired_bootstrap_ci, summarize
+from breakout_core.statistics.stats import paired_bootstrap_ci, summarize
 from runner.run.verdicts import decide
 from runner.spec.fields import VerdictSpec, parse_rule
 
@@ -143,7 +143,7 @@ def test_summarize_edge_cases():
 
 
 def test_paired_ratio_interval_is_the_t_interval_of_the_log_ratios():
-    from breakout_core.stats import geometric_mean_ratio, paired_ratio_interval
+    from breakout_core.statistics.stats import geometric_mean_ratio, paired_ratio_interval
 
     x, y = np.array([113.0, 122.0, 105.0, 118.0]), np.array([159.0, 141.0, 139.0, 150.0])
     ci = stats.ttest_1samp(np.log(x / y), 0.0).confidence_interval(0.95)
@@ -156,7 +156,7 @@ def test_paired_ratio_interval_is_the_t_interval_of_the_log_ratios():
 def test_paired_ratio_interval_covers_as_claimed_at_three_repeats():
     """Three repeats with 10% timing noise on each rate: the 95% interval holds the true ratio
     in about 95% of 2,000 simulated benchmarks."""
-    from breakout_core.stats import paired_ratio_interval
+    from breakout_core.statistics.stats import paired_ratio_interval
 
     rng = np.random.default_rng(0)
     true_ratio, covered = 0.8, 0

@@ -29,7 +29,7 @@ def _nature_layers(actions: int = 4) -> list[nn.Module]:
 
 def _reference_layers(checkpoint: Path) -> list[torch.Tensor]:
     """A checkpoint's weights and biases in layer order (conv, conv, conv, fc, fc)."""
-    from breakout_core.qnetwork import load_checkpoint
+    from breakout_core.learning.qnetwork import load_checkpoint
 
     network, _ = load_checkpoint(checkpoint)
     state = network.state_dict()

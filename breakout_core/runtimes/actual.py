@@ -24,7 +24,7 @@ class Int8Run:
 
     @classmethod
     def from_metadata(cls, metadata: dict[str, str], integer_kernels: tuple[str, ...] | None) -> "Int8Run":
-        """The record of an INT8 file from what its quantizer wrote (breakout_core.quantize's
+        """The record of an INT8 file from what its quantizer wrote (breakout_core.conversion.quantize's
         `breakout.int8_*` metadata) and what a backend saw run on integers."""
         recorded = metadata.get("breakout.int8_nodes_quantized")
         return cls(

@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from breakout_core.files import FileReplaced, same_file
-from breakout_core.hashing import file_sha256
+from breakout_core.common.files import FileReplaced, same_file
+from breakout_core.common.hashing import file_sha256
 from breakout_core.runtimes.actual import ActualRun
 
 OBS_SHAPE = (4, 84, 84)
@@ -70,7 +70,7 @@ class Runtime(ABC):
     """One backend. Subclasses set `name`, `artifact_types`, `OPTIONS` and implement the hooks.
 
     `OPTIONS` maps each option name to its `Option`. A new backend is one module here plus
-    one line in the registry (breakout_core/runtimes/__init__.py); the spec language learns
+    one line in the registry (breakout_core/runtimes/registry.py); the spec language learns
     its options, artifacts and precision from the class.
     """
 
@@ -185,9 +185,9 @@ class Runtime(ABC):
 
     def timed_runs(self, obs: np.ndarray, warmup: int, iterations: int):
         """Latency of infer(obs): `warmup` untimed calls, then `iterations` timed ones
-        (breakout_core.latency.LatencyResult). Here perf_counter around each call from Python;
+        (breakout_core.diagnosis.latency.LatencyResult). Here perf_counter around each call from Python;
         a runtime that runs elsewhere (a browser page) times itself there instead."""
-        from breakout_core.latency import measure_latency
+        from breakout_core.diagnosis.latency import measure_latency
 
         return measure_latency(self.infer, obs, warmup=warmup, iterations=iterations)
 

@@ -108,7 +108,7 @@ class BrowserRuntime(Runtime):
 
     def timed_runs(self, obs: np.ndarray, warmup: int, iterations: int):
         """In-page latency: session.run timed with performance.now(), its resolution recorded."""
-        from breakout_core.latency import latency_result
+        from breakout_core.diagnosis.latency import latency_result
 
         if not self._loaded:
             raise RuntimeError(f"runtime {self.name!r}: load() an artifact before timing it")

@@ -18,7 +18,7 @@ describe() counts them.
 A file whose batch dimension is fixed (torch.onnx.export's default without dynamic_axes is
 1) is fed any batch in calls of that batch; describe() records it as `static_batch`.
 
-An INT8 file (breakout_core.quantize) is described by what its quantizer recorded (method,
+An INT8 file (breakout_core.conversion.quantize) is described by what its quantizer recorded (method,
 the source graph's nodes it quantized) and by what ran: the nodes whose kernel computes on
 integers (QLinearConv, QGemm, ConvInteger, ... in the placement profile). On the CPU provider
 describe() also records the CPU's INT8 instruction sets (quantize.cpu_isa: AVX2, AVX-512,
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from breakout_core.export import onnx_precision
+from breakout_core.conversion.export import onnx_precision
 from breakout_core.runtimes.actual import ActualRun, Int8Run
 from breakout_core.runtimes.base import NUM_ACTIONS, OBS_SHAPE, Option, Runtime, RuntimeUnavailable, import_error_reason
 
@@ -226,7 +226,7 @@ class OnnxRuntimeRuntime(Runtime):
                     f"{inserted} cast(s) inserted by onnxruntime: ops without an FP16 kernel on "
                     f"{providers[0]} ran in FP32 on the FP16 weights (see nodes[].output_dtypes)"
                 )
-        from breakout_core.quantize import cpu_isa
+        from breakout_core.conversion.quantize import cpu_isa
 
         return ActualRun(
             device="cpu" if on_cpu else f"cuda:{self.requested['device_index']}",
@@ -241,7 +241,7 @@ class OnnxRuntimeRuntime(Runtime):
 
     def _int8(self) -> Int8Run:
         """How the INT8 file was quantized (its metadata) and which nodes ran integer kernels."""
-        from breakout_core.quantize import INTEGER_OPS
+        from breakout_core.conversion.quantize import INTEGER_OPS
 
         kernels = None if self._nodes is None else tuple(n["node"] for n in self._nodes if n["op"] in INTEGER_OPS)
         return Int8Run.from_metadata(self._model_meta, kernels)

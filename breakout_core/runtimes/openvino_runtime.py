@@ -1,5 +1,5 @@
 """OpenVINO's CPU plugin on an exported ONNX file: FP32, FP16 or INT8 (QDQ, from
-breakout_core.quantize).
+breakout_core.conversion.quantize).
 
 What ran is read back from the compiled model, not assumed:
 - the inference precision. On a CPU with AVX512-BF16 or AMX the CPU plugin computes in bf16
@@ -93,7 +93,7 @@ class OpenVINORuntime(Runtime):
     def _load(self, path: Path) -> None:
         import openvino
 
-        from breakout_core.export import inspect_onnx, onnx_precision
+        from breakout_core.conversion.export import inspect_onnx, onnx_precision
 
         self._file_precision = onnx_precision(path)
         self._model_meta = inspect_onnx(path).metadata
@@ -137,7 +137,7 @@ class OpenVINORuntime(Runtime):
         return np.array(q, dtype=np.float32, copy=True)  # the request's buffer is reused by the next call
 
     def _actual(self) -> ActualRun:
-        from breakout_core.quantize import cpu_isa
+        from breakout_core.conversion.quantize import cpu_isa
 
         compiled = self._compiled
         layers = compute_layers(compiled.get_runtime_model())

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from breakout_core.files import write_whole
+from breakout_core.common.files import write_whole
 from breakout_core.runtimes.actual import ActualRun
 from breakout_core.runtimes.base import (
     NUM_ACTIONS,
@@ -134,7 +134,7 @@ class TensorRTRuntime(Runtime):
 
     def _build(self, path: Path) -> bytes:
         trt = self._trt
-        from breakout_core.export import onnx_precision
+        from breakout_core.conversion.export import onnx_precision
 
         file_precision = onnx_precision(path)
         precision = self.requested["precision"]

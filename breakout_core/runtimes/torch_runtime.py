@@ -72,7 +72,7 @@ class TorchRuntime(Runtime):
     def _load(self, path: Path) -> None:
         import torch
 
-        from breakout_core.qnetwork import load_checkpoint
+        from breakout_core.learning.qnetwork import load_checkpoint
 
         network, meta = load_checkpoint(path)
         self._torch = torch

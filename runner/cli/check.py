@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from breakout_core.contract import CONTRACTS
+from breakout_core.game.contract import CONTRACTS
 from runner.cli.exit_codes import ExitCode
 from runner.cli.options import confirm_option, db_option, reports_option, set_option
 

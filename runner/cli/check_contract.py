@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from breakout_core.contract import DEFAULT_CONTRACT, Contract, contract_by_name
+from breakout_core.game.contract import DEFAULT_CONTRACT, Contract, contract_by_name
 from runner.cli.exit_codes import ExitCode, fail
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,8 +58,8 @@ def reference_states_under(contract: Contract) -> Path:
     """The reference agent's fixed states under `contract`, captured as day22_export captures its
     own (`STATE_CAPTURE`: 6 full games, seeds 0-5, epsilon 0.05) once, and reused while the
     checkpoint is the same."""
-    from breakout_core.fixed_states import capture_from_checkpoint, save_fixed_states
-    from breakout_core.hashing import file_sha256
+    from breakout_core.common.hashing import file_sha256
+    from breakout_core.evaluation.fixed_states import capture_from_checkpoint, save_fixed_states
 
     path = STATES_CACHE / f"fixed_states_{contract.hash}_{file_sha256(REFERENCE_CHECKPOINT)[:16]}.npz"
     if not path.is_file():
@@ -79,7 +79,7 @@ def reference_states_under(contract: Contract) -> Path:
 def unlabelled_line(models: dict[str, Path | None], contract: Contract) -> str | None:
     """One line for the model files (by their argument) that record no contract: the game they are
     judged in anyway."""
-    from breakout_core.export import onnx_contract
+    from breakout_core.conversion.export import onnx_contract
 
     bare = [f"{label} {path}" for label, path in models.items() if path is not None and onnx_contract(path)[1] is None]
     if not bare:

@@ -4,8 +4,8 @@ measure is one line and exit 2 with nothing stored:
 - the input convention of each file (`--input`, `--baseline-input`, else its `breakout.input`
   metadata, else uint8); an undeclared float input is refused, never guessed;
 - the adapter in front of it, checked on the spec's fixed states (the run writes its own copy
-  under its folder, breakout_core.input_convention);
-- ONNX Runtime opens it and runs it at every batch size the spec feeds (breakout_core.model_prechecks);
+  under its folder, breakout_core.conversion.input_convention);
+- ONNX Runtime opens it and runs it at every batch size the spec feeds (breakout_core.conversion.model_prechecks);
 - with `--baseline`, the fixed states come from the baseline's own games under the spec's
   contract, captured once per baseline file (by sha256) and contract, kept under
   runs/baseline_states/; without it, a candidate that decides otherwise than the reference on
@@ -35,7 +35,7 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
     ends the command with one line and exit 2; notes are printed as they come."""
     import onnx
 
-    from breakout_core.input_convention import InputConvention, convention_of
+    from breakout_core.conversion.input_convention import InputConvention, convention_of
 
     given = [(label, path, artifact, declared) for label, path, artifact, declared in files if path is not None]
     conventions: dict[str, InputConvention] = {}
@@ -60,8 +60,8 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
     document = _document(check_spec, (*sets, *overrides))
     if document is None:
         return sets  # the run reports what is wrong with the spec or the --set arguments
-    from breakout_core.fixed_states import load_fixed_states
-    from breakout_core.model_prechecks import spec_batch_sizes
+    from breakout_core.conversion.model_prechecks import spec_batch_sizes
+    from breakout_core.evaluation.fixed_states import load_fixed_states
     from runner.spec.document import load_spec
     from runner.spec.fields import ContractSpec
 
@@ -103,7 +103,7 @@ def _document(check_spec: Path, overrides: tuple[str, ...]) -> dict | None:
 
 
 def _same_file(a: Path, b: Path) -> bool:
-    from breakout_core.hashing import file_sha256
+    from breakout_core.common.hashing import file_sha256
 
     return b.is_file() and file_sha256(a) == file_sha256(b)
 
@@ -111,7 +111,7 @@ def _same_file(a: Path, b: Path) -> bool:
 def _same_as_candidate(model, candidate):
     """The candidate's convention for a baseline that declares none of its own and whose input has the
     candidate's dtype and layout (a user's FP32 export beside its conversion), else None."""
-    from breakout_core.input_convention import convention_problem, declared_in
+    from breakout_core.conversion.input_convention import convention_problem, declared_in
 
     if candidate.native or declared_in(model) is not None or convention_problem(model, candidate):
         return None
@@ -133,8 +133,8 @@ def onnx_file_problem(path: Path) -> str | None:
 def interface_problem(path: Path) -> str | None:
     """Why the model in `path` cannot play: it must take one input (B, 4, 84, 84), or channels last
     (B, 84, 84, 4), and give one output (B, actions); a named dimension fits any size."""
-    from breakout_core.export import inspect_onnx
-    from breakout_core.model_prechecks import output_problem
+    from breakout_core.conversion.export import inspect_onnx
+    from breakout_core.conversion.model_prechecks import output_problem
     from breakout_core.runtimes.base import NUM_ACTIONS, OBS_SHAPE
 
     def fits(shape: tuple, wanted: tuple) -> bool:
@@ -157,7 +157,7 @@ def artifact_override(artifact: str, path: Path, convention=None) -> str:
     """The `--set` that makes `artifact` of a shipped spec this file: its absolute path (a
     relative one would be read from the spec's folder), the precision of its weights and the
     input convention it was declared with (none for the agent's own uint8 observations)."""
-    from breakout_core.export import inspect_onnx
+    from breakout_core.conversion.export import inspect_onnx
 
     value = {"path": str(path.resolve()), "precision": inspect_onnx(path).precision}
     if convention is not None and not convention.native:
@@ -169,9 +169,9 @@ def _runnable(label: str, path: Path, convention, folder: Path, states: np.ndarr
     """`path`, or its adapted copy in `folder`, once ONNX Runtime ran it at every batch size."""
     import onnx
 
-    from breakout_core.input_convention import needs_adapter, write_adapted
-    from breakout_core.model_prechecks import ModelRefused, precheck
-    from breakout_core.onnx_checks import ModelCheckError
+    from breakout_core.conversion.input_convention import needs_adapter, write_adapted
+    from breakout_core.conversion.model_prechecks import ModelRefused, precheck
+    from breakout_core.conversion.onnx_checks import ModelCheckError
 
     runnable = path
     try:
@@ -193,8 +193,8 @@ def baseline_states(runnable: Path, baseline: Path, convention, contract) -> Pat
     """The fixed states of the baseline's own games under `contract`: captured once, kept under
     runs/baseline_states/ by the baseline file's sha256 and the contract, reused while both are
     the same."""
-    from breakout_core.fixed_states import capture_from_onnx, load_fixed_states, save_fixed_states
-    from breakout_core.hashing import file_sha256
+    from breakout_core.common.hashing import file_sha256
+    from breakout_core.evaluation.fixed_states import capture_from_onnx, load_fixed_states, save_fixed_states
 
     sha = file_sha256(baseline)
     path = STATES_FOLDER / f"{baseline.stem}-{sha[:12]}-{contract.hash[:12]}.npz"
@@ -215,7 +215,7 @@ def baseline_states(runnable: Path, baseline: Path, convention, contract) -> Pat
 
 def _note_another_agent(candidate: Path, reference: Path, states: np.ndarray, given: Path) -> None:
     """One line when the candidate takes other actions than the reference on most fixed states."""
-    from breakout_core.model_prechecks import session
+    from breakout_core.conversion.model_prechecks import session
 
     def actions(path: Path) -> np.ndarray:
         sess = session(path)

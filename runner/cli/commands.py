@@ -12,9 +12,9 @@ from pathlib import Path
 
 import click
 
-from breakout_core.contract import CONTRACTS, DEFAULT_CONTRACT
-from breakout_core.files import is_no_space
-from breakout_core.messages import first_line
+from breakout_core.common.files import is_no_space
+from breakout_core.common.messages import first_line
+from breakout_core.game.contract import CONTRACTS, DEFAULT_CONTRACT
 from runner.cli.check import check
 from runner.cli.convert import convert
 from runner.cli.exit_codes import ExitCode, fail, store_error_code
@@ -396,7 +396,7 @@ def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contr
     import time
 
     from breakout_core.browser.server import web_files_missing
-    from breakout_core.export import onnx_contract
+    from breakout_core.conversion.export import onnx_contract
     from runner.play.server import PlayServer
     from runner.spec.file_checks import file_problem
 

@@ -1,7 +1,7 @@
 """`runner convert fp16|int8 MODEL.onnx`: the user's FP32 file converted by the project's own
 converters, through a shipped spec run by `runner run` (specs/convert_fp16.yaml,
 specs/convert_int8.yaml) with the file set as its FP32 source, so the search, its rows and its
-report are a run like any other. The repair search (breakout_core.repair) keeps the fewest
+report are a run like any other. The repair search (breakout_core.diagnosis.repair) keeps the fewest
 layers in float for the same greedy action as FP32 on the fixed states; the file it chose is
 written, and `runner check OUT --baseline MODEL` then judges it in games."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from breakout_core.contract import CONTRACTS
+from breakout_core.game.contract import CONTRACTS
 from runner.cli.check_inputs import artifact_override, onnx_file_problem
 from runner.cli.exit_codes import ExitCode, fail
 from runner.cli.options import db_option, reports_option, set_option
@@ -42,8 +42,8 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, c
     for a model that cannot be converted."""
     import onnx
 
-    from breakout_core.export import inspect_onnx
-    from breakout_core.onnx_checks import ModelCheckError, check_preprocessing
+    from breakout_core.conversion.export import inspect_onnx
+    from breakout_core.conversion.onnx_checks import ModelCheckError, check_preprocessing
     from runner.cli.check_contract import contract_sets, judged_contract
 
     out = out or model.with_name(f"{model.stem}_{precision}.onnx")

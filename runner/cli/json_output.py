@@ -50,7 +50,7 @@ def emit_json(document: dict) -> None:
 
 def run_contract_record(store, run_id: str) -> dict:
     """The contract a stored run played under: its name, hash and rules in words."""
-    from breakout_core.contract import Contract
+    from breakout_core.game.contract import Contract
 
     with store.reader() as con:
         text, stored_hash = con.execute("SELECT contract, contract_hash FROM runs WHERE run_id = ?",

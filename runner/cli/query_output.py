@@ -15,7 +15,7 @@ def print_query(store: Store, query: str, form: str) -> None:
     no rows prints nothing (as JSON: no columns and no rows)."""
     import duckdb
 
-    from breakout_core.messages import first_line
+    from breakout_core.common.messages import first_line
 
     try:
         with store.reader(files=False) as con:

@@ -45,7 +45,7 @@ def summarise(path: Path) -> SpecSummary:
 
 def runtime_needs(config: object) -> frozenset[str]:
     """What one runtime configuration of a spec needs of the machine (its backend says)."""
-    from breakout_core.runtimes import RUNTIMES
+    from breakout_core.runtimes.registry import RUNTIMES
 
     if not isinstance(config, dict) or config.get("runtime") not in RUNTIMES:
         return frozenset()

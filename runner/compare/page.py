@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from breakout_core.files import write_whole
+from breakout_core.common.files import write_whole
 from runner.compare.runs import Comparison
 from runner.report.html import MAX_CHART_POINTS, altair, blank_nulls, render_page, table_html
 from runner.report.section import Section

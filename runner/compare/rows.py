@@ -140,7 +140,7 @@ def samples_row(measurement: str, subject: str, metric: str, a: np.ndarray, b: n
                  lower_is_better: bool, machine_bound: bool, note: str = "") -> Row:
     """A metric that is the mean of repeated values: Welch's t CI of the difference when both runs
     have two or more, otherwise one value per run cannot show significance."""
-    from breakout_core.stats import difference_interval
+    from breakout_core.statistics.stats import difference_interval
 
     value_a = float(np.mean(a)) if len(a) else None
     value_b = float(np.mean(b)) if len(b) else None
@@ -156,7 +156,7 @@ def samples_row(measurement: str, subject: str, metric: str, a: np.ndarray, b: n
                machine_bound=machine_bound, problem=problem, note=note)
 
 def percentile(values: np.ndarray | None, q: float) -> float | None:
-    from breakout_core.stats import PERCENTILE_METHOD
+    from breakout_core.statistics.stats import PERCENTILE_METHOD
 
     return None if values is None else float(np.percentile(values, q, method=PERCENTILE_METHOD))
 
@@ -185,7 +185,7 @@ def scores_row(measurement: str, subject: str, metric: str, played_a: tuple[np.n
     bootstrap CI of the same-seed differences where both played the same seeds, else Welch's t.
     Scores that do not vary (a handful of distinct games replayed) give an interval no width, and
     show no significance."""
-    from breakout_core.stats import difference_interval, paired_bootstrap_ci
+    from breakout_core.statistics.stats import difference_interval, paired_bootstrap_ci
 
     confidence, resamples, seed = boot.get("confidence", 0.95), boot.get("resamples", 10_000), boot.get("seed", 0)
     (seeds_a, sa), (seeds_b, sb) = played_a, played_b
@@ -244,7 +244,7 @@ def over_seeds(measurement: str, metric: str, a: dict[str, float], b: dict[str, 
     the same seeds (a bootstrap over a handful of seeds covers far less than it claims). A paired
     interval needs MIN_SEEDS_FOR_INTERVAL seeds, as a verdict over seeds does, and differences
     that vary: equal ones (whole-number scores can give them) leave a t interval of zero width."""
-    from breakout_core.stats import MIN_SEEDS_FOR_INTERVAL, trimmed_mean_interval
+    from breakout_core.statistics.stats import MIN_SEEDS_FOR_INTERVAL, trimmed_mean_interval
 
     ga, gb = by_seed(a), by_seed(b)
     rows = []

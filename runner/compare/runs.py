@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 
 import yaml
 
-from breakout_core.messages import first_line
+from breakout_core.common.messages import first_line
 from runner.compare.rows import (
     BETTER,
     DIFFERENT_MACHINE,

@@ -129,7 +129,7 @@ BOOTSTRAP_INTERVAL = ("paired_score_diff_ci_low", "paired_score_diff_ci_high")
 
 
 def execute(m: EpisodesMeasurement, ctx: RunContext) -> None:
-    from breakout_core.driver import evaluation_driver
+    from breakout_core.game.driver import evaluation_driver
 
     seeds = played_seeds(ctx, m.name, m.seeds, candidate_files(m, ctx))
     if m.stages is not None:
@@ -163,7 +163,7 @@ def _play_games(m: EpisodesMeasurement, ctx: RunContext, name: str, runtime, see
     """One loaded runtime plays `seeds`, advancing the progress `task` a game at a time and
     adding to its transitions; its games, its inference counts and each call's time are stored.
     The baseline's games stored under the same key are copied instead (shared.baseline_games)."""
-    from breakout_core.evaluator import evaluate as play
+    from breakout_core.evaluation.evaluator import evaluate as play
 
     key = None
     if name == m.baseline_runtime:

@@ -15,8 +15,8 @@ from typing import Literal
 import duckdb
 from pydantic import Field, model_validator
 
-from breakout_core.files import same_file
-from breakout_core.hashing import file_sha256
+from breakout_core.common.files import same_file
+from breakout_core.common.hashing import file_sha256
 from runner.compare.rows import Row, RunSide, differences, episode_rows
 from runner.kinds.kind import Kind
 from runner.kinds.shared.drawn_seeds import played_seeds, seeds_report
@@ -96,7 +96,7 @@ class EvaluateMeasurement(StrictModel):
 
 
 def build_policy(policy_spec, name: str):
-    from breakout_core.policies import QNetworkPolicy, RandomPolicy
+    from breakout_core.evaluation.policies import QNetworkPolicy, RandomPolicy
 
     if policy_spec.type == "random":
         return RandomPolicy()
@@ -106,7 +106,7 @@ def build_policy(policy_spec, name: str):
 
 
 def execute(m: EvaluateMeasurement, ctx: RunContext) -> None:
-    from breakout_core.driver import evaluation_driver
+    from breakout_core.game.driver import evaluation_driver
 
     seeds = played_seeds(ctx, m.name, m.seeds, {name: ctx.spec.policies[name].path for name in m.policies
                                                  if ctx.spec.policies[name].type != "random"})
@@ -118,7 +118,7 @@ def execute(m: EvaluateMeasurement, ctx: RunContext) -> None:
 
 
 def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, seeds: list[int], driver) -> None:
-    from breakout_core.evaluator import evaluate, write_gif
+    from breakout_core.evaluation.evaluator import evaluate, write_gif
 
     policy_spec = ctx.spec.policies[policy_name]
     played_file = None

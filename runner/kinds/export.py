@@ -1,7 +1,7 @@
 """`export` (Day 22): fixed states from real play of a checkpoint, and its ONNX FP32, FP16 and INT8 files.
 
 The states come from full games of the checkpoint's own (slightly epsilon-greedy) play on
-fixed episode seeds, spread over each game (breakout_core.fixed_states); the FP32 ONNX
+fixed episode seeds, spread over each game (breakout_core.evaluation.fixed_states); the FP32 ONNX
 file is checked with onnx.checker and against torch on those very states (ONNX Runtime
 CPU); the FP16 copy keeps uint8 in / float32 out. Every file is written under the run's
 own folder, then published to the path its artifact names (made_by: this spec) in one
@@ -136,9 +136,9 @@ def execute(m: ExportMeasurement, ctx: RunContext) -> None:
 
 def _export_own_files(m: ExportMeasurement, ctx: RunContext, checkpoint) -> tuple[list, list]:
     """The fixed states and the FP32 and FP16 ONNX files: their export_files and fixed_state_index rows."""
-    from breakout_core.export import export_onnx
-    from breakout_core.fixed_states import save_fixed_states
-    from breakout_core.hashing import file_sha256
+    from breakout_core.common.hashing import file_sha256
+    from breakout_core.conversion.export import export_onnx
+    from breakout_core.evaluation.fixed_states import save_fixed_states
 
     files = ctx.files
     base = {"run_id": ctx.run_id, "measurement": m.name}
@@ -189,7 +189,7 @@ def _export_int8(m: ExportMeasurement, ctx: RunContext, checkpoint) -> tuple[lis
     file the run recorded for it (its own copy, where the run wrote it)."""
     import onnx
 
-    from breakout_core.export import inspect_onnx
+    from breakout_core.conversion.export import inspect_onnx
 
     files, base = ctx.files, {"run_id": ctx.run_id, "measurement": m.name}
     task = ctx.progress.add_task(f"{m.name} · INT8 files", total=len(m.int8), unit="files")

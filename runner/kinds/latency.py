@@ -2,7 +2,7 @@
 
 Each runtime is loaded first (load time recorded in runtime_status, never timed here),
 then each series is `warmup` untimed calls followed by timed calls of runtime.infer on
-the same input, through breakout_core.latency.measure_latency (perf_counter_ns around each
+the same input, through breakout_core.diagnosis.latency.measure_latency (perf_counter_ns around each
 call), through each runtime's timed_runs(): the browser runtime overrides it to time
 session.run in the page with performance.now(), the way a page sees its latency, and its
 series records that timer and its resolution. Each call's thread CPU time is kept beside its
@@ -11,7 +11,7 @@ by round, in an order drawn for each round from `order_seed` (recorded as each s
 so a slow drift of the machine (another job starting) falls on all of them alike; each round has
 its own warm-up. Fewer than 64 timed calls per round is refused when the spec is validated.
 
-Verdicts judge a ratio by its interval over rounds (breakout_core.latency_rounds): a rule on a
+Verdicts judge a ratio by its interval over rounds (breakout_core.statistics.latency_rounds): a rule on a
 ratio's point estimate is refused when the spec loads, and a rule on a tail's interval with too
 few calls per round or too few rounds for it (min_calls_per_round, min_rounds) too.
 
@@ -29,7 +29,13 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from breakout_core.latency_rounds import ORDER_SEED, min_calls_per_round, min_rounds, round_order
+from breakout_core.statistics.latency_rounds import (
+    MIN_TIMED_CALLS,
+    ORDER_SEED,
+    min_calls_per_round,
+    min_rounds,
+    round_order,
+)
 from runner.kinds.kind import Kind
 from runner.kinds.shared.latency_compare import compare_latency
 from runner.kinds.shared.runtime_lifecycle import load_states, open_runtime
@@ -45,15 +51,13 @@ from runner.run.context import RunContext
 from runner.spec.fields import Name
 from runner.spec.runtimes import RuntimeMeasurement
 
-MIN_SAMPLES = 64  # breakout_core.latency.MIN_TIMED_CALLS; a tail percentile from fewer means nothing
-
 
 class LatencyMeasurement(RuntimeMeasurement):
     kind: Literal["latency"]
     name: Name
     batch_sizes: list[int] = Field(default_factory=lambda: [1], min_length=1)
     warmup: int = Field(default=20, ge=0, le=100_000, description="untimed calls before each round's timed ones")
-    iterations: int = Field(default=200, ge=MIN_SAMPLES, le=1_000_000,
+    iterations: int = Field(default=200, ge=MIN_TIMED_CALLS, le=1_000_000,
                             description="timed calls per runtime and batch size")
     rounds: int = Field(default=1, ge=1, le=1000, description="runtimes take turns this many times")
     order_seed: int = Field(default=ORDER_SEED, ge=0, description="seed of the runtimes' order in each round")
@@ -67,8 +71,8 @@ class LatencyMeasurement(RuntimeMeasurement):
             raise ValueError("batch_sizes must be distinct, each 1..4096")
         if self.iterations % self.rounds:
             raise ValueError(f"iterations ({self.iterations}) must be a multiple of rounds ({self.rounds})")
-        if self.iterations // self.rounds < MIN_SAMPLES:
-            raise ValueError(f"each round needs >= {MIN_SAMPLES} timed calls: iterations / rounds = "
+        if self.iterations // self.rounds < MIN_TIMED_CALLS:
+            raise ValueError(f"each round needs >= {MIN_TIMED_CALLS} timed calls: iterations / rounds = "
                              f"{self.iterations // self.rounds}")
         if self.verdict_batch_size is not None and self.verdict_batch_size not in self.batch_sizes:
             raise ValueError(f"verdict_batch_size {self.verdict_batch_size} is not one of batch_sizes")

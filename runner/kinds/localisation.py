@@ -1,7 +1,7 @@
 """`localisation`: where in the network a converted model (FP16, INT8) departs from its FP32 baseline.
 
 Every intermediate float tensor of the baseline and of each candidate is exposed and matched
-by name through the Cast and Q/DQ nodes the conversions insert (breakout_core.localise),
+by name through the Cast and Q/DQ nodes the conversions insert (breakout_core.diagnosis.localise),
 both run on ONNX Runtime's CPU provider, one state at a time, over the fixed states. One row
 per (candidate, layer): max abs error, relative L2 error, cosine similarity and SQNR in dB,
 with its depth (the producing node's index in the baseline graph). Per state whose greedy
@@ -114,8 +114,8 @@ METRIC_NAMES = ("flips", "layers_over_tolerance", "first_over_tolerance_depth", 
 def execute(m: LocalisationMeasurement, ctx: RunContext) -> None:
     import time
 
-    from breakout_core.localise import LocaliseError, localise
-    from breakout_core.repair import q_values
+    from breakout_core.diagnosis.localise import LocaliseError, localise
+    from breakout_core.diagnosis.repair import q_values
 
     states, _, _ = load_states(ctx, m.fixed_states)
     obs = states.obs
@@ -190,7 +190,7 @@ def _store(ctx: RunContext, m: LocalisationMeasurement, name: str, found, baseli
                        details={"threads": 1, "batch_size": 1, "tensors_exposed": len(layers)})
     record(ctx, row, True, None, {
         "requested": json.loads(row["requested"]), "actual": actual.as_json(),
-        "note": "run by breakout_core.localise, every float tensor a graph output"}, actual)
+        "note": "run by breakout_core.diagnosis.localise, every float tensor a graph output"}, actual)
 
 
 def metrics(con, run_id: str, m: LocalisationMeasurement, candidate: str, baseline: str | None) -> dict[str, float]:

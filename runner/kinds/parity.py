@@ -2,7 +2,7 @@
 
 `parity_q` keeps every Q-value (one row per runtime, batch size and state) and the greedy
 action the runtime takes there. The views compare each runtime with every other on the
-same states at the same batch size, in float64, exactly as breakout_core.parity.compare_q
+same states at the same batch size, in float64, exactly as breakout_core.diagnosis.parity.compare_q
 does (Polygraphy's convention, baseline as reference):
 
     element passes when |candidate - baseline| <= atol + rtol * |baseline|
@@ -176,7 +176,7 @@ VIEWS = [
 
 
 def tolerance_for(m: ParityMeasurement, spec, runtime: str) -> tuple[float, float, str, str]:
-    from breakout_core.parity import default_tolerance
+    from breakout_core.diagnosis.parity import default_tolerance
 
     precision = runtime_precision(spec, runtime)
     if runtime in m.tolerances:

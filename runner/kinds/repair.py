@@ -5,16 +5,16 @@ an artifact.
 `precision: int8` (the default): the calibration states come from the checkpoint's own games
 under the spec's contract, on seeds the spec declares, disjoint from the fixed states' seeds
 and every episode seed the spec plays (its `held_out_seeds`, checked in runner.spec.deploy_checks).
-For each calibration method, breakout_core.repair.repair_search ranks the nodes the full INT8 model quantizes by
-the effect of quantizing each alone (mean |dQ| on the check states), then re-quantizes with
+For each calibration method, breakout_core.diagnosis.repair.repair_search ranks the nodes the
+full INT8 model quantizes by the effect of quantizing each alone (mean |dQ| on the check states), then re-quantizes with
 the k worst kept in float (onnxruntime's `nodes_to_exclude`), k = 0, 1, ..., until a step
 meets the target: greedy-action agreement and/or max |dQ| against FP32 on the check states,
 which no calibration state equals. `precision: fp16`: the same search over the nodes the
 float16 converter converts, kept in float32 through onnxconverter-common's `node_block_list`
-with their FP32 weights (breakout_core.fp16); no calibration, no checkpoint. The stored rows
+with their FP32 weights (breakout_core.conversion.fp16); no calibration, no checkpoint. The stored rows
 of an FP16 search have no calibration method (NULL). Every step is stored with its agreement, |dQ| and batch-1 P50
 timed in turns with FP32's (ONNX Runtime CPU, one thread). The chosen step
-(breakout_core.repair.choose_step: fewest nodes in float, then the lowest mean |dQ| on the
+(breakout_core.diagnosis.repair.choose_step: fewest nodes in float, then the lowest mean |dQ| on the
 check states; latency is reported, never a tie-break) is copied to the output artifact;
 where none meets the target, the closest step is written and the report says so. Whether its games keep their scores is
 for a games measurement to judge: the proxy does not predict scores.
@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import Field, model_serializer, model_validator
 
-from breakout_core.onnx_checks import not_a_node
+from breakout_core.conversion.onnx_checks import not_a_node
 from runner.kinds.kind import Kind
 from runner.kinds.shared.calibration import CalibrationSpec
 from runner.report.section import Section
@@ -175,9 +175,9 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
 
     import onnxruntime as ort
 
-    from breakout_core.fixed_states import save_fixed_states
-    from breakout_core.hashing import file_sha256
-    from breakout_core.repair import Fp16Converter, Int8Converter, RepairTarget, choose_step, repair_search
+    from breakout_core.common.hashing import file_sha256
+    from breakout_core.diagnosis.repair import Fp16Converter, Int8Converter, RepairTarget, choose_step, repair_search
+    from breakout_core.evaluation.fixed_states import save_fixed_states
     from runner.kinds.shared.lineage import check_lineage
     from runner.kinds.shared.runtime_lifecycle import load_states
     from runner.kinds.shared.state_capture import capture_states
@@ -280,7 +280,7 @@ def report(con, run_id: str, m: RepairMeasurement) -> list[Section]:
     else:
         made, left_out = "FP16", ""
         how = ("FP16 by onnxconverter-common, each node kept in float32 reading the FP32 file's own weights "
-               "(breakout_core.fp16); no calibration.")
+               "(breakout_core.conversion.fp16); no calibration.")
     summary = (
         f"<p><code>{output}</code> ({path}): {made}, step {step}, keeping "
         f"{chosen['n_kept_float']} node(s) in float ({', '.join(json.loads(chosen['kept_float'])) or 'none'}): "

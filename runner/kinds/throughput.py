@@ -132,7 +132,7 @@ VIEWS = [
 
 
 def _run_trainer(config, ctx: RunContext, task) -> dict:
-    from breakout_core.trainer import TrainDone, Trainer
+    from breakout_core.learning.trainer import TrainDone, Trainer
 
     with tempfile.TemporaryDirectory(prefix="throughput-") as out_dir:  # checkpoints of a timing trial are not kept
         for record in Trainer(config, ctx.contract, out_dir).run():
@@ -152,8 +152,8 @@ def execute(m: ThroughputMeasurement, ctx: RunContext) -> None:
 
 
 def _time_one(m: ThroughputMeasurement, ctx: RunContext, trial, mode: str, repeat: int) -> None:
-    from breakout_core.driver import bare_stepping_rate
-    from breakout_core.trainer import learner_rate
+    from breakout_core.game.driver import bare_stepping_rate
+    from breakout_core.learning.trainer import learner_rate
 
     settings = m.settings_for(trial.overrides)
     suffix = f" · repeat {repeat + 1}/{m.repeats}" if m.repeats > 1 else ""
@@ -195,8 +195,8 @@ def metrics(con, run_id: str, m: ThroughputMeasurement, candidate: str, baseline
     """The candidate sweep point's full rate over its learner bound and, given a baseline,
     speed-ups over that point (e.g. N=2 over N=1): each the geometric mean of the ratios
     within a repeat (the two rates were timed side by side), with a 95% t interval over the
-    repeats (breakout_core.stats.paired_ratio_interval)."""
-    from breakout_core.stats import MIN_SEEDS_FOR_INTERVAL, geometric_mean_ratio, paired_ratio_interval
+    repeats (breakout_core.statistics.stats.paired_ratio_interval)."""
+    from breakout_core.statistics.stats import MIN_SEEDS_FOR_INTERVAL, geometric_mean_ratio, paired_ratio_interval
 
     rates: dict[tuple[str, str], dict[int, float]] = {}
     for trial, mode, repeat, rate in con.execute(

@@ -55,11 +55,12 @@ from typing import Any, Self
 import cv2
 import numpy as np
 
-from breakout_core.contract import Contract
-from breakout_core.driver import EpisodeDriver
-from breakout_core.envs import ACTION_NAMES, NUM_ACTIONS
-from breakout_core.messages import first_line
-from breakout_core.runtimes import Runtime, make_runtime
+from breakout_core.common.messages import first_line
+from breakout_core.game.contract import Contract
+from breakout_core.game.driver import EpisodeDriver
+from breakout_core.game.envs import ACTION_NAMES, NUM_ACTIONS
+from breakout_core.runtimes.base import Runtime
+from breakout_core.runtimes.registry import make_runtime
 from runner.spec.fields import MAX_SEED
 from runner.store import schema
 from runner.store.database import Store, utcnow

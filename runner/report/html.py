@@ -11,7 +11,7 @@ from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 
-from breakout_core.files import write_whole
+from breakout_core.common.files import write_whole
 from runner.report.section import Section
 
 MAX_CHART_POINTS = 20_000  # rows a chart embeds; tables and intervals use every row

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from breakout_core.files import write_whole
-from breakout_core.hashing import file_sha256
+from breakout_core.common.files import write_whole
+from breakout_core.common.hashing import file_sha256
 from runner.kinds.shared.selection_seeds import describe, seed_ranges
 from runner.store.database import Store
 from runner.store.errors import NoSuchRun
@@ -223,7 +223,7 @@ def _precision_line(precision: dict) -> str:
 
 def write_model_card(store: Store, checkpoint: Path, train_run: str, eval_runs: list[str], out: Path,
                      measurement: str = "reference") -> Path:
-    from breakout_core.qnetwork import load_checkpoint
+    from breakout_core.learning.qnetwork import load_checkpoint
 
     _, meta = load_checkpoint(checkpoint)
     transitions = int(meta["transitions"])

@@ -6,8 +6,8 @@ import html
 import json
 from pathlib import Path
 
-from breakout_core.files import write_whole
-from breakout_core.messages import described
+from breakout_core.common.files import write_whole
+from breakout_core.common.messages import described
 from runner.report.html import render_page, table_html
 from runner.report.section import Section
 from runner.store.database import Store
@@ -152,7 +152,7 @@ def _provenance(run: dict) -> str:
 def _contract_words(contract_json: str | None, contract_hash: str | None) -> str:
     """The run's contract as a person reads it: name, hash and rules (name and hash alone where the
     stored contract does not rebuild to its hash)."""
-    from breakout_core.contract import Contract
+    from breakout_core.game.contract import Contract
 
     try:
         contract = Contract(**json.loads(contract_json or "{}"))

@@ -5,7 +5,7 @@
   until it ends; a second run that wants one of those paths is refused in one line naming
   the run that holds it. A kind writes each file under the run's own folder
   (`runs/<run_id>/outputs/<artifact>/`) and publishes it to the spec's path in one rename
-  (breakout_core.files.publish); the run's copy stays beside its other files.
+  (breakout_core.common.files.publish); the run's copy stays beside its other files.
 - Inputs: as the run starts, the sha256 of every artifact it reads and does not write, and
   of every checkpoint policy's file (as `policies.NAME`), is recorded (the store's
   `run_files`; a resumed run goes on with the hashes its first start recorded).
@@ -25,8 +25,8 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from breakout_core.files import NoSpaceLeft, is_no_space, publish, same_file
-from breakout_core.hashing import file_sha256
+from breakout_core.common.files import NoSpaceLeft, is_no_space, publish, same_file
+from breakout_core.common.hashing import file_sha256
 from runner.run.errors import ArtifactBusy, ArtifactChanged
 
 
@@ -133,7 +133,7 @@ class RunFiles:
     @contextlib.contextmanager
     def loaded(self, name: str, what: str) -> Iterator[tuple[Path, str]]:
         """(path, sha256) of artifact `name`, checked; everything the block reads from the path is
-        that one file (breakout_core.files.FileReplaced otherwise)."""
+        that one file (breakout_core.common.files.FileReplaced otherwise)."""
         path = self.readable_path(name) if name in self.spec.artifacts else self._files()[name]
         with same_file(path):
             sha256 = file_sha256(path)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from breakout_core.contract import Contract
+    from breakout_core.game.contract import Contract
     from runner.run.artifact_files import RunFiles
     from runner.run.executor import Executor
     from runner.store.database import Store

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from breakout_core.contract import Contract
+from breakout_core.game.contract import Contract
 from runner.run.errors import ResumeRefused
 from runner.spec.document import LoadedSpec, settings_as_written
 from runner.store.errors import no_space_left

@@ -74,10 +74,10 @@ def _artifact_problems(spec, context: dict, outputs: set[str]) -> list[tuple[tup
 
 def _input_problem(path: Path, declared: str | None) -> str | None:
     """Why an ONNX file's input does not fit its declared convention, or, a float input, why it needs
-    one (breakout_core.input_convention); an undeclared uint8 input is the runtime's to check."""
+    one (breakout_core.conversion.input_convention); an undeclared uint8 input is the runtime's to check."""
     import onnx
 
-    from breakout_core.input_convention import InputConvention, convention_problem, declared_in, model_input
+    from breakout_core.conversion.input_convention import InputConvention, convention_problem, declared_in, model_input
 
     try:
         model = onnx.load(path, load_external_data=False)

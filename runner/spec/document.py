@@ -136,9 +136,9 @@ def contract_problems(spec: Spec, context: dict | None = None,
     contract = spec.contract.build()
     models_too = spec.contract.other_contracts != "deliberate"
     # imported only for a spec that names such a file: reading a checkpoint needs torch
-    readers = {"checkpoint": ("breakout_core.qnetwork", "checkpoint_contract"),
-               "onnx": ("breakout_core.export", "onnx_contract"),
-               "fixed_states": ("breakout_core.fixed_states", "states_contract")}
+    readers = {"checkpoint": ("breakout_core.learning.qnetwork", "checkpoint_contract"),
+               "onnx": ("breakout_core.conversion.export", "onnx_contract"),
+               "fixed_states": ("breakout_core.evaluation.fixed_states", "states_contract")}
     problems = []
     used = used_artifacts(spec)
     for where, path, kind, made_by in spec_files(spec):

@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from breakout_core.contract import DEFAULT_CONTRACT, MAX_EPISODE_SEED, MAX_REPEAT_ACTION_PROBABILITY
+from breakout_core.game.contract import DEFAULT_CONTRACT, MAX_EPISODE_SEED, MAX_REPEAT_ACTION_PROBABILITY
 from runner.spec.seed_pools import CHECK_RANGE, DRAWABLE, confirmation_overlap, shown
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"  # safe as a file name and a SQL string
@@ -138,14 +138,14 @@ class ContractSpec(StrictModel):
     @field_validator("name")
     @classmethod
     def _known(cls, name: str) -> str:
-        from breakout_core.contract import CONTRACTS
+        from breakout_core.game.contract import CONTRACTS
 
         if name not in CONTRACTS:
             raise ValueError(f"unknown contract {name!r}; known: {', '.join(sorted(CONTRACTS))}")
         return name
 
     def build(self):
-        from breakout_core.contract import contract_by_name
+        from breakout_core.game.contract import contract_by_name
 
         changes = {k: v for k, v in self.model_dump(exclude={"name", "other_contracts"}).items() if v is not None}
         return contract_by_name(self.name).replace(**changes)

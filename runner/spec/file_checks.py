@@ -7,7 +7,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from breakout_core.messages import described
+from breakout_core.common.messages import described
 
 WHAT = {"checkpoint": "a PyTorch checkpoint", "fixed_states": "a fixed-states .npz file", "onnx": "an ONNX model"}
 
@@ -33,7 +33,7 @@ def file_problem(path: Path, kind: str) -> str | None:
     if kind == "checkpoint" and not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
         return f"{path}: not {WHAT[kind]} (a zip archive without torch's data.pkl)"
     if kind == "checkpoint":  # what is inside, as every user of the checkpoint will read it
-        from breakout_core.qnetwork import load_checkpoint
+        from breakout_core.learning.qnetwork import load_checkpoint
 
         try:
             load_checkpoint(path)

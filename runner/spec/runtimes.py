@@ -24,7 +24,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field, ValidationInfo, create_model, field_validator, model_validator
 
-from breakout_core.runtimes import RUNTIMES, Option, Runtime
+from breakout_core.runtimes.base import Option, Runtime
+from breakout_core.runtimes.registry import RUNTIMES
 from runner.spec.fields import Name, StrictModel, spec_relative
 
 ARTIFACT_TYPES = {".pt": "checkpoint", ".pth": "checkpoint", ".onnx": "onnx", ".npz": "fixed_states",
@@ -45,7 +46,7 @@ class ArtifactSpec(StrictModel):
     @field_validator("input")
     @classmethod
     def _convention(cls, text: str | None) -> str | None:
-        from breakout_core.input_convention import InputConvention
+        from breakout_core.conversion.input_convention import InputConvention
 
         return None if text is None else str(InputConvention.parse(text))
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from breakout_core.messages import first_line
+from breakout_core.common.messages import first_line
 
 MAX_ALIASES = 50
 MAX_EXPANDED_VALUES = 100_000  # values of a document, every alias counted as the node it names

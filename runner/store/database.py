@@ -23,8 +23,8 @@ from pathlib import Path
 
 import duckdb
 
-from breakout_core.files import write_whole
-from breakout_core.messages import first_line
+from breakout_core.common.files import write_whole
+from breakout_core.common.messages import first_line
 from runner.store import schema
 from runner.store.errors import RunNotRunning, StoreBusy, StoreError, damage, damage_told, transaction
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import duckdb
 
-from breakout_core.files import NoSpaceLeft
-from breakout_core.messages import first_line
+from breakout_core.common.files import NoSpaceLeft
+from breakout_core.common.messages import first_line
 
 _NO_SPACE = "no space left on device"
 _UNNAMED = "a file whose writer did not name it"

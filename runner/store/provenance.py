@@ -10,7 +10,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from breakout_core.cores import usable_cores
+from breakout_core.common.cores import usable_cores
 
 PACKAGES = ("torch", "numpy", "gymnasium", "ale-py", "onnx", "onnxruntime", "duckdb", "pydantic", "scipy", "altair")
 
@@ -40,7 +40,7 @@ def memory_bytes() -> int:
 
 
 def cpu_name() -> str:
-    from breakout_core.cpu_flags import cpu_model
+    from breakout_core.common.cpu_flags import cpu_model
 
     return cpu_model() or platform.processor() or platform.machine()
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import duckdb
 import yaml
 
-from breakout_core.files import NoSpaceLeft
-from breakout_core.messages import first_line
+from breakout_core.common.files import NoSpaceLeft
+from breakout_core.common.messages import first_line
 from runner.spec.fields import NAME_PATTERN
 from runner.spec.stored import stored_spec_problem
 from runner.spec.yaml_source import read_spec_text

@@ -1,7 +1,7 @@
 """The baseline's games, reused where the same baseline already played them on this machine.
 
 A game on a seed is a function of the contract, the policy and the seed
-(breakout_core.driver); a runtime's policy is its backend, options and file, and its numbers
+(breakout_core.game.driver); a runtime's policy is its backend, options and file, and its numbers
 depend on the CPU and the libraries that compute them (and on the batch it is asked in). A
 baseline's game stored under the same key is the game it would play again, so the `episodes`
 kind copies it into the new run instead of replaying it. The key is the sha256 of all of
@@ -62,7 +62,7 @@ def _cpu() -> dict:
 
 def game_key(ctx: "RunContext", runtime: str, batch_size: int) -> tuple[str, dict]:
     """(key, what it is the sha256 of) for the games `runtime` plays in batches of `batch_size`."""
-    from breakout_core.hashing import file_sha256
+    from breakout_core.common.hashing import file_sha256
     from runner.store.provenance import package_versions
 
     config = ctx.spec.runtimes[runtime]

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from breakout_core.quantize import MIN_CALIBRATION_STATES
+from breakout_core.conversion.quantize import MIN_CALIBRATION_STATES
 from runner.kinds.shared.state_capture import CaptureSpec
 from runner.spec.fields import Seeds, StrictModel, seed_list
 from runner.spec.yaml_source import PlacedError

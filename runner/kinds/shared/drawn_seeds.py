@@ -40,7 +40,7 @@ schema.declare("drawn_seeds", MIGRATIONS)
 
 def played_seeds(ctx: "RunContext", measurement: str, seeds, files: dict[str, str]) -> list[int]:
     """The seeds `measurement` plays: as written, or drawn for `files` ({name: path}) and stored."""
-    from breakout_core.hashing import file_sha256
+    from breakout_core.common.hashing import file_sha256
     from runner.spec.seed_pools import draw_key, draw_seeds
 
     if not isinstance(seeds, DrawnSeeds):

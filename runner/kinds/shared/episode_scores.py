@@ -95,7 +95,7 @@ METRIC_NAMES = (  # what score_metrics() gives a verdict
 def gif_row(ctx: "RunContext", measurement: str, path: Path, subject: str, episode, frames: int) -> dict:
     """The artifacts row of a GIF of `episode`, labelled with its result and, when the GIF
     holds only the episode's first GIF_MAX_FRAMES steps, with that."""
-    from breakout_core.evaluator import GIF_MAX_FRAMES
+    from breakout_core.evaluation.evaluator import GIF_MAX_FRAMES
 
     cut = f"; the GIF shows its first {GIF_MAX_FRAMES} steps" if frames > GIF_MAX_FRAMES else ""
     return {"run_id": ctx.run_id, "measurement": measurement, "path": str(path), "bytes": path.stat().st_size,
@@ -137,7 +137,7 @@ def score_metrics(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, 
                   baseline: str) -> dict[str, float]:
     """Mean scores of both and the bootstrap interval of their same-seed differences ({} when
     either played no episodes or fewer than two seeds pair up)."""
-    from breakout_core.stats import paired_bootstrap_ci
+    from breakout_core.statistics.stats import paired_bootstrap_ci
 
     summary = {
         row[0]: row[1:]

@@ -1,4 +1,4 @@
-"""INT8 ONNX files made with ONNX Runtime's quantizer (breakout_core.quantize), as a spec
+"""INT8 ONNX files made with ONNX Runtime's quantizer (breakout_core.conversion.quantize), as a spec
 declares them, and the `int8_files` table that records how each was made.
 
     int8:
@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
-from breakout_core.onnx_checks import not_a_node
+from breakout_core.conversion.onnx_checks import not_a_node
 from runner.kinds.shared.calibration import CalibrationCapture
 from runner.spec.fields import Name, StrictModel, seed_list
 from runner.spec.yaml_source import PlacedError, raise_placed
 from runner.store import schema
 
 if TYPE_CHECKING:
-    from breakout_core.quantize import Int8Artifact
+    from breakout_core.conversion.quantize import Int8Artifact
 
 STATIC_ONLY = ("calibrate_method", "calibration_states", "calibration")
 
@@ -55,7 +55,7 @@ class Int8Export(StrictModel):
 
     @model_validator(mode="after")
     def _method_fields(self) -> "Int8Export":
-        from breakout_core.quantize import MIN_CALIBRATION_STATES
+        from breakout_core.conversion.quantize import MIN_CALIBRATION_STATES
 
         if self.method == "dynamic":
             raise_placed([PlacedError("dynamic quantization takes its activation ranges at run time: no "
@@ -155,7 +155,7 @@ def quantize(where: str, variant: Int8Export, source_path: str, out_path: str, s
     """Quantize one variant; returns the engine's Int8Artifact and its `int8_files` columns.
 
     The engine's one-line QuantizeError is raised as a ValueError naming the variant (`where`)."""
-    from breakout_core.quantize import QuantizeError, quantize_int8
+    from breakout_core.conversion.quantize import QuantizeError, quantize_int8
 
     try:
         made = quantize_int8(source_path, out_path, method=variant.method,

@@ -9,7 +9,7 @@ of them). What two runs can judge is each runtime against the measurement's base
 same round, where the load falls on both alike: each round's ratio of a statistic (P50, P95,
 P99 or mean of the round's calls, on each clock: wall time, and `cpu_`, the calling thread's
 CPU time), run B's ratios against run A's by the ratio of their geometric means and Welch's t
-interval on their logarithms (breakout_core.latency_rounds.run_ratio). A row is significant
+interval on their logarithms (breakout_core.statistics.latency_rounds.run_ratio). A row is significant
 when the interval leaves out 1, worse or better beyond a factor only when the whole interval
 lies beyond it. Each runtime's absolute statistics are shown beside them, not judged; a run of
 one round, or a tail from too few calls per round, cannot be judged and says why.
@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 
-from breakout_core.latency_rounds import MIN_ROUNDS, min_calls_per_round, run_ratio
+from breakout_core.statistics.latency_rounds import MIN_ROUNDS, min_calls_per_round, run_ratio
 from runner.compare.rows import Row, RunSide, differences, runtime_problem, unavailable_rows
 from runner.kinds.shared.runtime_metrics import round_statistics
 

@@ -19,7 +19,7 @@ def check_lineage(ctx, names) -> None:
     header). When the spec also names that checkpoint and its file changed since (a newer
     checkpoint copied in place), comparing torch on the new weights with ONNX Runtime on the
     old ones would measure the wrong thing: the run stops and says which spec to run again."""
-    from breakout_core.fixed_states import file_sha256
+    from breakout_core.evaluation.fixed_states import file_sha256
 
     artifacts = ctx.spec.artifacts
     checkpoints = {file_sha256(a.path): n for n, a in artifacts.items()
@@ -32,8 +32,8 @@ def check_lineage(ctx, names) -> None:
         artifact = artifacts[name]
         recorded = None
         if artifact.type == "onnx":
-            from breakout_core.export import inspect_onnx
-            from breakout_core.onnx_checks import META_PREFIX
+            from breakout_core.conversion.export import inspect_onnx
+            from breakout_core.conversion.onnx_checks import META_PREFIX
 
             recorded = inspect_onnx(artifact.path).metadata.get(META_PREFIX + "checkpoint_sha256") or None
         elif artifact.type == "fixed_states":

@@ -19,8 +19,8 @@ def runtime_file(ctx, name: str) -> Path:
     """The path a runtime loads for artifact `name` (adapted once per run, then reused)."""
     import onnx
 
-    from breakout_core import input_convention as inputs
-    from breakout_core.hashing import file_sha256
+    from breakout_core.common.hashing import file_sha256
+    from breakout_core.conversion import input_convention as inputs
 
     artifact = ctx.spec.artifacts[name]
     path = Path(artifact.path)
@@ -55,7 +55,7 @@ def adapted_source_sha256(adapted: Path) -> str | None:
 
 def check_states(ctx) -> np.ndarray:
     """The spec's first fixed states (uint8 (N, 4, 84, 84)), else seeded random observations."""
-    from breakout_core.fixed_states import load_fixed_states
+    from breakout_core.evaluation.fixed_states import load_fixed_states
 
     for artifact in ctx.spec.artifacts.values():
         if artifact.type == "fixed_states" and Path(artifact.path).is_file():

@@ -23,7 +23,7 @@ def open_runtime(ctx, measurement: str, name: str) -> Iterator[Any]:
 
     Either way one runtime_status row records it: unavailable with the reason, or
     available with describe() and the load time (never part of any measurement)."""
-    from breakout_core.runtimes import RuntimeUnavailable
+    from breakout_core.runtimes.base import RuntimeUnavailable
 
     config = ctx.spec.runtimes[name]
     artifact = ctx.spec.artifacts[config.artifact]
@@ -65,8 +65,8 @@ def open_runtime(ctx, measurement: str, name: str) -> Iterator[Any]:
 
 def load_states(ctx, artifact_name: str):
     """The fixed states of an artifact, refused if captured under another contract."""
-    from breakout_core.files import same_file
-    from breakout_core.fixed_states import file_sha256, load_fixed_states
+    from breakout_core.common.files import same_file
+    from breakout_core.evaluation.fixed_states import file_sha256, load_fixed_states
 
     check_lineage(ctx, [artifact_name])
     path = ctx.spec.artifacts[artifact_name].path
@@ -95,7 +95,7 @@ def infer_in_batches(runtime, obs: np.ndarray, batch: int) -> np.ndarray:
 
 def greedy(q: np.ndarray) -> np.ndarray:
     """Greedy actions, lowest index on ties; -1 for a row with a non-finite value (as parity.compare_q)."""
-    from breakout_core.parity import greedy_actions
+    from breakout_core.diagnosis.parity import greedy_actions
 
     finite = np.isfinite(q).all(axis=1)
     return np.where(finite, greedy_actions(np.where(np.isfinite(q), q, -np.inf)), -1).astype(np.int64)

@@ -8,7 +8,7 @@ PARITY_METRIC_NAMES = ("action_agreement", "action_disagreements", "max_abs_dq",
                        "elements_fail", "near_ties", "batch_invariance_max_abs_dq", "decisive_action_agreement",
                        "decisive_states")
 
-# each statistic of a round (breakout_core.latency_rounds.ROUND_STATISTICS) on both clocks: wall time
+# each statistic of a round (breakout_core.statistics.latency_rounds.ROUND_STATISTICS) on both clocks: wall time
 # (`latency_`) and the calling thread's CPU time (`cpu_time_`); a ratio's point estimate is shown,
 # its interval over rounds decides
 CLOCK_PREFIXES = {"wall": "latency", "cpu": "cpu_time"}
@@ -69,7 +69,7 @@ def latency_pair_metrics(con, run_id: str, measurement: str, candidate: str, bas
     """Latency of candidate and its ratios to baseline at `batch_size` (None: the smallest measured),
     on both clocks: each statistic's ratio is the geometric mean of its per-round ratios (candidate
     over baseline in the same round) and its interval a t interval over the rounds
-    (breakout_core.latency_rounds.round_ratio). A tail statistic gets an interval only where each
+    (breakout_core.statistics.latency_rounds.round_ratio). A tail statistic gets an interval only where each
     round holds enough calls for it (min_calls_per_round); the spec refuses a rule on one without."""
     if batch_size is None:
         batch_size = con.execute("SELECT min(batch_size) FROM latency_samples WHERE run_id = ? AND measurement = ?",
@@ -116,7 +116,7 @@ def round_ratio_metrics(candidate: dict, baseline: dict) -> dict:
     """Every statistic's ratio over the rounds both runtimes ran, on both clocks, from their
     round_statistics. The spread between rounds, where a shared machine's load shows, is what
     the interval measures; one round gives none."""
-    from breakout_core.latency_rounds import min_calls_per_round, round_ratio
+    from breakout_core.statistics.latency_rounds import min_calls_per_round, round_ratio
 
     rounds = len(candidate[("wall", "p50")])
     if len(baseline[("wall", "p50")]) != rounds:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from breakout_core.hashing import file_sha256
+from breakout_core.common.hashing import file_sha256
 
 HELD_OUT, SELECTION_SEEDS, UNKNOWN = "held_out", "selection_seeds", "unknown"
 
@@ -77,13 +77,13 @@ def _trainings(con, path: Path, sha256: str) -> tuple[list[tuple], str]:
     """The trainings that wrote the checkpoint at `path` (an ONNX file: the checkpoint its export
     recorded), and how they were found or why none was."""
     if path.suffix == ".onnx":
-        from breakout_core.export import META_PREFIX, inspect_onnx
+        from breakout_core.conversion.export import META_PREFIX, inspect_onnx
 
         recorded = inspect_onnx(path).metadata.get(META_PREFIX + "checkpoint_sha256")
         if not recorded:
             return [], "an ONNX file that records no checkpoint it was exported from"
         return _by_sha256(con, recorded), "sha256 of the checkpoint the ONNX export records"
-    from breakout_core.qnetwork import load_checkpoint
+    from breakout_core.learning.qnetwork import load_checkpoint
 
     found = _by_sha256(con, sha256)
     if found:

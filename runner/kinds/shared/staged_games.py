@@ -4,8 +4,8 @@ staged mode of the `episodes` kind.
 Its seeds are the cap, taken in order, `games` at a time: every runtime and the baseline play
 the same seeds of a stage, the games land in the shared `episodes` table as any others, and
 after each stage every candidate still undecided gets one look of
-breakout_core.sequential's group-sequential test on its paired differences so far (alpha
-spent over the planned looks, at least breakout_core.sequential.MIN_LOOKS of them). A
+breakout_core.statistics.sequential's group-sequential test on its paired differences so far (alpha
+spent over the planned looks, at least breakout_core.statistics.sequential.MIN_LOOKS of them). A
 candidate that decides stops; the baseline plays on while any candidate goes on. Every look
 is a row of `episode_looks`.
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from runner.run.context import RunContext
 
 DEFAULT_MARGIN_FRACTION = 0.1
-DECISIONS = ("non-inferior", "inferior", "continue", "inconclusive")  # breakout_core.sequential's
+DECISIONS = ("non-inferior", "inferior", "continue", "inconclusive")  # breakout_core.statistics.sequential's
 
 
 class StagesSpec(StrictModel):
@@ -60,7 +60,7 @@ class StagesSpec(StrictModel):
 
     def plan(self, seed_count: int):
         """The sequential test's plan for `seed_count` seeds (the cap) in these stages."""
-        from breakout_core.sequential import SequentialPlan
+        from breakout_core.statistics.sequential import SequentialPlan
 
         return SequentialPlan(margin=self.margin, stage_games=self.games, max_games=seed_count, alpha=self.alpha)
 
@@ -71,7 +71,7 @@ class StagesSpec(StrictModel):
 
 def stages_problem(stages: StagesSpec, seed_count: int) -> str | None:
     """Why `seed_count` seeds cannot be played in these stages (None: they can)."""
-    from breakout_core.sequential import MIN_LOOKS
+    from breakout_core.statistics.sequential import MIN_LOOKS
 
     looks = -(-seed_count // stages.games)
     if looks < MIN_LOOKS:
@@ -110,7 +110,7 @@ def play_in_stages(m, ctx: "RunContext", seeds: list[int], play: PlayStage) -> N
     """Play `m`'s runtimes in stages of `m.stages.games` seeds until each candidate decides
     or the seeds run out, storing a look per candidate and stage. On --resume, the games and
     looks already stored are kept, and the test is recomputed from them."""
-    from breakout_core.sequential import CONTINUE, SequentialTest
+    from breakout_core.statistics.sequential import CONTINUE, SequentialTest
 
     stages: StagesSpec = m.stages
     plan = stages.plan(len(seeds))
@@ -193,7 +193,7 @@ def staged_metrics(con, run_id: str, measurement: str, candidate: str, baseline:
     """The last look of candidate against baseline, and which single game's removal would change
     its decision; when it decided nothing, the reason a verdict that straddles its threshold
     gives for being inconclusive."""
-    from breakout_core.sequential import INTERVAL_METHOD
+    from breakout_core.statistics.sequential import INTERVAL_METHOD
 
     row = con.execute(
         "SELECT stage, games, max_games, planned_looks, mean_diff, sd_diff, ci_low, ci_high, confidence, margin, "
@@ -227,7 +227,7 @@ def _fragility(con, run_id: str, measurement: str, candidate: str, baseline: str
     same confidence and margin over the others); None where no single game would."""
     import numpy as np
 
-    from breakout_core.sequential import Look, fragile_games
+    from breakout_core.statistics.sequential import Look, fragile_games
 
     stage, games, cap, mean, sd, low, high, confidence, margin, decision = last
     pairs = con.execute("SELECT seed, diff FROM episode_pairs WHERE run_id = ? AND measurement = ? AND candidate = ? "

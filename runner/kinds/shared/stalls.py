@@ -1,5 +1,5 @@
 """The stalls verdict's metrics: games run to the time limit by a candidate against its
-baseline on the same seeds, from the shared `episodes` table (breakout_core.stalls holds
+baseline on the same seeds, from the shared `episodes` table (breakout_core.statistics.stalls holds
 the test). Every kind that plays paired games offers them.
 
 A verdict decides with two rules (specs/check_onnx.yaml):
@@ -18,7 +18,7 @@ METRIC_NAMES = ("stall_excess_ci_low", "stall_excess_ci_high", "stalls_more_p_va
 
 def stall_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str) -> dict:
     """The stall test on every seed both played ({} where none pairs up)."""
-    from breakout_core.stalls import stall_test
+    from breakout_core.statistics.stalls import stall_test
 
     pairs = con.execute(
         "SELECT c.ended_by = 'time_limit' AS candidate_stalled, b.ended_by = 'time_limit' AS baseline_stalled "

@@ -1,5 +1,5 @@
 """States from the agent's own games under the spec's contract: the export kind's fixed states and
-the repair kind's calibration states are captured alike (breakout_core.fixed_states), from the
+the repair kind's calibration states are captured alike (breakout_core.evaluation.fixed_states), from the
 spec's checkpoint, on the seeds the spec declares."""
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ class CaptureSpec(StrictModel):
 
 
 def capture_states(ctx, checkpoint: str | Path, n_states: int, capture: CaptureSpec):
-    """`n_states` states (breakout_core.fixed_states.FixedStates) spread over the checkpoint's own
+    """`n_states` states (breakout_core.evaluation.fixed_states.FixedStates) spread over the checkpoint's own
     games on the capture's seeds, under the spec's contract (another contract's checkpoint only
     where the spec says that is deliberate)."""
-    from breakout_core.fixed_states import capture_from_checkpoint
+    from breakout_core.evaluation.fixed_states import capture_from_checkpoint
 
     return capture_from_checkpoint(
         checkpoint, n_states=n_states, episode_seeds=seed_list(capture.episode_seeds), epsilon=capture.epsilon,

@@ -61,7 +61,7 @@ def training_sections(con, run_id: str, measurement: str) -> list[Section]:
 
 def _score_sections(con, run_id: str, measurement: str) -> list[Section]:
     """Each training's greedy score, and each trial's mean and IQM over training seeds with 95% CIs."""
-    from breakout_core.stats import MIN_SEEDS_FOR_INTERVAL, seed_statistics
+    from breakout_core.statistics.stats import MIN_SEEDS_FOR_INTERVAL, seed_statistics
     from runner.report.html import table_html
 
     per_seed = con.execute(

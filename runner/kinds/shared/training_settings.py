@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from breakout_core.train_config import PROCESS_WIDE_SETTINGS, TrainConfig
+from breakout_core.learning.train_config import PROCESS_WIDE_SETTINGS, TrainConfig
 from runner.spec.fields import StrictModel
 from runner.spec.sweeps import (
     DEFAULT_MAX_TRIALS,
@@ -41,7 +41,7 @@ def _declared_settings() -> type[StrictModel]:
 
 
 class TrainSettings(_declared_settings()):
-    """Training fields (breakout_core.train_config); units are transitions (one env step of one env)."""
+    """Training fields (breakout_core.learning.train_config); units are transitions (one env step of one env)."""
 
     checkpoint_every: int | None = Field(default=None, gt=0, description="also checkpoint at every multiple")
 
@@ -56,14 +56,14 @@ class TrainSettings(_declared_settings()):
     @classmethod
     def _precision_this_cpu_has(cls, precision: str, info: ValidationInfo) -> str:
         """bf16 without AMX is refused here, at the line that asks for it (learner_device is declared before)."""
-        from breakout_core.learner_precision import choose_learner_precision
+        from breakout_core.learning.learner_precision import choose_learner_precision
 
         choose_learner_precision(precision, info.data.get("learner_device", "cpu"))
         return precision
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainSettings":
-        from breakout_core.replay_layout import replay_bytes
+        from breakout_core.learning.replay_layout import replay_bytes
         from runner.store.provenance import memory_bytes
 
         if self.replay_capacity < self.num_envs * 64:

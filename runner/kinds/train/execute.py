@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from breakout_core.hashing import file_sha256
+from breakout_core.common.hashing import file_sha256
 from runner.kinds.train.model import TrainMeasurement
 from runner.kinds.train.trainings import Training, TrainingJob
 from runner.run.context import RunContext
@@ -140,8 +140,8 @@ def _checkpoint_episodes(m: TrainMeasurement, ctx: RunContext, training: Trainin
     (policy 'trial@transition'); none when the database already holds them. The caller
     stores them: while training, through the run's row buffer, which keeps them when a
     reader holds the database."""
-    from breakout_core.evaluator import evaluate
-    from breakout_core.policies import QNetworkPolicy
+    from breakout_core.evaluation.evaluator import evaluate
+    from breakout_core.evaluation.policies import QNetworkPolicy
     from runner.kinds.shared.episode_scores import episode_row
 
     policy = f"{training.label}@{transition}"
@@ -162,8 +162,8 @@ def _after_training(m: TrainMeasurement, ctx: RunContext, training: Training) ->
     """Evaluate the training's checkpoints not yet evaluated and record its GIF strip, from the
     checkpoints stored. What a killed run already stored (a checkpoint's episodes, a GIF) is
     not done again."""
-    from breakout_core.evaluator import evaluate, write_gif
-    from breakout_core.policies import QNetworkPolicy
+    from breakout_core.evaluation.evaluator import evaluate, write_gif
+    from breakout_core.evaluation.policies import QNetworkPolicy
     from runner.kinds.shared.episode_scores import gif_row
 
     with ctx.store.reader() as con:

@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from breakout_core.files import write_whole
-from breakout_core.messages import described
+from breakout_core.common.files import write_whole
+from breakout_core.common.messages import described
 from runner.kinds.train.trainings import Record, Training, TrainingJob, final_checkpoint, score_one, train_one
 from runner.run.executor import Executor
 

@@ -5,7 +5,7 @@ each trial once per training seed: a (trial, training seed) training is the unit
 every row carries its training seed. With `score_seeds:` each training's final checkpoint plays
 those episode seeds greedily; a training's score is its mean, and comparisons between trials
 judge the scores over training seeds (mean, IQM and probability of improvement, each with a
-95% CI over seeds that accounts for how few seeds there are: breakout_core.stats). With one
+95% CI over seeds that accounts for how few seeds there are: breakout_core.statistics.stats). With one
 training seed per arm a comparison is inconclusive: one training run says nothing about the
 spread between runs.
 

@@ -70,7 +70,7 @@ def metrics(con, run_id: str, m: TrainMeasurement, candidate: str, baseline: str
     """A trial's health (its worst seed), its learning figures (means over seeds), its score over
     seeds with intervals, and against a baseline the differences of scores and the speed-up with
     their intervals over seeds. Fewer than MIN_SEEDS_FOR_INTERVAL seeds per arm: `inconclusive_reason`."""
-    from breakout_core.stats import MIN_SEEDS_FOR_INTERVAL, seed_statistics
+    from breakout_core.statistics.stats import MIN_SEEDS_FOR_INTERVAL, seed_statistics
 
     found, mine = _trial_metrics(con, run_id, m, candidate)
     base_found, theirs = _trial_metrics(con, run_id, m, baseline) if baseline is not None else ({}, {})

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from breakout_core.train_config import MAX_TRAINING_SEED
+from breakout_core.learning.train_config import MAX_TRAINING_SEED
 from runner.kinds.shared.training_settings import (
     SweptSettings,
     TrainSettings,
@@ -127,7 +127,7 @@ class TrainMeasurement(SweptSettings):
     def episode_seeds(self) -> list[tuple[tuple, list[int]]]:
         """The seeded games its checkpoints play: the final ones' scores, every checkpoint's
         evaluation, the GIFs. (Training's own games start from seeds drawn from the training
-        seed, breakout_core.trainer.slot_seed, and no verdict judges them.)"""
+        seed, breakout_core.learning.trainer.slot_seed, and no verdict judges them.)"""
         played = [(("score_seeds",), seed_list(self.score_seeds))] if self.score_seeds is not None else []
         if self.evaluate_checkpoints is not None:
             played.append((("evaluate_checkpoints", "seeds"), seed_list(self.evaluate_checkpoints.seeds)))

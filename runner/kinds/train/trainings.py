@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
 if TYPE_CHECKING:
-    from breakout_core.contract import Contract
-    from breakout_core.train_config import TrainConfig
+    from breakout_core.game.contract import Contract
+    from breakout_core.learning.train_config import TrainConfig
 
 Record = tuple[str, dict]  # (table, row)
 
@@ -63,7 +63,7 @@ def train_one(job: TrainingJob, on_transition: Callable[[int], None] | None = No
     that were not stored."""
     import json
 
-    from breakout_core.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, TrainDone, Trainer
+    from breakout_core.learning.trainer import CheckpointSaved, Diagnostics, EpisodeEnd, TrainDone, Trainer
     from runner.store.database import utcnow
 
     key = job.key
@@ -89,7 +89,7 @@ def _refuse_changed_file(job: TrainingJob) -> None:
     """The file a training starts from must still hold the bytes hashed when its job was made: trainings
     train one after another (or whenever a Ray worker is free), and a ship may replace a
     start file in between."""
-    from breakout_core.hashing import file_sha256
+    from breakout_core.common.hashing import file_sha256
 
     if (now := file_sha256(job.resumed_from)) != job.resumed_from_sha256:
         raise ValueError(f"{job.resumed_from}: replaced while the run was going "
@@ -100,8 +100,8 @@ def _refuse_changed_file(job: TrainingJob) -> None:
 def score_one(job: TrainingJob, checkpoint: str, transition: int,
                on_episode: Callable[[object], None] | None = None) -> Iterator[Record]:
     """One `train_scores` row per score seed: the checkpoint playing greedily (epsilon 0)."""
-    from breakout_core.evaluator import evaluate
-    from breakout_core.policies import QNetworkPolicy
+    from breakout_core.evaluation.evaluator import evaluate
+    from breakout_core.evaluation.policies import QNetworkPolicy
 
     result = evaluate(QNetworkPolicy.from_checkpoint(checkpoint, epsilon=0.0), list(job.score_seeds), job.contract,
                       batch_size=job.score_batch, on_episode=on_episode)

@@ -7,7 +7,7 @@ thousands of correlated calls for thousands of independent ones and calls an unc
 runtime different most of the time. A round, in which every runtime takes its turn on the
 same input, is the unit here: each round gives one ratio of a statistic (its P50, P95, P99
 or mean, candidate over baseline), and the interval is Student's t on the logarithms of those
-ratios (breakout_core.stats.paired_ratio_interval). The order of the runtimes within each
+ratios (breakout_core.statistics.stats.paired_ratio_interval). The order of the runtimes within each
 round is drawn from a seed, so neither always goes first (after the other's cache traffic,
 or first after a pause); the order is recorded with the samples.
 
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from breakout_core.latency import MIN_TIMED_CALLS
-from breakout_core.stats import PERCENTILE_METHOD, geometric_mean_ratio, paired_ratio_interval
+from breakout_core.statistics.stats import PERCENTILE_METHOD, geometric_mean_ratio, paired_ratio_interval
 
+MIN_TIMED_CALLS = 64  # fewer samples make P95/P99 mostly the largest sample or two
 # name: the percentile, or None for the mean
 ROUND_STATISTICS: dict[str, int | None] = {"p50": 50, "p95": 95, "p99": 99, "mean": None}
 TAIL_STATISTICS = ("p95", "p99")
@@ -93,7 +93,7 @@ def run_ratio(run_a: np.ndarray, run_b: np.ndarray, *, confidence: float = RATIO
     """The ratio of one runtime's per-round statistic between two runs (run B's over run A's):
     the ratio of their geometric means over rounds, and Welch's t interval on the logarithms
     (the runs' rounds are not paired). Fewer than MIN_ROUNDS rounds in either run: no interval."""
-    from breakout_core.stats import geometric_mean_ratio_interval
+    from breakout_core.statistics.stats import geometric_mean_ratio_interval
 
     run_a, run_b = np.asarray(run_a, dtype=np.float64), np.asarray(run_b, dtype=np.float64)
     point = float(np.exp(np.log(run_b).mean() - np.log(run_a).mean()))

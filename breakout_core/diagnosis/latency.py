@@ -6,7 +6,7 @@ CPU time is kept beside its wall time: on a shared machine a call waits for a co
 other jobs hold it, which its wall time counts and its CPU time does not (a runtime that runs
 the call on other threads, ONNX Runtime with more than one intra-op thread, shows less CPU
 time than it spends). Percentiles are numpy's, with the
-method named (the same one breakout_core.stats and DuckDB's quantile_cont use), so a
+method named (the same one breakout_core.statistics.stats and DuckDB's quantile_cont use), so a
 P95 here can be recomputed from the stored samples.
 """
 
@@ -18,9 +18,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from breakout_core.stats import PERCENTILE_METHOD
+from breakout_core.statistics.latency_rounds import MIN_TIMED_CALLS
+from breakout_core.statistics.stats import PERCENTILE_METHOD
 
-MIN_TIMED_CALLS = 64  # fewer samples make P95/P99 mostly the largest sample or two
 TIMER = "time.perf_counter_ns"
 CPU_TIMER = "time.thread_time_ns"
 

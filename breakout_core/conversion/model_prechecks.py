@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from breakout_core.envs import NUM_ACTIONS
-from breakout_core.onnx_checks import one_line
+from breakout_core.conversion.onnx_checks import one_line
+from breakout_core.game.envs import NUM_ACTIONS
 
 FULL_ACTION_SPACE = 18  # ALE's full action set
 
@@ -57,7 +57,7 @@ def session(path: str | Path):
 def fp16_cast_fix(path: str | Path) -> str | None:
     """The fix, when `path` is onnxconverter-common's FP16 conversion of a uint8-input model: the
     converter never rewrites a Cast's target type, so the Cast reading the uint8 input still makes
-    float32 while the file declares its output float16 (breakout_core/fp16.py keeps that Cast in
+    float32 while the file declares its output float16 (breakout_core/conversion/fp16.py keeps that Cast in
     float32 for this reason)."""
     import onnx
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from breakout_core.cpu_flags import cpu_flags
+from breakout_core.common.cpu_flags import cpu_flags
 
 LearnerPrecision = Literal["fp32", "bf16", "auto"]
 LEARNER_PRECISIONS = get_args(LearnerPrecision)

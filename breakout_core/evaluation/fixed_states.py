@@ -29,11 +29,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from breakout_core.contract import Contract
-from breakout_core.driver import STOPPED, EpisodeDriver, play_seeds
-from breakout_core.files import write_whole
-from breakout_core.hashing import file_sha256
-from breakout_core.policies import Policy
+from breakout_core.common.files import write_whole
+from breakout_core.common.hashing import file_sha256
+from breakout_core.evaluation.policies import Policy
+from breakout_core.game.contract import Contract
+from breakout_core.game.driver import STOPPED, EpisodeDriver, play_seeds
 
 FIXED_STATES_FORMAT = "breakout-fixed-states/1"
 STEP_CAP = "step_cap"  # stopped by max_steps_per_episode, not by the game
@@ -233,7 +233,7 @@ def capture_from_checkpoint(
     `other_contract_deliberate`. Other options go to capture_fixed_states (policy_seed,
     batch_size, max_steps_per_episode, ...).
     """
-    from breakout_core.policies import QNetworkPolicy
+    from breakout_core.evaluation.policies import QNetworkPolicy
 
     policy = QNetworkPolicy.from_checkpoint(checkpoint_path, epsilon=epsilon)
     meta = policy.checkpoint_meta
@@ -260,7 +260,7 @@ def capture_from_onnx(onnx_path: str | Path, contract: Contract, *, n_states: in
     (default: `onnx_path`); its path and sha256 are kept in the states' meta (`onnx_path`,
     `onnx_sha256`), not as a checkpoint's, which an export's lineage checks. Other options go to
     capture_fixed_states."""
-    from breakout_core.policies import OnnxPolicy
+    from breakout_core.evaluation.policies import OnnxPolicy
 
     policy = OnnxPolicy(onnx_path, epsilon=epsilon)
     try:

@@ -9,7 +9,7 @@ batch axis, and returns `q_values` float32 (B, 4): the uint8 -> float cast and t
 scaling are inside the graph, so every runtime is fed the same bytes.
 
 The FP16 variant comes from onnxconverter-common's float16 converter with
-keep_io_types=True, so its I/O stays uint8 in and float32 out (`breakout_core/fp16.py`,
+keep_io_types=True, so its I/O stays uint8 in and float32 out (`breakout_core/conversion/fp16.py`,
 which also keeps chosen nodes in float32 for the repair search).
 
 Each check is run, and named in ExportResult.checks; one that fails raises ExportError.
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from breakout_core.hashing import file_sha256
-from breakout_core.onnx_checks import META_PREFIX, ModelCheckError, SavedModel, save_checked
+from breakout_core.common.hashing import file_sha256
+from breakout_core.conversion.onnx_checks import META_PREFIX, ModelCheckError, SavedModel, save_checked
 
 INPUT_NAME = "obs"
 OUTPUT_NAME = "q_values"
@@ -219,7 +219,7 @@ def convert_to_fp16(onnx_path: str | Path, fp16_path: str | Path,
     `verify` checks the converted bytes before they are written (onnx_checks.save_checked)."""
     import onnx
 
-    from breakout_core.fp16 import converter_description, to_float16
+    from breakout_core.conversion.fp16 import converter_description, to_float16
 
     try:
         # nothing kept in float32: nothing for the post-pass of to_float16 to correct
@@ -309,7 +309,7 @@ def _check_model(model, precision: str) -> list[str]:
 
 
 def _network_from(source: Any, contract_hash: str | None):
-    from breakout_core.qnetwork import QNetwork, load_checkpoint
+    from breakout_core.learning.qnetwork import QNetwork, load_checkpoint
 
     if isinstance(source, QNetwork):
         return source, None, contract_hash

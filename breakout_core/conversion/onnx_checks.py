@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from breakout_core.files import write_whole
+from breakout_core.common.files import write_whole
 
 META_PREFIX = "breakout."
 NODES_SHOWN = 8  # graph nodes a "not a node" message lists

@@ -1,6 +1,6 @@
 """Play full games on fixed episode seeds and report the raw Atari score of each.
 
-Episodes are batched across the slots of one episode driver (`breakout_core.driver`),
+Episodes are batched across the slots of one episode driver (`breakout_core.game.driver`),
 which plays the contract's rules: an episode is a function of (contract, policy, seed),
 so it scores the same alone or inside any batch. The seed also seeds the policy's own
 generator.
@@ -15,9 +15,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from breakout_core.contract import Contract
-from breakout_core.driver import EpisodeDriver, FinishedEpisode, StepResult, play_seeds
-from breakout_core.policies import Policy
+from breakout_core.evaluation.policies import Policy
+from breakout_core.game.contract import Contract
+from breakout_core.game.driver import EpisodeDriver, FinishedEpisode, StepResult, play_seeds
 
 
 @dataclass
@@ -86,7 +86,7 @@ def write_gif(frames: Sequence[np.ndarray], path: str | Path, *, scale: int = 3,
     full disk is `NoSpaceLeft` naming the GIF)."""
     import imageio.v3 as iio
 
-    from breakout_core.files import write_whole
+    from breakout_core.common.files import write_whole
 
     if not frames:
         raise ValueError("no frames to write")

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from breakout_core.contract import Contract
-from breakout_core.envs import NUM_ACTIONS
-from breakout_core.files import torch_bytes, write_whole
-from breakout_core.messages import described
+from breakout_core.common.files import torch_bytes, write_whole
+from breakout_core.common.messages import described
+from breakout_core.game.contract import Contract
+from breakout_core.game.envs import NUM_ACTIONS
 
 CHECKPOINT_FORMAT = "breakout-dqn-checkpoint/1"
 ARCHITECTURES = ("nature", "dueling")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from breakout_core.learner_precision import LEARNER_PRECISIONS, LearnerPrecision
+from breakout_core.learning.learner_precision import LEARNER_PRECISIONS, LearnerPrecision
 
 Algorithm = Literal["dqn", "double", "dueling"]  # dueling = dueling head + double targets
 ALGORITHMS = get_args(Algorithm)

@@ -55,8 +55,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from breakout_core.cpu_flags import cpu_flags, cpu_model
-from breakout_core.onnx_checks import ModelCheckError, check_preprocessing, not_a_node, one_line, save_checked
+from breakout_core.common.cpu_flags import cpu_flags, cpu_model
+from breakout_core.conversion.onnx_checks import (
+    ModelCheckError,
+    check_preprocessing,
+    not_a_node,
+    one_line,
+    save_checked,
+)
 
 if TYPE_CHECKING:
     from onnx import ModelProto

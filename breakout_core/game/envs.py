@@ -1,7 +1,7 @@
 """Breakout on the real ALE emulator (ale-py's bundled ROM).
 
 `AleGame` is one game on its own ALEInterface, preprocessed as the contract says, so that
-its emulator state can be saved and restored: the episode driver (`breakout_core.driver`)
+its emulator state can be saved and restored: the episode driver (`breakout_core.game.driver`)
 starts every seeded episode by restoring the state that a seeded ROM load leaves after
 ALE's reset (`episode_start`), which ale-py's native vector env cannot do (it has no
 clone/restore). Its preprocessing is the native vector env's, step for step (tests compare
@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 from ale_py import Action, ALEInterface, ALEState, LoggerMode, roms
 
-from breakout_core.contract import FIRE, Contract
+from breakout_core.game.contract import FIRE, Contract
 
 ACTION_NAMES = ("NOOP", "FIRE", "RIGHT", "LEFT")
 NUM_ACTIONS = len(ACTION_NAMES)

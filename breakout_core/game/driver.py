@@ -18,7 +18,7 @@ A slot can also go on unseeded (`start(slot, None)`): the next game continues th
 emulator and generators. Training does this; evaluation never does.
 
 The driver that the `evaluate` and `episodes` kinds share between their policies steps its
-games in two processes (`evaluation_driver`, `breakout_core.game_worker`); every other
+games in two processes (`evaluation_driver`, `breakout_core.game.game_worker`); every other
 caller's steps them in its own (training's cores belong to the learner).
 
 ale-py's native vector env (`make_vector_env`), under the contract's emulator settings but
@@ -37,11 +37,10 @@ from typing import Callable, Sequence
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
-from breakout_core.contract import FIRE, MAX_EPISODE_SEED, Contract
-from breakout_core.cores import usable_cores
-from breakout_core.envs import NUM_ACTIONS, AleGame, new_emulator
-from breakout_core.game_worker import GameWorker, SlotArrays, reset_game, step_games
-from breakout_core.policies import episode_rng
+from breakout_core.common.cores import usable_cores
+from breakout_core.game.contract import FIRE, MAX_EPISODE_SEED, Contract
+from breakout_core.game.envs import NUM_ACTIONS, AleGame, new_emulator
+from breakout_core.game.game_worker import GameWorker, SlotArrays, reset_game, step_games
 
 NOOP = 0
 NOOP_STREAM = 0x6E6F6F70  # keeps the no-op draw apart from any policy's generator
@@ -86,7 +85,7 @@ class EpisodeDriver:
 
     With `processes` > 1 the slots are split into that many groups of consecutive slots:
     this process steps the first (the smallest) and a worker process each other, in
-    parallel (`breakout_core.game_worker`). Nothing else changes: every rule and all
+    parallel (`breakout_core.game.game_worker`). Nothing else changes: every rule and all
     bookkeeping stay here, and an episode plays the same in any group. `close` ends the
     workers (they also end with the driver's process).
     """
@@ -235,6 +234,11 @@ class EpisodeDriver:
 WORKER_MIN_EPISODES = 16
 
 
+def episode_rng(policy_seed: int, episode_seed: int) -> np.random.Generator:
+    """The generator a policy uses for one episode: a function of both seeds only."""
+    return np.random.default_rng([policy_seed, episode_seed])
+
+
 def evaluation_driver(contract: Contract, batch_size: int, seeds: int, policies: int) -> EpisodeDriver:
     """The driver that plays `seeds` episodes, `batch_size` side by side, for each of
     `policies` policies (or runtimes) one after another.
@@ -268,7 +272,7 @@ def play_seeds(
     """Play one episode per seed across the driver's slots; a slot that finishes takes the
     next seed. `decide` chooses the deciding slots' actions (their seeds are
     `driver.seeds[slot]`), given each episode's own generator for the policy's randomness
-    (`policies.episode_rng(policy_seed, seed)`); `max_steps` (agent steps) stops an episode
+    (`episode_rng(policy_seed, seed)`); `max_steps` (agent steps) stops an episode
     early as STOPPED."""
     seeds = [int(s) for s in seeds]
     if not seeds:

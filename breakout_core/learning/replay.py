@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from breakout_core.replay_layout import ENTRY_FIELDS
+from breakout_core.learning.replay_layout import ENTRY_FIELDS
 
 
 @dataclass

@@ -10,7 +10,7 @@ ball-less state: the two differ by (1 - gamma) of the state's value) cannot stal
 the time limit. It changes the game (the agent no longer decides when to serve), so it is
 a different contract with its own hash, never a silent evaluation tweak.
 
-The episode driver (`breakout_core.driver`) plays every rule here: an episode of seed s
+The episode driver (`breakout_core.game.driver`) plays every rule here: an episode of seed s
 starts from the emulator state of a ROM load seeded with s, then the no-op start (forced
 NOOP agent steps, the count drawn from s) and the serves.
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from breakout_core.hashing import file_sha256
-from breakout_core.onnx_checks import ModelCheckError, check_model, one_line, set_metadata
+from breakout_core.common.hashing import file_sha256
+from breakout_core.conversion.onnx_checks import ModelCheckError, check_model, one_line, set_metadata
 
 METADATA_KEY = "breakout.input"  # a file's own declaration of its input convention
 DTYPES = ("uint8", "float32", "float16")

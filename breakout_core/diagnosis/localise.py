@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from breakout_core.files import write_whole
+from breakout_core.common.files import write_whole
 
 CONVERSION_OPS = frozenset({"Cast", "QuantizeLinear", "DequantizeLinear"})
 STATE_METRICS = ("rel_l2", "max_abs")

@@ -18,21 +18,21 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from breakout_core import allocator
-from breakout_core.contract import Contract
-from breakout_core.driver import EpisodeDriver
-from breakout_core.envs import NUM_ACTIONS
-from breakout_core.files import torch_bytes, write_whole
-from breakout_core.input_major import (
+from breakout_core.common.files import torch_bytes, write_whole
+from breakout_core.game.contract import Contract
+from breakout_core.game.driver import EpisodeDriver
+from breakout_core.game.envs import NUM_ACTIONS
+from breakout_core.learning import allocator
+from breakout_core.learning.input_major import (
     input_major_weights,
     optimizer_state_transposed_at,
     transposed_at,
     with_input_major_linears,
 )
-from breakout_core.learner_precision import PrecisionChoice, choose_learner_precision
-from breakout_core.qnetwork import QNetwork, load_checkpoint, save_checkpoint
-from breakout_core.replay import FrameReplay, ReplayBatch
-from breakout_core.train_config import TrainConfig
+from breakout_core.learning.learner_precision import PrecisionChoice, choose_learner_precision
+from breakout_core.learning.qnetwork import QNetwork, load_checkpoint, save_checkpoint
+from breakout_core.learning.replay import FrameReplay, ReplayBatch
+from breakout_core.learning.train_config import TrainConfig
 
 STATE_FORMAT = "breakout-trainer-state/1"
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from breakout_core.onnx_checks import ModelCheckError, not_a_node, one_line, save_checked
+from breakout_core.conversion.onnx_checks import ModelCheckError, not_a_node, one_line, save_checked
 
 if TYPE_CHECKING:
     from onnx import ModelProto

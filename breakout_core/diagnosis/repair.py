@@ -1,9 +1,9 @@
 """Repair search: the fewest nodes to keep in float so an INT8 or FP16 model is close enough to FP32.
 
 One search for both precisions; a converter makes each candidate file: `Int8Converter`
-(onnxruntime's static quantizer, `nodes_to_exclude`, breakout_core.quantize) or
+(onnxruntime's static quantizer, `nodes_to_exclude`, breakout_core.conversion.quantize) or
 `Fp16Converter` (onnxconverter-common's float16 converter, `node_block_list`, with the
-post-pass that keeps a blocked node's weights and graph output float32, breakout_core.fp16).
+post-pass that keeps a blocked node's weights and graph output float32, breakout_core.conversion.fp16).
 The nodes the full conversion converts (INT8: quantizes; FP16: makes write float16) are
 ranked by the effect of converting each one alone (every other node kept in float): the
 mean |dQ| that this alone causes on the check states, worst first (0 for a node that is not
@@ -41,10 +41,10 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
-from breakout_core.fp16 import convert_fp16
-from breakout_core.latency import MIN_TIMED_CALLS, latency_result
-from breakout_core.parity import ParityResult, compare_q
-from breakout_core.quantize import NothingToQuantize, cpu_isa, quantize_int8
+from breakout_core.conversion.fp16 import convert_fp16
+from breakout_core.conversion.quantize import NothingToQuantize, cpu_isa, quantize_int8
+from breakout_core.diagnosis.latency import MIN_TIMED_CALLS, latency_result
+from breakout_core.diagnosis.parity import ParityResult, compare_q
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Operating characteristics of the staged games test (breakout_core.sequential), by simulation:
+"""Operating characteristics of the staged games test (breakout_core.statistics.sequential), by simulation:
 how often it ends non-inferior, inferior or inconclusive, and after how many games, when
 paired games are drawn from a given population. The tests assert its error rates on recorded
 games with it and benchmarks/games_power.py prints its power; both run the rule the runner
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from breakout_core.sequential import (
+from breakout_core.statistics.sequential import (
     CONTINUE,
     INCONCLUSIVE,
     INFERIOR,

@@ -12,7 +12,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from breakout_core.envs import NUM_ACTIONS
+from breakout_core.game.envs import NUM_ACTIONS
 
 
 class Policy(Protocol):
@@ -21,11 +21,6 @@ class Policy(Protocol):
     def act(self, obs: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
         """obs uint8 (B, 4, 84, 84) -> int64 actions (B,), one generator per row."""
         ...
-
-
-def episode_rng(policy_seed: int, episode_seed: int) -> np.random.Generator:
-    """The generator a policy uses for one episode: a function of both seeds only."""
-    return np.random.default_rng([policy_seed, episode_seed])
 
 
 class RandomPolicy:
@@ -56,7 +51,7 @@ class QNetworkPolicy:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, epsilon: float = 0.0) -> "QNetworkPolicy":
-        from breakout_core.qnetwork import load_checkpoint
+        from breakout_core.learning.qnetwork import load_checkpoint
 
         network, meta = load_checkpoint(path)
         policy = cls(network, epsilon, name=Path(path).stem)

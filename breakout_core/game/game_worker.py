@@ -9,7 +9,7 @@ the same episode start (`envs.episode_start`, made once per seed in the worker's
 the driver's own games do, so an episode is the same function of its seed wherever it is
 stepped.
 
-A worker is a fresh interpreter running this module (`python -m breakout_core.game_worker`:
+A worker is a fresh interpreter running this module (`python -m breakout_core.game.game_worker`:
 ~0.35 s to import numpy, OpenCV and ale-py, ~0.5 s with its first ROM loads), talking to
 the driver over its stdin and stdout. It is neither forked from the driver's process,
 which may hold torch's, DuckDB's or Ray's threads, nor made by multiprocessing's spawn or
@@ -32,9 +32,9 @@ from typing import Sequence
 
 import numpy as np
 
-from breakout_core.contract import Contract
-from breakout_core.envs import AleGame, episode_start, new_emulator
-from breakout_core.messages import last_line
+from breakout_core.common.messages import last_line
+from breakout_core.game.contract import Contract
+from breakout_core.game.envs import AleGame, episode_start, new_emulator
 
 
 def step_games(games: Sequence[AleGame], slots: Sequence[int], actions: Sequence[int], out: SlotArrays) -> None:

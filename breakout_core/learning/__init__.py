@@ -1,0 +1,1 @@
+"""Learning: the Q-networks, replay, the trainer and its settings."""
