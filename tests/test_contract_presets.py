@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from small_check import SMALL_CHECK, set_args
 from test_cli_inputs import cli
 
 from breakout_core.game.contract import CONTRACTS, DEFAULT_CONTRACT, FIRE
@@ -98,30 +99,27 @@ def test_check_refuses_an_unknown_contract_and_stores_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_cleanrl_shaped_model_is_checked_against_its_own_fp32_file_under_the_deepmind_preset(tmp_path, monkeypatch):
+def test_a_cleanrl_shaped_model_is_checked_against_its_own_fp32_file_under_the_deepmind_preset(tmp_path):
     """No checkpoint of the user's, no --set for the game: --baseline and --contract. (The --set here
-    only make the games few; the fixed states' games are cut short for the same reason.)"""
+    only make the games few.)"""
     from cleanrl_shaped import export_cleanrl_shaped
 
     from breakout_core.conversion.fp16 import convert_fp16
     from breakout_core.evaluation.fixed_states import load_fixed_states
-    from runner.cli import check_contract
     from runner.store.database import Store
 
-    monkeypatch.setattr(check_contract, "STATES_CACHE", tmp_path / "states")
-    monkeypatch.setitem(check_contract.STATE_CAPTURE, "max_steps_per_episode", 150)
     export_cleanrl_shaped(tmp_path / "cleanrl.onnx")
     convert_fp16(tmp_path / "cleanrl.onnx", tmp_path / "cleanrl_fp16.onnx")
-    few = ("measurements.games.seeds={start: 3000, count: 2}", "measurements.latency.iterations=320")
     result = cli("check", "cleanrl_fp16.onnx", "--baseline", "cleanrl.onnx", "--contract", "deepmind-noframeskip-v4",
-                 *[arg for o in few for arg in ("--set", o)], "--db", "r.duckdb", "--reports", "reports", cwd=tmp_path)
+                 *set_args(*SMALL_CHECK), "--db", "r.duckdb", "--reports", "reports", cwd=tmp_path)
     assert result.exit_code in (0, 1), (result.output, result.exception)
     lines = result.stdout.splitlines()
     assert lines[0] == f"check cleanrl_fp16.onnx under contract {DEEPMIND.described()}"
-    assert lines[1] == (f"MODEL cleanrl_fp16.onnx and --baseline cleanrl.onnx record no contract in their metadata: "
-                        f"judged under deepmind-noframeskip-v4 ({DEEPMIND.hash}); --contract names another game")
+    assert (f"MODEL cleanrl_fp16.onnx and --baseline cleanrl.onnx record no contract in their metadata: "
+            f"judged under deepmind-noframeskip-v4 ({DEEPMIND.hash}); --contract names another game") in lines
     assert "verdict same_decisions: deployment-worthy" in result.stdout
-    [states] = (tmp_path / "states").glob(f"fixed_states_{DEEPMIND.hash}_*.npz")
+    # the fixed states are the baseline's own, from its games in the game it is judged in
+    [states] = (tmp_path / "runs" / "baseline_states").glob(f"cleanrl-*-{DEEPMIND.hash[:12]}.npz")
     assert load_fixed_states(states).contract_hash == DEEPMIND.hash
     with Store(tmp_path / "r.duckdb").reader() as con:
         assert con.execute("SELECT contract_hash FROM runs").fetchall() == [(DEEPMIND.hash,)]

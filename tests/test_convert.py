@@ -8,6 +8,7 @@ from pathlib import Path
 import onnx
 import pytest
 from cleanrl_shaped import export_cleanrl_shaped
+from small_check import SMALL_CHECK, set_args
 from test_cli_inputs import assert_one_line_usage_error, cli
 
 from breakout_core.conversion.export import inspect_onnx
@@ -15,13 +16,8 @@ from breakout_core.game.contract import CONTRACTS
 from runner.store.database import Store
 
 MODELS = Path(__file__).resolve().parents[1] / "models" / "reference"
-SMALL_CHECK = ("measurements.games.seeds={start: 3000, count: 2}", "measurements.latency.iterations=320")
 SMALL_CALIBRATION = ("measurements.search.calibration={methods: [minmax], n_states: 16, capture: "
                      "{episode_seeds: {start: 9100, count: 2}, max_steps_per_episode: 200, batch_size: 2}}")
-
-
-def _sets(*overrides: str) -> list[str]:
-    return [arg for o in overrides for arg in ("--set", o)]
 
 
 @pytest.mark.parametrize("given, mention", [
@@ -64,7 +60,7 @@ def test_convert_refuses_to_write_over_the_model_itself(tmp_path):
 
 def _converted_then_checked(tmp_path: Path, precision: str, *overrides: str) -> tuple[Path, str]:
     export_cleanrl_shaped(tmp_path / "cleanrl.onnx")
-    made = cli("convert", precision, "cleanrl.onnx", *_sets("measurements.search.latency_runs=64", *overrides),
+    made = cli("convert", precision, "cleanrl.onnx", *set_args("measurements.search.latency_runs=64", *overrides),
                "--db", "r.duckdb", "--reports", "reports", cwd=tmp_path)
     assert made.exit_code == 0, (made.output, made.exception)
     out = tmp_path / f"cleanrl_{precision}.onnx"
@@ -77,7 +73,7 @@ def _converted_then_checked(tmp_path: Path, precision: str, *overrides: str) -> 
     assert info.precision == precision and info.inputs[0].dtype == "uint8"  # the user's input convention kept
     assert info.inputs[0].shape == ("batch", 4, 84, 84)
     onnx.checker.check_model(onnx.load(out), full_check=True)
-    checked = cli("check", out.name, "--baseline", "cleanrl.onnx", *_sets(*SMALL_CHECK), "--db", "r.duckdb",
+    checked = cli("check", out.name, "--baseline", "cleanrl.onnx", *set_args(*SMALL_CHECK), "--db", "r.duckdb",
                   "--reports", "reports", cwd=tmp_path)
     assert checked.exit_code in (0, 1), (checked.output, checked.exception)
     assert checked.stdout.splitlines()[0].startswith(f"check {out.name} under contract breakout-v3 (")

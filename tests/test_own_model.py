@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from perturbed_onnx import perturbed_onnx
+from small_check import SMALL_CHECK, set_args
 from test_cli_inputs import assert_one_line_usage_error, cli
 from test_end_to_end import runner
 
@@ -203,9 +204,7 @@ def test_check_refuses_a_games_plan_the_staged_test_cannot_keep(tmp_path, overri
 @pytest.mark.slow
 def test_check_rejects_a_model_whose_decisions_changed(tmp_path):
     model = perturbed_onnx(tmp_path / "perturbed.onnx")
-    fewer = ("measurements.games.seeds={start: 3000, count: 6}", "measurements.games.stages={games: 2}",
-             "measurements.latency.iterations=1000", "measurements.latency.rounds=10")
-    result = cli("check", "perturbed.onnx", *[arg for o in fewer for arg in ("--set", o)], "--db", "r.duckdb",
+    result = cli("check", "perturbed.onnx", *set_args(*SMALL_CHECK), "--db", "r.duckdb",
                  cwd=tmp_path)
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.output, result.exception)
     assert "verdict same_decisions: rejected" in result.stdout
@@ -214,6 +213,6 @@ def test_check_rejects_a_model_whose_decisions_changed(tmp_path):
         overrides, text = con.execute("SELECT overrides, spec_text FROM runs").fetchone()
         outcomes = dict(con.execute("SELECT verdict, outcome FROM latest_verdicts").fetchall())
     candidate = json.dumps({"path": str(model.resolve()), "precision": "fp32"})
-    assert json.loads(overrides) == [f"artifacts.candidate={candidate}", *fewer]
+    assert json.loads(overrides) == [f"artifacts.candidate={candidate}", *SMALL_CHECK]
     assert read_spec_text(text)["artifacts"]["candidate"] == {"path": str(model.resolve()), "precision": "fp32"}
     assert outcomes["same_decisions"] == "rejected" and len(outcomes) == 5

@@ -260,24 +260,29 @@ def test_the_page_agent_actions_are_checked_against_the_cpu_model(tmp_path):
     assert over["game"]["agent_actions_unlike_cpu"] == unlike
 
 
+def _finished_game(server: PlayServer, seed: int, argmax) -> dict:
+    """One game played to its end on a page's WebSocket: the server's last message."""
+    async def play() -> dict:
+        async with aiohttp.ClientSession() as session, _connect(session, server) as ws:
+            return (await _play(ws, seed, argmax))[0]
+
+    return asyncio.run(play())
+
+
+def _stored_games(store: Store) -> list[str]:
+    with store.reader() as con:
+        return [game_id for game_id, in con.execute("SELECT game_id FROM play_games ORDER BY finished_at").fetchall()]
+
+
 @pytest.mark.parametrize("kept_until", ["the next game", "the server stops"])
 def test_a_game_that_ends_while_the_database_is_busy_is_kept_and_stored_later(tmp_path, caplog, kept_until):
     store = Store(tmp_path / "play.duckdb")  # its readers below write nothing: they append no spool
     argmax = _cpu_argmax()
 
-    async def play(server: PlayServer, seed: int) -> dict:
-        async with aiohttp.ClientSession() as session, _connect(session, server) as ws:
-            return (await _play(ws, seed, argmax))[0]
-
-    def games() -> list[str]:
-        with store.reader() as con:
-            return [game_id for game_id, in
-                    con.execute("SELECT game_id FROM play_games ORDER BY finished_at").fetchall()]
-
     with PlayServer(store, MODEL, SHORT, port=0, pace_ms=0) as server:
         # a game stored first: the server's store has opened the file, so it is the server's own
         # retry, not a first writer's look at left spools, that appends the kept game later
-        before = asyncio.run(play(server, 0))
+        before = _finished_game(server, 0, argmax)
         assert before["stored"] == "now"
         # another process holds the file read-write (as a long `runner sql` would, or a DuckDB
         # shell) until the test closes its stdin
@@ -287,21 +292,21 @@ def test_a_game_that_ends_while_the_database_is_busy_is_kept_and_stored_later(tm
         try:
             assert holder.stdout.readline() == "held\n"
             with caplog.at_level(logging.WARNING):
-                kept = asyncio.run(play(server, 1))
+                kept = _finished_game(server, 1, argmax)
             assert kept["stored"] == "later" and "busy" in kept["stored_reason"]
             assert "\n" not in kept["stored_reason"]
             assert any(kept["game"]["game_id"] in r.getMessage() for r in caplog.records)
             holder.stdin.close()
             assert holder.wait(timeout=60) == 0
-            assert kept["game"]["game_id"] not in games()
+            assert kept["game"]["game_id"] not in _stored_games(store)
             if kept_until == "the next game":
-                after = asyncio.run(play(server, 2))
+                after = _finished_game(server, 2, argmax)
                 assert after["stored"] == "now" and after["stored_reason"] is None
-                assert games() == [before["game"]["game_id"], kept["game"]["game_id"], after["game"]["game_id"]]
+                assert _stored_games(store) == [g["game"]["game_id"] for g in (before, kept, after)]
         finally:
             holder.kill()
             holder.wait()
-    assert kept["game"]["game_id"] in games() and not (store.spool_root / "play").exists()
+    assert kept["game"]["game_id"] in _stored_games(store) and not (store.spool_root / "play").exists()
 
 
 def test_a_start_during_a_game_stores_it_as_abandoned_and_drops_its_late_actions(tmp_path):
@@ -397,31 +402,22 @@ def test_a_game_that_ends_on_a_damaged_database_is_kept_and_stored_once_it_is_re
     store = Store(tmp_path / "play.duckdb")
     argmax = _cpu_argmax()
 
-    async def play(server: PlayServer, seed: int) -> dict:
-        async with aiohttp.ClientSession() as session, _connect(session, server) as ws:
-            return (await _play(ws, seed, argmax))[0]
-
-    def games() -> list[str]:
-        with store.reader() as con:
-            return [game_id for game_id, in
-                    con.execute("SELECT game_id FROM play_games ORDER BY finished_at").fetchall()]
-
     with PlayServer(store, MODEL, SHORT, port=0, pace_ms=0) as server:
-        before = asyncio.run(play(server, 0))
+        before = _finished_game(server, 0, argmax)
         assert before["stored"] == "now"
         good = store.path.read_bytes()  # the server holds no connection between games
         store.path.write_bytes(b"\0" * 4096 + good[4096:])  # its header overwritten: the file no longer opens
         with caplog.at_level(logging.WARNING):
-            kept = asyncio.run(play(server, 1))
+            kept = _finished_game(server, 1, argmax)
         assert kept["stored"] == "later" and str(store.path) in kept["stored_reason"], kept["stored_reason"]
         assert "\n" not in kept["stored_reason"]
         warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert [r for r in warned if kept["game"]["game_id"] in r.getMessage()] and not [r for r in warned
                                                                                        if r.exc_info], caplog.text
         store.path.write_bytes(good)  # repaired: the copy from before the damage
-        assert games() == [before["game"]["game_id"]]
+        assert _stored_games(store) == [before["game"]["game_id"]]
         if kept_until == "the next game":
-            after = asyncio.run(play(server, 2))
+            after = _finished_game(server, 2, argmax)
             assert after["stored"] == "now"
-            assert games() == [before["game"]["game_id"], kept["game"]["game_id"], after["game"]["game_id"]]
-    assert games().count(kept["game"]["game_id"]) == 1 and not (store.spool_root / "play").exists()
+            assert _stored_games(store) == [g["game"]["game_id"] for g in (before, kept, after)]
+    assert _stored_games(store).count(kept["game"]["game_id"]) == 1 and not (store.spool_root / "play").exists()

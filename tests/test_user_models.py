@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from small_check import SMALL_CHECK, set_args
 from test_cli_inputs import assert_one_line_usage_error, cli
 from user_exports import (
     cleanrl_onnx,
@@ -156,7 +157,6 @@ def test_another_agent_without_a_baseline_is_told_how_to_give_its_own(tmp_path, 
     assert "another agent" not in capsys.readouterr().out
 
 
-FEWER = ("measurements.games.seeds={start: 3000, count: 2}", "measurements.latency.iterations=320")
 
 
 @pytest.mark.slow
@@ -175,7 +175,7 @@ def test_a_user_model_against_its_own_fp32_file(tmp_path, exports, candidate, ba
     for name in {candidate, baseline}:
         shutil.copy(exports[name], tmp_path / exports[name].name)
     model, base = exports[candidate].name, exports[baseline].name
-    result = cli("check", model, "--baseline", base, *flags, *[a for o in FEWER for a in ("--set", o)],
+    result = cli("check", model, "--baseline", base, *flags, *set_args(*SMALL_CHECK),
                  "--db", "r.duckdb", "--reports", "reports", cwd=tmp_path)
     ended = result.exception is None or isinstance(result.exception, SystemExit)  # exit 0 raises nothing
     assert result.exit_code in (0, 1) and ended, (result.output, result.exception)
@@ -193,7 +193,7 @@ def test_a_user_model_against_its_own_fp32_file(tmp_path, exports, candidate, ba
     assert meta["breakout.input_source"] == flags[1] and meta["breakout.input_adapter"].startswith(
         "Transpose" if "nhwc" in flags[1] else "Cast")
     assert "/inputs/candidate.onnx" in described[0]["artifact"]  # adapted under the run's folder
-    assert len(outcomes) == 4
+    assert len(outcomes) == 5
     # the baseline's states are reused while the file and the contract are the same
     kept = tmp_path / artifacts["fixed_states"]["path"]
     before = kept.stat().st_mtime_ns

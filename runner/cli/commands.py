@@ -18,7 +18,7 @@ from breakout_core.game.contract import CONTRACTS, DEFAULT_CONTRACT
 from runner.cli.check import check
 from runner.cli.convert import convert
 from runner.cli.exit_codes import ExitCode, fail, store_error_code
-from runner.cli.json_output import emit_json, json_option, run_contract_record
+from runner.cli.json_output import emit_json, json_option, run_document
 from runner.cli.options import confirm_option, db_option, reports_option, set_option
 from runner.cli.specs_list import specs
 from runner.cli.verdict_listing import fail_on_outcomes
@@ -163,7 +163,7 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
     """Validate SPEC, execute its measurements, store every row, decide its verdicts (returned to
     a command that invokes this one)."""
     from runner.cli.terminal import log_console
-    from runner.cli.verdict_listing import echo_run_verdicts, run_verdict_record
+    from runner.cli.verdict_listing import echo_run_verdicts
     from runner.kinds.train.executors import Executor
     from runner.run.errors import ArtifactBusy, ResumeRefused
     from runner.run.execute import run_spec
@@ -210,14 +210,7 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
             click.echo(f"  report {report_path}")
     failed = [v for v in verdicts if v["outcome"] in fail_on]
     if as_json:
-        from runner.kinds.shared.runtime_status import runtimes_ran
-
-        with store.reader() as con:
-            ran = runtimes_ran(con, run_id)
-        emit_json({"run_id": run_id, "spec_name": loaded.spec.name, "status": "done", "database": str(store.path),
-                   "contract": run_contract_record(store, run_id), "report": report_path,
-                   "verdicts": [run_verdict_record(v) for v in verdicts], "failed_on": [v["verdict"] for v in failed],
-                   "runtimes": ran})
+        emit_json(run_document(store, run_id, loaded.spec.name, report_path, verdicts, failed))
     for v in failed:
         click.echo(f"--fail-on: verdict {v['verdict']} is {v['outcome']}", err=True)
     if failed:

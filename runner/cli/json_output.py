@@ -48,6 +48,21 @@ def emit_json(document: dict) -> None:
     click.echo(json.dumps(json_value(document), indent=2, ensure_ascii=False, allow_nan=False))
 
 
+def run_document(store, run_id: str, spec_name: str, report: str | None, verdicts: list[dict],
+                 failed: list[dict]) -> dict:
+    """`runner run --json`'s document (docs/json_output.md): the run, its contract, report,
+    verdicts, those --fail-on named, and the sha256 of the file each runtime ran."""
+    from runner.cli.verdict_listing import run_verdict_record
+    from runner.kinds.shared.runtime_status import runtimes_ran
+
+    with store.reader() as con:
+        ran = runtimes_ran(con, run_id)
+    return {"run_id": run_id, "spec_name": spec_name, "status": "done", "database": str(store.path),
+            "contract": run_contract_record(store, run_id), "report": report,
+            "verdicts": [run_verdict_record(v) for v in verdicts], "failed_on": [v["verdict"] for v in failed],
+            "runtimes": ran}
+
+
 def run_contract_record(store, run_id: str) -> dict:
     """The contract a stored run played under: its name, hash and rules in words."""
     from breakout_core.game.contract import Contract

@@ -21,7 +21,7 @@ import yaml
 from breakout_core.common.messages import first_line
 
 MAX_ALIASES = 50
-MAX_EXPANDED_VALUES = 100_000  # values of a document, every alias counted as the node it names
+MAX_EXPANDED_VALUES = 1_000_000  # values of a document, aliases expanded: room for the 100,000 seeds a list may hold
 MAX_SPEC_BYTES = 256 * 1024  # a spec file or stored spec text; read no further (README: "Limits")
 _CORE = "tag:yaml.org,2002:"
 ALLOWED_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "merge")}
