@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from breakout_core.common.cpu_flags import cpu_flags, cpu_model
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "latency_aa_rounds.csv"
 ONNX = REPO / "models" / "reference" / "dqn_breakout.onnx"
@@ -45,14 +47,8 @@ CLOCKS = ("wall", "cpu")
 
 
 def _cpu_flags() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown"
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
-    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
-    return f"{model}; {os.cpu_count()} cores; " + " ".join(f for f in wanted if f in flags)
+    return f"{cpu_model() or '?'}; {os.cpu_count()} cores; " + " ".join(f for f in wanted if f in cpu_flags())
 
 
 def _sessions() -> dict:

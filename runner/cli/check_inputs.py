@@ -157,9 +157,9 @@ def artifact_override(artifact: str, path: Path, convention=None) -> str:
     """The `--set` that makes `artifact` of a shipped spec this file: its absolute path (a
     relative one would be read from the spec's folder), the precision of its weights and the
     input convention it was declared with (none for the agent's own uint8 observations)."""
-    from breakout_core.conversion.export import inspect_onnx
+    from breakout_core.conversion.export import onnx_precision
 
-    value = {"path": str(path.resolve()), "precision": inspect_onnx(path).precision}
+    value = {"path": str(path.resolve()), "precision": onnx_precision(path)}
     if convention is not None and not convention.native:
         value["input"] = str(convention)
     return f"artifacts.{artifact}={json.dumps(value)}"

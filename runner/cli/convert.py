@@ -42,7 +42,7 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, c
     for a model that cannot be converted."""
     import onnx
 
-    from breakout_core.conversion.export import inspect_onnx
+    from breakout_core.conversion.export import onnx_precision
     from breakout_core.conversion.onnx_checks import ModelCheckError, check_preprocessing
     from runner.cli.check_contract import contract_sets, judged_contract
 
@@ -50,9 +50,8 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, c
     problem = onnx_file_problem(model)
     if problem:
         fail(f"MODEL {problem}", ExitCode.BAD_INPUT)
-    if inspect_onnx(model).precision != "fp32":
-        fail(f"MODEL {model}: its weights are {inspect_onnx(model).precision}; convert takes an FP32 file",
-             ExitCode.BAD_INPUT)
+    if (weights := onnx_precision(model)) != "fp32":
+        fail(f"MODEL {model}: its weights are {weights}; convert takes an FP32 file", ExitCode.BAD_INPUT)
     try:  # what every converted file is checked for, asked of the source before anything runs
         check_preprocessing(onnx.load(model))
     except ModelCheckError as exc:

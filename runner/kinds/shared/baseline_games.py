@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.store import schema
@@ -45,19 +44,10 @@ EPISODE_COLUMNS = ("measurement", "policy", "seed", "score", "steps", "frames", 
 
 
 def _cpu() -> dict:
-    model, flags = None, []
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model is None:
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = sorted(value.split())
-    except OSError:
-        pass
-    import platform
+    from breakout_core.common.cpu_flags import cpu_flags
+    from runner.store.provenance import cpu_name
 
-    return {"model": model or platform.processor() or platform.machine(), "flags": flags}
+    return {"model": cpu_name(), "flags": sorted(cpu_flags())}
 
 
 def game_key(ctx: "RunContext", runtime: str, batch_size: int) -> tuple[str, dict]:

@@ -37,7 +37,7 @@ def runtime_file(ctx, name: str) -> Path:
         return path
     target = Path(ctx.artifacts_dir) / ADAPTED_FOLDER / f"{name}.onnx"
     if target.is_file():
-        meta = {p.key: p.value for p in onnx.load(target, load_external_data=False).metadata_props}
+        meta = _metadata(target)
         if meta.get("breakout.input_source_sha256") == file_sha256(path) \
                 and meta.get("breakout.input_source") == str(convention):
             return target
@@ -47,10 +47,13 @@ def runtime_file(ctx, name: str) -> Path:
 
 def adapted_source_sha256(adapted: Path) -> str | None:
     """The sha256 of the file an adapted copy was made from, as its metadata records it."""
+    return _metadata(adapted).get("breakout.input_source_sha256")
+
+
+def _metadata(path: Path) -> dict[str, str]:
     import onnx
 
-    meta = {p.key: p.value for p in onnx.load(adapted, load_external_data=False).metadata_props}
-    return meta.get("breakout.input_source_sha256")
+    return {p.key: p.value for p in onnx.load(path, load_external_data=False).metadata_props}
 
 
 def check_states(ctx) -> np.ndarray:
