@@ -1,4 +1,5 @@
 """The learner's precision: chosen by the CPU's flags, refused where bf16 would be emulated,
+run and marked as native where the CPU has AVX512_BF16 without AMX,
 and a bf16 gradient step that keeps weights, gradients and Adam's state in fp32."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from runner.cli.commands import main
 
 AMX = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"})
 AVX512_BF16_ONLY = frozenset({"avx2", "avx512f", "avx512_bf16"})
+AVX2_ONLY = frozenset({"avx2"})
 SMALL = dict(learning_starts=100, replay_capacity=2_000, batch_size=8, torch_threads=1, target_sync_every=100,
              epsilon_decay_transitions=200, diagnostics_every=100)
 
@@ -30,6 +32,10 @@ def this_cpu_flags() -> set[str]:
 
 def this_cpu_has_amx() -> bool:
     return {"amx_tile", "amx_bf16"} <= this_cpu_flags()
+
+
+def this_cpu_runs_bf16() -> bool:
+    return this_cpu_has_amx() or "avx512_bf16" in this_cpu_flags()
 
 
 def test_auto_chooses_bf16_only_with_amx():
@@ -49,27 +55,37 @@ def test_auto_on_this_cpu_follows_its_flags():
     assert choice.requested == "auto" and choice.reason
 
 
-def test_bf16_without_amx_is_refused_naming_the_missing_flag():
-    with pytest.raises(PrecisionUnavailable, match=r"needs a CPU with AMX; this CPU lacks amx_tile, amx_bf16"):
-        choose_learner_precision("bf16", "cpu", AVX512_BF16_ONLY)
-    with pytest.raises(PrecisionUnavailable, match="lacks amx_bf16"):
+def test_bf16_where_it_would_be_emulated_is_refused_naming_the_missing_flags():
+    with pytest.raises(PrecisionUnavailable,
+                       match=r"needs a CPU with AMX or avx512_bf16; this CPU lacks amx_tile, amx_bf16 and avx512_bf16"):
+        choose_learner_precision("bf16", "cpu", AVX2_ONLY)
+    with pytest.raises(PrecisionUnavailable, match="lacks amx_bf16 and avx512_bf16"):
         choose_learner_precision("bf16", "cpu", {"amx_tile"})
     with pytest.raises(PrecisionUnavailable, match="for a CPU learner"):
         choose_learner_precision("bf16", "cuda", AMX)
     assert choose_learner_precision("bf16", "cpu", AMX).chosen == "bf16"
 
 
-def test_a_bf16_spec_is_one_line_where_this_cpu_lacks_amx(write_spec):
+def test_bf16_on_avx512_bf16_without_amx_runs_and_says_it_is_not_amx():
+    """Native bf16 dot products: the same arithmetic as AMX's, so a study of whether bf16 learns as
+    well can run there; the record says the speed is not AMX's, and auto still stays fp32."""
+    native = choose_learner_precision("bf16", "cpu", AVX512_BF16_ONLY)
+    assert (native.chosen, native.autocast) == ("bf16", True)
+    assert "has avx512_bf16 but lacks amx_tile, amx_bf16" in native.reason and "not AMX's" in native.reason
+    assert choose_learner_precision("auto", "cpu", AVX512_BF16_ONLY).chosen == "fp32"
+
+
+def test_a_bf16_spec_is_one_line_where_this_cpu_would_emulate_it(write_spec):
     path = write_spec("name: bf16\nmeasurements:\n  - kind: train\n    name: t\n    total_transitions: 1000\n"
                       "    learner_precision: bf16\n")
     result = CliRunner().invoke(main, ["validate", str(path)])
-    if this_cpu_has_amx():
+    if this_cpu_runs_bf16():
         assert result.exit_code == 0, result.output
     else:
         assert result.exit_code == 2
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"error: {path}:6: measurements[0].learner_precision: ")
-        assert "lacks amx_tile, amx_bf16" in lines[0]
+        assert "lacks amx_tile, amx_bf16 and avx512_bf16" in lines[0]
         assert "Traceback" not in result.output
     unknown = write_spec(path.read_text().replace("bf16\n", "fp8\n"), "unknown.yaml")
     refused = CliRunner().invoke(main, ["validate", str(unknown)])

@@ -1,10 +1,13 @@
-"""The learner's arithmetic: fp32, or bf16 autocast where the CPU has bf16 matrix units.
+"""The learner's arithmetic: fp32, or bf16 autocast where the CPU has bf16 instructions.
 
 On a CPU with AMX (`amx_tile` and `amx_bf16`), oneDNN runs bf16 convolutions and matrix
-products on its tile units, several times the fp32 rate; without AMX it emulates them or
-uses AVX512_BF16 dot products, and bf16 was measured slower than fp32 on both kinds of
-machine this project has run on (docs/learner_speed.md, sections 2 and 5). So `bf16` is
-refused where AMX is missing, and `auto` chooses bf16 only where it is present.
+products on its tile units, several times the fp32 rate. With AVX512_BF16 alone it uses
+native bf16 dot products: the same arithmetic (bf16 products summed in fp32), at about
+fp32's speed (x0.94 on one Intel machine, x1.19 on an AMD EPYC: docs/learner_speed.md,
+sections 5 and 9). Without either it emulates them, 12x slower. So `bf16` runs where the
+CPU has AMX or AVX512_BF16, and the choice records which (a run on AVX512_BF16 answers
+whether bf16 learns as well, not whether it is faster); it is refused where it would be
+emulated; and `auto` chooses bf16 only where AMX is present.
 
 What bf16 changes is the online network's forward with autograd and its backward: the
 gradient step's heaviest part. The weights, their gradients and Adam's moments stay fp32
@@ -23,6 +26,7 @@ from breakout_core.common.cpu_flags import cpu_flags
 LearnerPrecision = Literal["fp32", "bf16", "auto"]
 LEARNER_PRECISIONS = get_args(LearnerPrecision)
 AMX_BF16_FLAGS = ("amx_tile", "amx_bf16")  # both: the tile unit and its bf16 instructions
+NATIVE_BF16_FLAG = "avx512_bf16"  # bf16 dot products without tiles: native arithmetic, fp32's speed
 # the flags recorded with a choice: those that decide how fast bf16 and fp32 run here
 RECORDED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 
@@ -46,8 +50,8 @@ class PrecisionChoice:
 def choose_learner_precision(requested: str, learner_device: str = "cpu",
                              flags: Iterable[str] | None = None) -> PrecisionChoice:
     """What the learner computes in, for `requested` on a learner at `learner_device` whose CPU
-    has `flags` (this CPU's when None). Raises PrecisionUnavailable for bf16 without AMX or on
-    a CUDA learner."""
+    has `flags` (this CPU's when None). Raises PrecisionUnavailable for bf16 where the CPU would
+    emulate it (neither AMX nor AVX512_BF16) or on a CUDA learner."""
     if requested not in LEARNER_PRECISIONS:
         raise PrecisionUnavailable(f"unknown learner_precision {requested!r}; known: {', '.join(LEARNER_PRECISIONS)}")
     have = frozenset(cpu_flags() if flags is None else flags)
@@ -60,15 +64,19 @@ def choose_learner_precision(requested: str, learner_device: str = "cpu",
         if not on_cpu:
             raise PrecisionUnavailable(f"learner_precision bf16 is for a CPU learner, not learner_device "
                                        f"{learner_device}: use fp32")
-        if missing:
-            raise PrecisionUnavailable(f"learner_precision bf16 needs a CPU with AMX; this CPU lacks "
-                                       f"{', '.join(missing)} (without AMX bf16 ran slower than fp32): "
-                                       "use fp32 or auto")
-        return PrecisionChoice(requested, "bf16", "requested; this CPU has AMX", recorded)
+        if not missing:
+            return PrecisionChoice(requested, "bf16", "requested; this CPU has AMX", recorded)
+        if NATIVE_BF16_FLAG in have:
+            return PrecisionChoice(requested, "bf16", f"requested; this CPU has {NATIVE_BF16_FLAG} but lacks "
+                                                      f"{', '.join(missing)}: native bf16 arithmetic at about "
+                                                      "fp32's speed, not AMX's", recorded)
+        raise PrecisionUnavailable(f"learner_precision bf16 needs a CPU with AMX or {NATIVE_BF16_FLAG}; this CPU "
+                                   f"lacks {', '.join(missing)} and {NATIVE_BF16_FLAG} (emulated bf16 ran 12x "
+                                   "slower than fp32): use fp32 or auto")
     if not on_cpu:
         return PrecisionChoice(requested, "fp32", f"a {learner_device} learner: auto chooses bf16 only on a CPU "
                                                   "with AMX", recorded)
     if missing:
-        return PrecisionChoice(requested, "fp32", f"this CPU lacks {', '.join(missing)}: bf16 would be emulated, "
-                                                  "slower than fp32", recorded)
+        return PrecisionChoice(requested, "fp32", f"this CPU lacks {', '.join(missing)}: without AMX bf16 is "
+                                                  "emulated or, with avx512_bf16, no reliable gain", recorded)
     return PrecisionChoice(requested, "bf16", "this CPU has AMX (amx_tile, amx_bf16)", recorded)

@@ -55,7 +55,8 @@ class TrainSettings(_declared_settings()):
     @field_validator("learner_precision")
     @classmethod
     def _precision_this_cpu_has(cls, precision: str, info: ValidationInfo) -> str:
-        """bf16 without AMX is refused here, at the line that asks for it (learner_device is declared before)."""
+        """bf16 where the CPU would emulate it is refused here, at the line that asks for it
+        (learner_device is declared before)."""
         from breakout_core.learning.learner_precision import choose_learner_precision
 
         choose_learner_precision(precision, info.data.get("learner_device", "cpu"))
