@@ -187,9 +187,24 @@ def test_a_run_stores_both_files_from_the_same_states_and_openvino_runs_nncfs(tm
         status = con.execute("SELECT runtime, precision, integer_kernels FROM runtime_status "
                              "WHERE runtime = 'ov_nncf'").fetchone()
     for sha256, path in files.values():
-        assert sha256 == file_sha256(path)
+        assert sha256 == file_sha256(tmp_path / path)  # a path in the spec is read from its folder
     assert made["int8_nncf"][0].startswith("nncf ") and made["int8_ort"][0].startswith("onnxruntime ")
     assert made["int8_nncf"][1:4] == made["int8_ort"][1:4]  # the same states, seeds and count
     assert json.loads(made["int8_nncf"][2]) == [100, 101]
     assert made["int8_nncf"][4] == pytest.approx(INPUT_SCALE) == made["int8_ort"][4]
     assert status == ("ov_nncf", "int8", 5)
+
+
+def test_a_run_without_nncf_fails_in_one_line_before_any_calibration_game(tmp_path):
+    (tmp_path / "nncf.yaml").write_text(SPEC)
+    code = ("import sys; sys.modules['nncf'] = None\n"
+            "from runner.cli.commands import main\n"
+            "main(['run', 'nncf.yaml', '--db', 'r.duckdb', '--no-report'])\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stderr[-2000:]  # the environment lacks a package: not the user's spec
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines == [lines[0]] and "measurements[files].int8[1].quantizer: nncf is unavailable here: nncf cannot " \
+                                   "be imported" in lines[0] and "pip install -e '.[openvino]'" in lines[0]
+    assert not list(tmp_path.glob("out/*.onnx"))
+    with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM episodes").fetchone() == (0,)
