@@ -89,6 +89,18 @@ def test_it_loads_in_openvino_on_integer_kernels_and_agrees_with_fp32(nncf_file,
     assert compare_q(on_onnxruntime, on_openvino).max_abs_diff < 0.1  # one QDQ graph, two runtimes
 
 
+@needs_nncf
+def test_localisation_reads_every_layer_of_it_and_the_pinned_input_is_exact(nncf_file, states):
+    from breakout_core.diagnosis.localise import localise
+
+    found = localise(FP32, nncf_file.path, states)
+    assert found.unmatched == ()  # NNCF keeps the FP32 graph's tensor names
+    errors = {layer.tensor: layer.max_abs for layer in found.layers}
+    # the dequantized input: scale 1/255 keeps every uint8 pixel (NNCF's own range was off by 1.1e-3)
+    assert errors["div"] < 1e-6
+    assert errors["conv2d"] > 1e-4  # quantized weights: the first layer departs
+
+
 def test_without_nncf_it_is_unavailable_with_the_reason(tmp_path):
     code = ("import sys; sys.modules['nncf'] = None\n"
             "import numpy as np\n"
