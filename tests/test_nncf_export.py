@@ -101,6 +101,19 @@ def test_localisation_reads_every_layer_of_it_and_the_pinned_input_is_exact(nncf
     assert errors["conv2d"] > 1e-4  # quantized weights: the first layer departs
 
 
+@needs_nncf
+def test_kept_in_float_goes_to_nncfs_ignored_scope(tmp_path, states):
+    from breakout_core.conversion.nncf_quantize import quantize_nncf
+    from breakout_core.conversion.quantize import QuantizeError
+
+    made = quantize_nncf(FP32, tmp_path / "kept.onnx", calibration=states[:16], nodes_to_exclude=["node_linear_1"])
+    assert made.nodes_excluded == ("node_linear_1",) and "node_linear_1" not in made.nodes_quantized
+    assert made.nodes_quantized == ("node_conv2d", "node_conv2d_1", "node_conv2d_2", "node_linear")
+    with pytest.raises(QuantizeError, match="'fc9' is not a node of dqn_breakout.onnx"):
+        quantize_nncf(FP32, tmp_path / "bad.onnx", calibration=states[:16], nodes_to_exclude=["fc9"])
+    assert not (tmp_path / "bad.onnx").exists()
+
+
 def test_without_nncf_it_is_unavailable_with_the_reason(tmp_path):
     code = ("import sys; sys.modules['nncf'] = None\n"
             "import numpy as np\n"
