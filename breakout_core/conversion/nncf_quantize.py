@@ -92,6 +92,7 @@ def quantize_nncf(fp32_path: str | Path, out_path: str | Path, *, calibration: n
         source = onnx.load_from_string(data)
     except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
         raise QuantizeError(f"{fp32_path}: not a readable ONNX model ({one_line(exc)})") from None
+    source_sha256 = hashlib.sha256(data).hexdigest()
     excluded = checked_exclusions(source, nodes_to_exclude, fp32_path)
     scaled_input = scaled_input_tensor(source)
     input_name = source.graph.input[0].name
@@ -125,13 +126,13 @@ def quantize_nncf(fp32_path: str | Path, out_path: str | Path, *, calibration: n
             "int8_nodes_excluded": ",".join(excluded),
             "int8_nodes_quantized": ",".join(quantized),
             "int8_quantizer": quantizer,
-            "int8_source_sha256": hashlib.sha256(data).hexdigest(),
+            "int8_source_sha256": source_sha256,
         }, preprocessing=scaled_input is not None, verify=_opens_in_onnxruntime)
     except ModelCheckError as exc:
         raise QuantizeError(f"{out_path}: {exc}") from None
     return Int8Artifact(
         path=out_path, size_bytes=saved.size_bytes, sha256=saved.sha256,
-        source_sha256=hashlib.sha256(data).hexdigest(), method="static", calibrate_method=NNCF_CALIBRATE_METHOD,
+        source_sha256=source_sha256, method="static", calibrate_method=NNCF_CALIBRATE_METHOD,
         calibration_states=len(states), calibration_options=dict(NNCF_OPTIONS), per_channel=True,
         nodes_excluded=excluded, nodes_quantized=quantized, excluded_quantized_at_load=(),
         input_scale=input_scale, onnxruntime_version=ort.__version__, checks=tuple(checks + saved.checks),
