@@ -13,7 +13,8 @@ if ((${#missing[@]})); then
 fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate
-# openvino: the openvino runtime's tests run here too (a wheel of about 60 MB, seconds of tests)
+# openvino: the openvino runtime's and NNCF's INT8 export's tests run here too (OpenVINO's wheel of
+# about 60 MB and NNCF's pure-Python one; seconds of tests)
 pip install -q -e '.[test,openvino]'
 # rliable's metrics module checks the statistics over training seeds in the tests; its bootstrap
 # module needs arch, which does not import beside pandas 3, so only the package itself is installed

@@ -193,14 +193,14 @@ def test_excluding_every_quantized_node_leaves_nothing_to_quantize(tmp_path, fix
 
 def test_cpu_isa_reads_the_flags_of_this_cpu():
     isa = cpu_isa()
-    assert set(isa) == {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx", "int8_dot_product", "cpu"}
+    assert set(isa) == {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx", "int8_dot_product", "cpu"}
     try:
         flags = set(next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
                          if line.startswith("flags")).split(":", 1)[1].split())
     except (OSError, StopIteration):
         assert all(isa[k] is None for k in ("avx2", "avx512_vnni", "int8_dot_product"))
         return
-    for name in ("avx2", "avx512f", "avx512_vnni", "avx_vnni"):
+    for name in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16"):
         assert isa[name] == (name in flags)
     assert isa["amx"] == bool(flags & {"amx_int8", "amx_tile"})
     assert isa["int8_dot_product"] == bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8", "amx_tile"})

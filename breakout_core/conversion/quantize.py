@@ -111,6 +111,7 @@ class Int8Artifact:
     input_scale: float | None  # the fixed scale of the scaled uint8 input (1/255); None: float, or dynamic
     onnxruntime_version: str
     checks: tuple[str, ...]  # every check run and passed, in order
+    quantizer: str  # the library that chose the ranges and wrote the file, with its version
 
 
 def quantize_int8(
@@ -148,8 +149,8 @@ def quantize_int8(
     except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
         raise QuantizeError(f"{fp32_path}: not a readable ONNX model ({one_line(exc)})") from None
     source_sha256 = hashlib.sha256(data).hexdigest()
-    excluded = _checked_exclusions(source, nodes_to_exclude, fp32_path)
-    scaled_input = _scaled_input(source)
+    excluded = checked_exclusions(source, nodes_to_exclude, fp32_path)
+    scaled_input = scaled_input_tensor(source)
     checks = []
 
     # the quantizer writes only in this folder; the checked file is then written whole at out_path
@@ -191,6 +192,7 @@ def quantize_int8(
                                                                          excluded, scaled_input)
 
     calibrate = calibrate_method if method == "static" else None
+    quantizer = f"onnxruntime {ort.__version__} onnxruntime.quantization"
     calibration_options = dict(CALIBRATION_OPTIONS[calibrate]) if calibrate else {}
     n_states = len(states) if method == "static" else 0
     at_load = _excluded_quantized_at_load(model.SerializeToString(), excluded)
@@ -204,7 +206,7 @@ def quantize_int8(
             "int8_per_channel": per_channel,
             "int8_nodes_excluded": ",".join(excluded),
             "int8_nodes_quantized": ",".join(quantized),
-            "int8_quantizer": f"onnxruntime {ort.__version__} onnxruntime.quantization",
+            "int8_quantizer": quantizer,
             "int8_source_sha256": source_sha256,
         }, preprocessing=scaled_input is not None)
     except ModelCheckError as exc:
@@ -228,6 +230,7 @@ def quantize_int8(
         input_scale=input_scale,
         onnxruntime_version=ort.__version__,
         checks=tuple(checks),
+        quantizer=quantizer,
     )
 
 
@@ -247,7 +250,7 @@ def _checked_output(source: ModelProto, fp32_path: Path, quantized_path: Path, o
     checks.append(f"{len(quantized)} node(s) quantized: {', '.join(quantized)}")
     if scaled_input is None:
         return model, quantized, None, checks
-    scale = _fixed_input_scale(model, scaled_input)
+    scale = fixed_input_scale(model, scaled_input)
     if scale is None:
         checks.append(f"input {scaled_input!r} not quantized with a fixed scale (float, or per batch)")
     elif np.isclose(scale, INPUT_SCALE, rtol=1e-6):
@@ -296,7 +299,7 @@ def cpu_isa() -> dict[str, bool | str | None]:
     VNNI when this says so. Values are None when the flags cannot be read (no /proc/cpuinfo,
     or a CPU that lists no x86 flags).
     """
-    wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni")
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16")  # bf16: OpenVINO's bf16 precision
     flags, model = cpu_flags(), cpu_model()
     known = bool(flags)
     isa: dict[str, bool | str | None] = {name: (name in flags) if known else None for name in wanted}
@@ -320,7 +323,7 @@ def _calibration_states(calibration: np.ndarray | None, calibrate_method: str) -
     return states
 
 
-def _checked_exclusions(model, nodes_to_exclude: Sequence[str], path: Path) -> tuple[str, ...]:
+def checked_exclusions(model, nodes_to_exclude: Sequence[str], path: Path) -> tuple[str, ...]:
     if isinstance(nodes_to_exclude, str):
         raise QuantizeError("nodes_to_exclude must be a list of node names, not one string")
     names = [n.name for n in model.graph.node]
@@ -331,7 +334,7 @@ def _checked_exclusions(model, nodes_to_exclude: Sequence[str], path: Path) -> t
     return excluded
 
 
-def _scaled_input(model) -> str | None:
+def scaled_input_tensor(model) -> str | None:
     """The tensor that holds the uint8 input as float / 255, when the graph begins so."""
     try:
         check_preprocessing(model)
@@ -347,7 +350,7 @@ def _scaled_input(model) -> str | None:
     return consumers[tensor][0].output[0]
 
 
-def _fixed_input_scale(model, scaled_input: str) -> float | None:
+def fixed_input_scale(model, scaled_input: str) -> float | None:
     """The scale of the QuantizeLinear on the scaled input (its zero point must be 0); None without one."""
     from onnx import numpy_helper
 

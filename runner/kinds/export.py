@@ -7,8 +7,8 @@ CPU); the FP16 copy keeps uint8 in / float32 out. Every file is written under th
 own folder, then published to the path its artifact names (made_by: this spec) in one
 rename, and recorded in `export_files` with size, sha256 and the checks it passed;
 `fixed_state_index` says where each state came from. INT8 files (`int8:`,
-runner.kinds.shared.int8_files) are made from an FP32 file by ONNX Runtime's quantizer,
-calibrated on states from the checkpoint's own games on seeds the rest of the spec never
+runner.kinds.shared.int8_files) are made from an FP32 file by ONNX Runtime's quantizer or by
+NNCF's (`quantizer: nncf`), calibrated on states from the checkpoint's own games on seeds the rest of the spec never
 plays; `int8_files` records how each was made.
 """
 
@@ -41,7 +41,8 @@ class ExportMeasurement(StrictModel):
     capture: CaptureSpec = CaptureSpec()
     opset: int = Field(default=18, ge=13, le=23)
     exporter: Literal["dynamo", "torchscript"] = "dynamo"
-    int8: list[Int8Export] = Field(default_factory=list, description="INT8 files made with onnxruntime's quantizer")
+    int8: list[Int8Export] = Field(default_factory=list, description="INT8 files made with onnxruntime's "
+                                   "quantizer or NNCF's")
 
     @model_validator(mode="after")
     def _something_written(self) -> "ExportMeasurement":
@@ -190,8 +191,13 @@ def _export_int8(m: ExportMeasurement, ctx: RunContext, checkpoint) -> tuple[lis
     import onnx
 
     from breakout_core.conversion.export import inspect_onnx
+    from breakout_core.conversion.nncf_quantize import nncf_available
 
     files, base = ctx.files, {"run_id": ctx.run_id, "measurement": m.name}
+    for j, variant in enumerate(m.int8):  # before any game is played for calibration
+        ok, reason = nncf_available() if variant.quantizer == "nncf" else (True, "")
+        if not ok:
+            raise ValueError(f"measurements[{m.name}].int8[{j}].quantizer: nncf is unavailable here: {reason}")
     task = ctx.progress.add_task(f"{m.name} · INT8 files", total=len(m.int8), unit="files")
     captured: dict[str, object] = {}
     rows, provenance = [], []
@@ -213,7 +219,7 @@ def _export_int8(m: ExportMeasurement, ctx: RunContext, checkpoint) -> tuple[lis
                      "contract_hash": meta.get("breakout.contract_hash") or None,
                      "checkpoint_sha256": meta.get("breakout.checkpoint_sha256") or None,
                      "versions": json.dumps({"onnxruntime": made.onnxruntime_version, "onnx": onnx.__version__,
-                                             "numpy": np.__version__})})
+                                             "numpy": np.__version__, "quantizer": made.quantizer})})
         provenance.append({**base, "artifact": variant.onnx, "source_artifact": source, **columns})
         ctx.progress.advance(task)
     return rows, provenance
@@ -275,11 +281,11 @@ def _int8_sections(con, run_id: str, m: ExportMeasurement) -> list[Section]:
     made = con.execute(
         "SELECT artifact, source_artifact, method, calibrate_method, calibration_states, calibration_seeds, "
         "nodes_excluded, json_array_length(nodes_quantized) AS quantized, excluded_quantized_at_load, "
-        "onnxruntime_version, left(source_sha256, 12) AS source_sha256 FROM int8_files "
+        "quantizer, left(source_sha256, 12) AS source_sha256 FROM int8_files "
         "WHERE run_id = ? AND measurement = ? ORDER BY artifact", [run_id, m.name]).df()
     if made.empty:
         return []
-    return [Section(f"{m.name}: INT8 files, how each was made (onnxruntime.quantization; calibration seeds are "
+    return [Section(f"{m.name}: INT8 files, how each was made (calibration seeds are "
                     "disjoint from every seed the spec plays)", html=table_html(blank_nulls(made)))]
 
 

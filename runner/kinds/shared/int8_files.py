@@ -1,9 +1,12 @@
-"""INT8 ONNX files made with ONNX Runtime's quantizer (breakout_core.conversion.quantize), as a spec
-declares them, and the `int8_files` table that records how each was made.
+"""INT8 ONNX files made with ONNX Runtime's quantizer (breakout_core.conversion.quantize) or with
+NNCF's (breakout_core.conversion.nncf_quantize), as a spec declares them, and the `int8_files`
+table that records how each was made.
 
     int8:
       - onnx: onnx_int8_minmax        # artifact written (precision: int8)
         source: onnx_fp32             # the FP32 file quantized; default: the measurement's own `onnx`
+        quantizer: onnxruntime        # onnxruntime (default) or nncf: static only, its own ranges
+                                      # (no calibrate_method), per-channel weights; the `openvino` extra
         method: static                # static (QDQ, calibrated) or dynamic (ranges at run time)
         calibrate_method: minmax      # static: minmax, entropy or percentile
         calibration_states: 64        # static: at least the engine's minimum for the method
@@ -52,11 +55,17 @@ class Int8Export(StrictModel):
     calibration: CalibrationCapture | None = Field(default=None, description="static only (required there)")
     keep_float: list[str] = Field(default_factory=list, description="node names of the source graph kept in float")
     per_channel: bool = Field(default=True, description="one weight scale per output channel")
+    quantizer: Literal["onnxruntime", "nncf"] = Field(
+        default="onnxruntime", description="onnxruntime: onnxruntime.quantization; nncf: nncf.quantize on the "
+        "ONNX graph (static, its own mean min/max ranges and fast bias correction, per-channel weights; the "
+        "`openvino` extra), on the same calibration states")
 
     @model_validator(mode="after")
     def _method_fields(self) -> "Int8Export":
         from breakout_core.conversion.quantize import MIN_CALIBRATION_STATES
 
+        if self.quantizer == "nncf":
+            return self._nncf_fields()
         if self.method == "dynamic":
             raise_placed([PlacedError("dynamic quantization takes its activation ranges at run time: no "
                                       f"{key} here", (key,)) for key in STATIC_ONLY if getattr(self, key) is not None])
@@ -76,6 +85,25 @@ class Int8Export(StrictModel):
             raise PlacedError(f"{self.states} states from {len(seed_list(self.calibration.episode_seeds))} games "
                               f"are {per_game} a game, which needs candidates_per_episode >= {2 * per_game}",
                               ("calibration", "candidates_per_episode"))
+        return self
+
+    def _nncf_fields(self) -> "Int8Export":
+        from breakout_core.conversion.nncf_quantize import NNCF_MIN_CALIBRATION_STATES
+
+        if self.method != "static":
+            raise PlacedError("nncf quantizes statically, from calibration states: method: static", ("method",))
+        if self.calibrate_method is not None:
+            raise PlacedError("nncf chooses its own ranges (the mean of each calibration state's min and max): "
+                              "no calibrate_method with quantizer: nncf", ("calibrate_method",))
+        if not self.per_channel:
+            raise PlacedError("nncf's CPU preset gives each output channel its own weight scale: no "
+                              "per_channel: false with quantizer: nncf", ("per_channel",))
+        if self.calibration is None:
+            raise PlacedError("nncf needs calibration states: give `calibration: {episode_seeds: ...}`, seeds no "
+                              "other part of the spec plays", ("calibration",))
+        if self.states < NNCF_MIN_CALIBRATION_STATES:
+            raise PlacedError(f"nncf calibration needs at least {NNCF_MIN_CALIBRATION_STATES} states, "
+                              f"{self.states} asked", ("calibration_states",))
         return self
 
     @property
@@ -147,21 +175,27 @@ def _graph_problems(variant: Int8Export, path: Path) -> list[tuple[tuple, str]]:
 
 
 def capture_key(variant: Int8Export) -> str:
-    """Variants with the same capture settings and number of states share their calibration states."""
+    """Variants with the same capture settings and number of states share their calibration states
+    (whichever quantizer they go to)."""
     return json.dumps([variant.states, variant.calibration.model_dump(mode="json")], sort_keys=True)
 
 
 def quantize(where: str, variant: Int8Export, source_path: str, out_path: str, states) -> tuple[Int8Artifact, dict]:
     """Quantize one variant; returns the engine's Int8Artifact and its `int8_files` columns.
 
-    The engine's one-line QuantizeError is raised as a ValueError naming the variant (`where`)."""
+    The engine's one-line QuantizeError (QuantizerUnavailable where NNCF is missing) is raised as
+    a ValueError naming the variant (`where`)."""
+    from breakout_core.conversion.nncf_quantize import quantize_nncf
     from breakout_core.conversion.quantize import QuantizeError, quantize_int8
 
     try:
-        made = quantize_int8(source_path, out_path, method=variant.method,
-                             calibration=None if states is None else states.obs,
-                             calibrate_method=variant.states_method, per_channel=variant.per_channel,
-                             nodes_to_exclude=variant.keep_float)
+        if variant.quantizer == "nncf":
+            made = quantize_nncf(source_path, out_path, calibration=states.obs, nodes_to_exclude=variant.keep_float)
+        else:
+            made = quantize_int8(source_path, out_path, method=variant.method,
+                                 calibration=None if states is None else states.obs,
+                                 calibrate_method=variant.states_method, per_channel=variant.per_channel,
+                                 nodes_to_exclude=variant.keep_float)
     except QuantizeError as exc:
         raise ValueError(f"{where}: {exc}") from None
     row = {
@@ -176,6 +210,7 @@ def quantize(where: str, variant: Int8Export, source_path: str, out_path: str, s
         "excluded_quantized_at_load": json.dumps(list(made.excluded_quantized_at_load)),
         "input_scale": made.input_scale, "source_sha256": made.source_sha256,
         "source_bytes": Path(source_path).stat().st_size, "onnxruntime_version": made.onnxruntime_version,
+        "quantizer": made.quantizer,
     }
     return made, row
 
@@ -193,7 +228,9 @@ MIGRATIONS = [
             excluded_quantized_at_load JSON NOT NULL, input_scale DOUBLE, onnxruntime_version VARCHAR NOT NULL
         )
         """,
-    )
+    ),
+    # the library that chose the ranges and wrote the file, with its version (onnxruntime or nncf)
+    ("0413_int8_files_quantizer", "ALTER TABLE int8_files ADD COLUMN quantizer VARCHAR"),
 ]
 
 schema.declare("int8_files", MIGRATIONS, [])
