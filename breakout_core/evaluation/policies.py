@@ -24,12 +24,15 @@ class Policy(Protocol):
 
 
 class RandomPolicy:
-    """Uniform over the four actions: the baseline every agent must beat."""
+    """Uniform over the contract's actions (the minimal four by default): the baseline every agent must beat."""
 
     name = "random"
 
+    def __init__(self, num_actions: int = NUM_ACTIONS):
+        self.num_actions = num_actions
+
     def act(self, obs: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
-        return np.fromiter((rng.integers(NUM_ACTIONS) for rng in rngs), dtype=np.int64, count=len(rngs))
+        return np.fromiter((rng.integers(self.num_actions) for rng in rngs), dtype=np.int64, count=len(rngs))
 
 
 class QNetworkPolicy:
@@ -86,9 +89,10 @@ class OnnxPolicy:
 
 
 def epsilon_greedy(q: np.ndarray, rngs: Sequence[np.random.Generator], epsilon: float) -> np.ndarray:
-    """Each row's greedy action, or a random one with probability epsilon; every row draws one
-    uniform number and one action whatever epsilon is."""
+    """Each row's greedy action, or a random one (of the model's outputs, one per action of its
+    contract) with probability epsilon; every row draws one uniform number and one action whatever
+    epsilon is."""
     greedy = q.argmax(axis=1)
     explore = np.fromiter((rng.random() for rng in rngs), dtype=np.float64, count=len(rngs))
-    random_actions = np.fromiter((rng.integers(NUM_ACTIONS) for rng in rngs), dtype=np.int64, count=len(rngs))
+    random_actions = np.fromiter((rng.integers(q.shape[1]) for rng in rngs), dtype=np.int64, count=len(rngs))
     return np.where(explore < epsilon, random_actions, greedy).astype(np.int64)
