@@ -49,6 +49,7 @@ class QNetworkPolicy:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
         self._torch = torch
         self.network = network.eval()
+        self.num_actions = getattr(network, "num_actions", None)  # a QNetwork's; None: unknown, not checked
         self.epsilon = float(epsilon)
         self.name = name
 
@@ -86,6 +87,15 @@ class OnnxPolicy:
 
     def close(self) -> None:
         self.runtime.close()
+
+
+def check_fits(policy: Policy, contract) -> None:
+    """ValueError where `policy` decides among another number of actions than `contract` plays (a
+    4-action network under full_action_space would play its outputs as NOOP, FIRE, UP, RIGHT)."""
+    width = getattr(policy, "num_actions", None)
+    if width is not None and width != contract.num_actions:
+        raise ValueError(f"policy {policy.name} chooses among {width} actions, and contract {contract.name} "
+                         f"({contract.hash}) plays {contract.num_actions}")
 
 
 def epsilon_greedy(q: np.ndarray, rngs: Sequence[np.random.Generator], epsilon: float) -> np.ndarray:

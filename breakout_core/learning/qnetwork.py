@@ -29,6 +29,7 @@ class QNetwork(nn.Module):
         if architecture not in ARCHITECTURES:
             raise ValueError(f"unknown architecture {architecture!r}; known: {', '.join(ARCHITECTURES)}")
         self.architecture = architecture
+        self.num_actions = num_actions  # one output per action of the contract it plays
         self.torso = nn.Sequential(
             nn.Conv2d(frame_stack, 32, 8, stride=4), nn.ReLU(),
             nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
