@@ -17,7 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from breakout_core.conversion.onnx_checks import one_line
-from breakout_core.game.contract import FULL_ACTION_NAMES, MINIMAL_ACTION_NAMES, Contract
+from breakout_core.game.contract import (
+    DEFAULT_CONTRACT,
+    FULL_ACTION_NAMES,
+    MINIMAL_ACTION_NAMES,
+    Contract,
+    contract_by_name,
+)
 
 FULL_ACTION_OPTION = "full_action_space (--set contract.full_action_space=true; in a spec, under contract:)"
 
@@ -94,10 +100,11 @@ def output_problem(actions: int, contract: Contract) -> str | None:
     return f"it gives {actions} Q-values, and {played}"
 
 
-def precheck(path: str | Path, batch_sizes: Iterable[int], contract: Contract) -> Precheck:
+def precheck(path: str | Path, batch_sizes: Iterable[int], contract: Contract | None = None) -> Precheck:
     """Open `path` (uint8 (B, 4, 84, 84) in, as adapted) in ONNX Runtime and run it at each batch size,
-    in calls of its fixed batch where it has one, each giving one Q-value per action of `contract`;
-    ModelRefused naming what is wrong."""
+    in calls of its fixed batch where it has one, each giving one Q-value per action of `contract`
+    (default: the default contract's); ModelRefused naming what is wrong."""
+    contract = contract or contract_by_name(DEFAULT_CONTRACT)
     sess = session(path)
     inputs, outputs = sess.get_inputs(), sess.get_outputs()
     if len(inputs) != 1 or len(outputs) != 1:
