@@ -97,6 +97,20 @@ def test_a_network_with_another_width_than_the_contract_is_refused_before_it_pla
         check_fits(RandomPolicy(18), V3)
 
 
+def test_training_under_the_option_learns_18_outputs_and_its_checkpoint_loads_so(tmp_path):
+    from breakout_core.learning.qnetwork import load_checkpoint
+    from breakout_core.learning.train_config import TrainConfig
+    from breakout_core.learning.trainer import CheckpointSaved, Trainer
+
+    config = TrainConfig(total_transitions=120, num_envs=2, learning_starts=100, replay_capacity=1_000,
+                         diagnostics_every=100, target_sync_every=100, epsilon_decay_transitions=100, torch_threads=1,
+                         batch_size=8)
+    records = list(Trainer(config, FULL.replace(max_episode_frames=400), tmp_path).run())
+    network, meta = load_checkpoint(next(r.path for r in records if isinstance(r, CheckpointSaved)))
+    assert network.num_actions == 18 and network(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 18)
+    assert meta["contract"]["full_action_space"] is True
+
+
 @pytest.fixture(scope="module")
 def full_files(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("full")
@@ -163,5 +177,7 @@ def test_an_18_action_model_against_its_own_fp32_file_and_a_perturbed_one(tmp_pa
     assert worse.exit_code == 1, worse.output
     assert "captured before" in worse.stdout and "verdict same_decisions: rejected" in worse.stdout
     with Store(tmp_path / "r.duckdb").reader() as con:
-        flips = set(con.execute("SELECT DISTINCT baseline_action, candidate_action FROM parity_flips").fetchall())
-    assert flips == {(3, RIGHTFIRE)}
+        flips = set(con.execute("SELECT DISTINCT baseline_action, candidate_action FROM parity_flips WHERE "
+                                "candidate = 'candidate' AND baseline = 'baseline'").fetchall())
+    # RIGHTFIRE where the baseline moves right, and where LEFT led RIGHT by less than the hair
+    assert (3, RIGHTFIRE) in flips and {c for _, c in flips} == {RIGHTFIRE}
