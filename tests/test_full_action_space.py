@@ -97,6 +97,29 @@ def test_a_network_with_another_width_than_the_contract_is_refused_before_it_pla
         check_fits(RandomPolicy(18), V3)
 
 
+SPEC = """\
+name: width
+contract: {{full_action_space: true, other_contracts: deliberate}}
+artifacts:
+  model: {{path: {model}}}
+runtimes:
+  ort: {{runtime: onnxruntime, provider: cpu, intra_op_threads: 1, artifact: model}}
+measurements:
+  - kind: closed_loop
+    name: loop
+    runtimes: [ort]
+    seed: 0
+    steps: 16
+"""
+
+
+def test_a_spec_whose_runtime_plays_a_model_of_another_width_is_refused_where_it_names_the_file(tmp_path,
+                                                                                               write_spec):
+    result = cli("validate", str(write_spec(SPEC.format(model=REFERENCE_ONNX))), cwd=tmp_path)
+    assert_one_line_usage_error(result, "spec.yaml:4: artifacts.model.path: dqn_breakout.onnx: it gives 4 Q-values",
+                                "breakout-v3 with full_action_space plays ALE's 18 actions")
+
+
 def test_training_under_the_option_learns_18_outputs_and_its_checkpoint_loads_so(tmp_path):
     from breakout_core.learning.qnetwork import load_checkpoint
     from breakout_core.learning.train_config import TrainConfig
