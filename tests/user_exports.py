@@ -7,8 +7,9 @@ reference agent's weights (same layer shapes), so each plays exactly as the refe
   then `linear`) and a `q_net` head; its forward runs `preprocess_obs`, which casts to float and
   divides by 255 (SB3's export guide: "this pre-processing is done inside the policy"). Exported
   from a random float observation of the policy's (4, 84, 84) space, opset 17.
-Variants: a dynamic batch, channels last (NHWC, float32 or uint8), scaled to 0-1 outside the network, and an FP16
-file with float16 input and output (onnxconverter-common, keep_io_types=False).
+Variants: 18 outputs (ALE's full action set, the reference's 4 actions at their places in it), a
+dynamic batch, channels last (NHWC, float32 or uint8), scaled to 0-1 outside the network, and an
+FP16 file with float16 input and output (onnxconverter-common, keep_io_types=False).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from breakout_core.game.contract import CONTRACTS, DEFAULT_CONTRACT
 
 REFERENCE_PT = Path(__file__).resolve().parents[1] / "models" / "reference" / "dqn_breakout.pt"
 
@@ -37,15 +40,22 @@ def _reference_layers(checkpoint: Path) -> list[torch.Tensor]:
     return [state[f"{name}.{part}"] for name in order for part in ("weight", "bias")]
 
 
+FULL_SET_LOSS = 100.0  # below the reference's Q-values by far more than they spread: never the greedy action
+
+
 def _load(modules: list[nn.Module], actions: int, checkpoint: Path = REFERENCE_PT) -> None:
     weights = _reference_layers(checkpoint)
     for module, (weight, bias) in zip(modules, zip(weights[::2], weights[1::2])):
         if module.weight.shape == weight.shape:
             module.weight.data.copy_(weight)
             module.bias.data.copy_(bias)
-        else:  # a head with more actions: the reference's four first, the rest copies of NOOP's
-            module.weight.data.copy_(weight[torch.arange(actions) % 4 * (torch.arange(actions) < 4)])
-            module.bias.data.copy_(bias[torch.arange(actions) % 4 * (torch.arange(actions) < 4)])
+        else:  # ALE's full action set: the reference's 4 actions where that set has them, so that it plays as
+            # the reference does under full_action_space; every other action NOOP's row, FULL_SET_LOSS lower
+            module.weight.data.copy_(weight[0].expand(actions, -1))
+            module.bias.data.copy_(bias[0] - FULL_SET_LOSS)
+            where = CONTRACTS[DEFAULT_CONTRACT].replace(full_action_space=True).minimal_outputs()
+            module.weight.data[where] = weight
+            module.bias.data[where] = bias
 
 
 class CleanRLQNetwork(nn.Module):

@@ -1,5 +1,6 @@
 """What a user's model file must pass before anything is measured: ONNX Runtime opens it, and it runs
-at every batch size a spec will feed it, giving one Q-value per action of the minimal set.
+at every batch size a spec will feed it, giving one Q-value per action of the contract it plays (Breakout's
+minimal 4, or ALE's 18 under the contract option full_action_space).
 
 A failure is one line (`ModelRefused`) that says what to change, never ONNX Runtime's raw text
 alone. A batch dimension fixed in the file (torch.onnx.export's default without `dynamic_axes`
@@ -16,9 +17,15 @@ from pathlib import Path
 import numpy as np
 
 from breakout_core.conversion.onnx_checks import one_line
-from breakout_core.game.envs import NUM_ACTIONS
+from breakout_core.game.contract import (
+    DEFAULT_CONTRACT,
+    FULL_ACTION_NAMES,
+    MINIMAL_ACTION_NAMES,
+    Contract,
+    contract_by_name,
+)
 
-FULL_ACTION_SPACE = 18  # ALE's full action set
+FULL_ACTION_OPTION = "full_action_space (--set contract.full_action_space=true; in a spec, under contract:)"
 
 
 class ModelRefused(ValueError):
@@ -76,19 +83,28 @@ def fp16_cast_fix(path: str | Path) -> str | None:
             f"float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=[{casts[0].name!r}])")
 
 
-def output_problem(actions: int) -> str | None:
-    """Why a model giving `actions` Q-values cannot play the minimal-action game."""
-    if actions == NUM_ACTIONS:
+def output_problem(actions: int, contract: Contract) -> str | None:
+    """Why a model giving `actions` Q-values cannot play `contract`'s game: it needs one per action of
+    the contract's set."""
+    wanted = contract.num_actions
+    if actions == wanted:
         return None
-    if actions == FULL_ACTION_SPACE:
-        return (f"it gives {actions} Q-values, ALE's full action space (full_action_space=True); "
-                f"judge it under the contract option full_action_space")
-    return f"it gives {actions} Q-values; Breakout's minimal action set has {NUM_ACTIONS}"
+    played = (f"{contract.name} with full_action_space plays ALE's {wanted} actions" if contract.full_action_space
+              else f"{contract.name} plays Breakout's minimal {wanted} actions")
+    if actions == len(FULL_ACTION_NAMES):
+        return (f"it gives {actions} Q-values, ALE's full action space (full_action_space=True), and {played}; "
+                f"judge it under the contract option {FULL_ACTION_OPTION}")
+    if actions == len(MINIMAL_ACTION_NAMES):
+        return (f"it gives {actions} Q-values, Breakout's minimal action set, and {played}; leave out the "
+                f"contract option full_action_space")
+    return f"it gives {actions} Q-values, and {played}"
 
 
-def precheck(path: str | Path, batch_sizes: Iterable[int]) -> Precheck:
+def precheck(path: str | Path, batch_sizes: Iterable[int], contract: Contract | None = None) -> Precheck:
     """Open `path` (uint8 (B, 4, 84, 84) in, as adapted) in ONNX Runtime and run it at each batch size,
-    in calls of its fixed batch where it has one; ModelRefused naming what is wrong."""
+    in calls of its fixed batch where it has one, each giving one Q-value per action of `contract`
+    (default: the default contract's); ModelRefused naming what is wrong."""
+    contract = contract or contract_by_name(DEFAULT_CONTRACT)
     sess = session(path)
     inputs, outputs = sess.get_inputs(), sess.get_outputs()
     if len(inputs) != 1 or len(outputs) != 1:
@@ -105,8 +121,8 @@ def precheck(path: str | Path, batch_sizes: Iterable[int]) -> Precheck:
             raise ModelRefused(f"ONNX Runtime could not run it at batch {call} ({one_line(exc)})") from None
         if q.ndim != 2 or q.shape[0] != call:
             raise ModelRefused(f"its output has shape {tuple(q.shape)} for a batch of {call}; expected ({call}, "
-                               f"{NUM_ACTIONS})")
-        problem = output_problem(q.shape[1])
+                               f"{contract.num_actions})")
+        problem = output_problem(q.shape[1], contract)
         if problem:
             raise ModelRefused(problem)
     return Precheck(static_batch=static, batch_sizes=sizes)

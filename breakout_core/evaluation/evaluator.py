@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from breakout_core.evaluation.policies import Policy
+from breakout_core.evaluation.policies import Policy, check_fits
 from breakout_core.game.contract import Contract
 from breakout_core.game.driver import EpisodeDriver, FinishedEpisode, StepResult, play_seeds
 
@@ -50,6 +50,7 @@ def evaluate(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_fits(policy, contract)
     if driver is None:
         driver = EpisodeDriver(contract, max(1, min(batch_size, len(seeds))))
     elif driver.contract != contract:

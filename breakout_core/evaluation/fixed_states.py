@@ -31,7 +31,7 @@ import numpy as np
 
 from breakout_core.common.files import write_whole
 from breakout_core.common.hashing import file_sha256
-from breakout_core.evaluation.policies import Policy
+from breakout_core.evaluation.policies import Policy, check_fits
 from breakout_core.game.contract import Contract
 from breakout_core.game.driver import STOPPED, EpisodeDriver, play_seeds
 
@@ -153,6 +153,7 @@ def capture_fixed_states(
     if candidates_per_episode < 2 * per_episode:
         raise ValueError(f"candidates_per_episode must be >= 2 * states per episode ({2 * per_episode})")
 
+    check_fits(policy, contract)
     started = time.perf_counter()
     driver = EpisodeDriver(contract, min(batch_size, len(seeds)))
     samplers: dict[int, _EvenSampler] = {}

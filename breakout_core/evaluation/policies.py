@@ -24,12 +24,15 @@ class Policy(Protocol):
 
 
 class RandomPolicy:
-    """Uniform over the four actions: the baseline every agent must beat."""
+    """Uniform over the contract's actions (the minimal four by default): the baseline every agent must beat."""
 
     name = "random"
 
+    def __init__(self, num_actions: int = NUM_ACTIONS):
+        self.num_actions = num_actions
+
     def act(self, obs: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
-        return np.fromiter((rng.integers(NUM_ACTIONS) for rng in rngs), dtype=np.int64, count=len(rngs))
+        return np.fromiter((rng.integers(self.num_actions) for rng in rngs), dtype=np.int64, count=len(rngs))
 
 
 class QNetworkPolicy:
@@ -46,6 +49,7 @@ class QNetworkPolicy:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
         self._torch = torch
         self.network = network.eval()
+        self.num_actions = getattr(network, "num_actions", None)  # a QNetwork's; None: unknown, not checked
         self.epsilon = float(epsilon)
         self.name = name
 
@@ -85,10 +89,20 @@ class OnnxPolicy:
         self.runtime.close()
 
 
+def check_fits(policy: Policy, contract) -> None:
+    """ValueError where `policy` decides among another number of actions than `contract` plays (a
+    4-action network under full_action_space would play its outputs as NOOP, FIRE, UP, RIGHT)."""
+    width = getattr(policy, "num_actions", None)
+    if width is not None and width != contract.num_actions:
+        raise ValueError(f"policy {policy.name} chooses among {width} actions, and contract {contract.name} "
+                         f"({contract.hash}) plays {contract.num_actions}")
+
+
 def epsilon_greedy(q: np.ndarray, rngs: Sequence[np.random.Generator], epsilon: float) -> np.ndarray:
-    """Each row's greedy action, or a random one with probability epsilon; every row draws one
-    uniform number and one action whatever epsilon is."""
+    """Each row's greedy action, or a random one (of the model's outputs, one per action of its
+    contract) with probability epsilon; every row draws one uniform number and one action whatever
+    epsilon is."""
     greedy = q.argmax(axis=1)
     explore = np.fromiter((rng.random() for rng in rngs), dtype=np.float64, count=len(rngs))
-    random_actions = np.fromiter((rng.integers(NUM_ACTIONS) for rng in rngs), dtype=np.int64, count=len(rngs))
+    random_actions = np.fromiter((rng.integers(q.shape[1]) for rng in rngs), dtype=np.int64, count=len(rngs))
     return np.where(explore < epsilon, random_actions, greedy).astype(np.int64)

@@ -30,6 +30,13 @@ in its own game (docs/contracts.md says where each differs from the wrappers it 
 at the reset: the agent serves), and `deepmind-noframeskip-v4`, the DeepMind evaluation that
 CleanRL's and Stable-Baselines3's Atari wrappers play on `BreakoutNoFrameskip-v4` (no sticky
 actions, a 0-30 no-op start, FIRE at the reset and after every lost life).
+
+The action set (`full_action_space`, an option on any contract): an agent's output k is the k-th
+action of ALE's minimal set for Breakout (NOOP, FIRE, RIGHT, LEFT), or, with the option on, of
+ALE's legal set, all 18 joystick actions in ALE's own order, as ale-py's `full_action_space=True`
+maps them (`getLegalActionSet`). NOOP and FIRE are outputs 0 and 1 in both, so the contract's
+forced steps (no-op start, serve) are the same actions. The option changes what an output means,
+so it is part of the hash.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ class Contract:
     clip_rewards_in_training: bool = True  # sign(reward) in training only
     max_episode_frames: int = 108_000  # emulator frames; 30 minutes of play at 60 Hz
     serve_after_life_loss: bool = False  # a forced FIRE agent step after each lost life (see above)
+    full_action_space: bool = False  # ALE's 18 legal actions instead of Breakout's minimal 4 (see above)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -74,6 +82,20 @@ class Contract:
     def replace(self, **changes: object) -> "Contract":
         return dataclasses.replace(self, **changes)
 
+    @property
+    def action_names(self) -> tuple[str, ...]:
+        """The ALE action each of the agent's outputs plays, in output order."""
+        return FULL_ACTION_NAMES if self.full_action_space else MINIMAL_ACTION_NAMES
+
+    @property
+    def num_actions(self) -> int:
+        return len(self.action_names)
+
+    def minimal_outputs(self) -> list[int]:
+        """The outputs that play Breakout's minimal actions, NOOP, FIRE, RIGHT and LEFT in that order
+        (0-3, or 0, 1, 3, 4 of the full set): what the stored per-action columns hold."""
+        return [self.action_names.index(name) for name in MINIMAL_ACTION_NAMES]
+
     def rules(self) -> str:
         """Every rule of the game in words, in the order a player meets them."""
         sticky = (f"sticky actions at {self.repeat_action_probability:g}" if self.repeat_action_probability
@@ -84,7 +106,8 @@ class Contract:
         serve = ", a forced FIRE step after each lost life" if self.serve_after_life_loss else ""
         pooled = ", max-pooled over its last 2 frames" if self.max_pool else " (its last frame)"
         size = self.screen_size
-        return (f"{sticky}, {noop}, {fire}{serve}; each action held {self.frame_skip} frames{pooled}; "
+        actions = f"ALE's full set of {self.num_actions} actions, " if self.full_action_space else ""
+        return (f"{sticky}, {noop}, {fire}{serve}; {actions}each action held {self.frame_skip} frames{pooled}; "
                 f"{size}x{size} grayscale, {self.frame_stack} frames stacked; full games up to "
                 f"{self.max_episode_frames:,} frames, raw score")
 
@@ -93,8 +116,15 @@ class Contract:
         return f"{self.name} ({self.hash}): {self.rules()}"
 
 
-ADDED_LATER = {"serve_after_life_loss": False}  # field -> the default that leaves hashes as they were
-FIRE = 1  # the action index that serves (envs.ACTION_NAMES)
+# field -> the default that leaves hashes as they were
+ADDED_LATER = {"serve_after_life_loss": False, "full_action_space": False}
+# ALE's action sets for Breakout (ale-py 0.12.1): getMinimalActionSet, and getLegalActionSet (every
+# joystick action, in the order of ALE's Action enum); envs.AleGame checks both against its emulator
+MINIMAL_ACTION_NAMES = ("NOOP", "FIRE", "RIGHT", "LEFT")
+FULL_ACTION_NAMES = ("NOOP", "FIRE", "UP", "RIGHT", "LEFT", "DOWN", "UPRIGHT", "UPLEFT", "DOWNRIGHT", "DOWNLEFT",
+                     "UPFIRE", "RIGHTFIRE", "LEFTFIRE", "DOWNFIRE", "UPRIGHTFIRE", "UPLEFTFIRE", "DOWNRIGHTFIRE",
+                     "DOWNLEFTFIRE")
+FIRE = 1  # the output that serves, in either action set
 MAX_EPISODE_SEED = 2**31 - 1  # an episode seed seeds ALE's sticky-action generator, a C int
 # sticky actions at most this likely: an episode start clears the last action with one NOOP frame whose
 # sticky draw is 0.549 (envs.episode_start)

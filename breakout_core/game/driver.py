@@ -39,7 +39,7 @@ from ale_py.vector_env import AtariVectorEnv
 
 from breakout_core.common.cores import usable_cores
 from breakout_core.game.contract import FIRE, MAX_EPISODE_SEED, Contract
-from breakout_core.game.envs import NUM_ACTIONS, AleGame, new_emulator
+from breakout_core.game.envs import AleGame, new_emulator
 from breakout_core.game.game_worker import GameWorker, SlotArrays, reset_game, step_games
 
 NOOP = 0
@@ -58,7 +58,7 @@ class FinishedEpisode:
     noop_steps: int  # forced NOOP steps at its start
     frames: int  # emulator frames
     ended_by: str  # GAME_OVER, TIME_LIMIT or STOPPED
-    action_counts: tuple[int, ...]  # NOOP, FIRE, RIGHT, LEFT as played
+    action_counts: tuple[int, ...]  # per output of the contract's action set (contract.action_names), as played
     wall_s: float  # from its start to its end (shared with its batch)
 
 
@@ -117,7 +117,7 @@ class EpisodeDriver:
         self._serve = np.zeros(slots, dtype=bool)
         self._score = np.zeros(slots)
         self._steps = np.zeros(slots, dtype=np.int64)
-        self._counts = np.zeros((slots, NUM_ACTIONS), dtype=np.int64)
+        self._counts = np.zeros((slots, contract.num_actions), dtype=np.int64)
         self._started = np.zeros(slots)
 
     @property
@@ -328,7 +328,7 @@ def make_vector_env(contract: Contract, num_envs: int, *, num_threads: int = 0) 
         num_threads=num_threads,
         max_num_frames_per_episode=contract.max_episode_frames,
         repeat_action_probability=contract.repeat_action_probability,
-        full_action_space=False,
+        full_action_space=contract.full_action_space,
         autoreset_mode="NextStep",
         img_height=contract.screen_size,
         img_width=contract.screen_size,
@@ -350,7 +350,7 @@ def bare_stepping_rate(contract: Contract, num_envs: int, steps: int, *, seed: i
     try:
         env.reset()
         rng = np.random.default_rng(seed)
-        actions = rng.integers(0, NUM_ACTIONS, (steps, num_envs))
+        actions = rng.integers(0, contract.num_actions, (steps, num_envs))
         started = time.perf_counter()
         for row in actions:
             env.step(row)

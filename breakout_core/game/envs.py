@@ -21,9 +21,9 @@ import cv2
 import numpy as np
 from ale_py import Action, ALEInterface, ALEState, LoggerMode, roms
 
-from breakout_core.game.contract import FIRE, Contract
+from breakout_core.game.contract import FIRE, MINIMAL_ACTION_NAMES, Contract
 
-ACTION_NAMES = ("NOOP", "FIRE", "RIGHT", "LEFT")
+ACTION_NAMES = MINIMAL_ACTION_NAMES  # what the agent's outputs play under a contract without full_action_space
 NUM_ACTIONS = len(ACTION_NAMES)
 
 ALEInterface.setLoggerMode(LoggerMode.Error)  # a ROM load would print six lines to stdout
@@ -112,6 +112,17 @@ def episode_start(contract: Contract, seed: int) -> EpisodeStart:
     return start
 
 
+def contract_action_set(contract: Contract, ale: ALEInterface) -> list[Action]:
+    """The ALE action each of the agent's outputs plays: ALE's legal set under `full_action_space`
+    (as ale-py's env maps it), else its minimal set; refused where the emulator's set is not the
+    one the contract names."""
+    actions = ale.getLegalActionSet() if contract.full_action_space else ale.getMinimalActionSet()
+    if tuple(a.name for a in actions) != contract.action_names:
+        raise ValueError(f"ALE's action set for {contract.game} is {[a.name for a in actions]}, but the contract "
+                         f"names {list(contract.action_names)}")
+    return list(actions)
+
+
 class AleGame:
     """One game: an emulator (made by the driver, which sets its sticky actions) plus the
     contract's preprocessing, writing into `obs`.
@@ -123,7 +134,7 @@ class AleGame:
     def __init__(self, contract: Contract, ale: ALEInterface, obs: np.ndarray | None = None):
         self.contract = contract
         self.ale = ale
-        self.action_set = self.ale.getMinimalActionSet()
+        self.action_set = contract_action_set(contract, ale)
         height, width = self.ale.getScreenDims()
         self.raw = np.zeros((2, height, width), dtype=np.uint8)  # the skip's last two frames
         shape = (contract.frame_stack, contract.screen_size, contract.screen_size)

@@ -29,6 +29,7 @@ class QNetwork(nn.Module):
         if architecture not in ARCHITECTURES:
             raise ValueError(f"unknown architecture {architecture!r}; known: {', '.join(ARCHITECTURES)}")
         self.architecture = architecture
+        self.num_actions = num_actions  # one output per action of the contract it plays
         self.torso = nn.Sequential(
             nn.Conv2d(frame_stack, 32, 8, stride=4), nn.ReLU(),
             nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
@@ -86,7 +87,8 @@ def load_checkpoint(path: str | Path) -> tuple[QNetwork, dict[str, Any]]:
         raise ValueError(f"{path}: not a readable checkpoint ({described(exc, 'unreadable')})") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path}: not a {CHECKPOINT_FORMAT} file")
-    network = QNetwork(payload["architecture"])
+    last = "advantage.2.bias" if payload["architecture"] == "dueling" else "head.2.bias"
+    network = QNetwork(payload["architecture"], num_actions=int(payload["state_dict"][last].shape[0]))
     network.load_state_dict(payload["state_dict"])
     network.eval()
     meta = {k: v for k, v in payload.items() if k != "state_dict"}

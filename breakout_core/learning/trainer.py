@@ -21,7 +21,6 @@ import torch.nn.functional as F
 from breakout_core.common.files import torch_bytes, write_whole
 from breakout_core.game.contract import Contract
 from breakout_core.game.driver import EpisodeDriver
-from breakout_core.game.envs import NUM_ACTIONS
 from breakout_core.learning import allocator
 from breakout_core.learning.input_major import (
     input_major_weights,
@@ -102,8 +101,8 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.device = torch.device(config.learner_device)
         arch = "dueling" if config.algorithm == "dueling" else "nature"
-        self.online = QNetwork(arch).to(self.device)
-        self.target = QNetwork(arch).to(self.device)
+        self.online = QNetwork(arch, num_actions=contract.num_actions).to(self.device)
+        self.target = QNetwork(arch, num_actions=contract.num_actions).to(self.device)
         self.target.load_state_dict(self.online.state_dict())
         self.target.eval()
         if config.input_major_linear:
@@ -201,7 +200,7 @@ class Trainer:
         them while epsilon is 1) changes no trajectory, only the cost of collecting.
         """
         explore = self.rng.random(len(obs)) < epsilon
-        actions = self.rng.integers(NUM_ACTIONS, size=len(obs)).astype(np.int64)
+        actions = self.rng.integers(self.contract.num_actions, size=len(obs)).astype(np.int64)
         greedy = np.flatnonzero(~explore)
         if len(greedy):
             with torch.inference_mode():
@@ -355,8 +354,9 @@ def random_replay(config: TrainConfig, contract: Contract) -> FrameReplay:
                          stack=contract.frame_stack, seed=config.seed)
     rng = np.random.default_rng(config.seed)
     for k in range(replay.stream_capacity):
-        replay.add(np.array([0]), rng.integers(0, 255, (1, contract.screen_size, contract.screen_size), dtype=np.uint8),
-                   rng.integers(0, NUM_ACTIONS, 1), np.zeros(1, np.float32), np.zeros(1, bool), np.array([k == 0]))
+        frame = rng.integers(0, 255, (1, contract.screen_size, contract.screen_size), dtype=np.uint8)
+        replay.add(np.array([0]), frame, rng.integers(0, contract.num_actions, 1), np.zeros(1, np.float32),
+                   np.zeros(1, bool), np.array([k == 0]))
     return replay
 
 

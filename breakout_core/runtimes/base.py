@@ -3,7 +3,7 @@
     ok, reason = SomeRuntime.available(**options)   # cheap, imports nothing heavy eagerly
     with SomeRuntime(**options) as rt:                # constructing never touches a device
         rt.load(artifact)                             # RuntimeUnavailable(reason) if it cannot run here
-        q = rt.infer(obs)                             # uint8 (B, 4, 84, 84) -> float32 (B, 4), a fresh copy
+        q = rt.infer(obs)                             # uint8 (B, 4, 84, 84) -> float32 (B, A), a fresh copy
         rt.actual()                                   # what actually ran (actual.ActualRun)
         rt.describe()                                 # what was requested and what actually ran, as JSON
 
@@ -27,7 +27,8 @@ from breakout_core.common.hashing import file_sha256
 from breakout_core.runtimes.actual import ActualRun
 
 OBS_SHAPE = (4, 84, 84)
-NUM_ACTIONS = 4
+# A, the Q-values per state, is the model's own: one per action of the contract it plays (4, or 18 under
+# full_action_space); what runs a model against a contract checks the two agree (conversion.model_prechecks)
 
 
 class RuntimeUnavailable(RuntimeError):

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from breakout_core.runtimes.actual import ActualRun
-from breakout_core.runtimes.base import NUM_ACTIONS, Option, Runtime, RuntimeUnavailable, installed_version
+from breakout_core.runtimes.base import Option, Runtime, RuntimeUnavailable, installed_version
 
 PAGE = "/runtime.html"
 MODEL_ROUTE = "/artifact/model.onnx"
@@ -96,7 +96,7 @@ class BrowserRuntime(Runtime):
     def _infer(self, obs: np.ndarray) -> np.ndarray:
         q = self._page.evaluate("([data, batch]) => window.breakoutRuntime.qValues(data, batch)",
                                 [base64.b64encode(obs.tobytes()).decode("ascii"), obs.shape[0]])
-        return np.asarray(q, dtype=np.float32).reshape(obs.shape[0], NUM_ACTIONS)
+        return np.asarray(q, dtype=np.float32).reshape(obs.shape[0], -1)
 
     def timed_infer(self, obs: np.ndarray) -> tuple[np.ndarray, float]:
         """Q-values, and session.run's time by the page's performance.now() (the transfer from
@@ -104,7 +104,7 @@ class BrowserRuntime(Runtime):
         obs = self.checked_obs(obs)
         found = self._page.evaluate("([data, batch]) => window.breakoutRuntime.timedQValues(data, batch)",
                                     [base64.b64encode(obs.tobytes()).decode("ascii"), obs.shape[0]])
-        return np.asarray(found["q"], dtype=np.float32).reshape(obs.shape[0], NUM_ACTIONS), found["ms"] / 1000.0
+        return np.asarray(found["q"], dtype=np.float32).reshape(obs.shape[0], -1), found["ms"] / 1000.0
 
     def timed_runs(self, obs: np.ndarray, warmup: int, iterations: int):
         """In-page latency: session.run timed with performance.now(), its resolution recorded."""

@@ -37,7 +37,7 @@ import numpy as np
 
 from breakout_core.conversion.export import onnx_precision
 from breakout_core.runtimes.actual import ActualRun, Int8Run
-from breakout_core.runtimes.base import NUM_ACTIONS, OBS_SHAPE, Option, Runtime, RuntimeUnavailable, import_error_reason
+from breakout_core.runtimes.base import OBS_SHAPE, Option, Runtime, RuntimeUnavailable, import_error_reason
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 OPTIMIZATION_LEVELS = {
@@ -186,8 +186,8 @@ class OnnxRuntimeRuntime(Runtime):
         if self._static_batch is not None and len(obs) != self._static_batch:
             return self._infer_in_calls(obs, self._static_batch)
         q = self._session_obj.run([self._output_name], {self._input_name: obs})[0]
-        if q.ndim != 2 or q.shape[1] != NUM_ACTIONS:
-            raise ValueError(f"model output has shape {q.shape}, expected (B, {NUM_ACTIONS})")
+        if q.ndim != 2 or q.shape[0] != len(obs):
+            raise ValueError(f"model output has shape {q.shape}, expected ({len(obs)}, actions)")
         return np.array(q, dtype=np.float32, copy=True)
 
     def _infer_in_calls(self, obs: np.ndarray, batch: int) -> np.ndarray:

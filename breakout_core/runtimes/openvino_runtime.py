@@ -26,7 +26,6 @@ import numpy as np
 
 from breakout_core.runtimes.actual import ActualRun, Int8Run
 from breakout_core.runtimes.base import (
-    NUM_ACTIONS,
     Option,
     Runtime,
     RuntimeUnavailable,
@@ -132,8 +131,8 @@ class OpenVINORuntime(Runtime):
     def _infer(self, obs: np.ndarray) -> np.ndarray:
         self._request.infer({0: obs})
         q = self._request.get_output_tensor(0).data
-        if q.ndim != 2 or q.shape[1] != NUM_ACTIONS:
-            raise ValueError(f"model output has shape {q.shape}, expected (B, {NUM_ACTIONS})")
+        if q.ndim != 2 or q.shape[0] != len(obs):
+            raise ValueError(f"model output has shape {q.shape}, expected ({len(obs)}, actions)")
         return np.array(q, dtype=np.float32, copy=True)  # the request's buffer is reused by the next call
 
     def _actual(self) -> ActualRun:

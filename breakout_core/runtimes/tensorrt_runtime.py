@@ -33,7 +33,6 @@ import numpy as np
 from breakout_core.common.files import write_whole
 from breakout_core.runtimes.actual import ActualRun
 from breakout_core.runtimes.base import (
-    NUM_ACTIONS,
     OBS_SHAPE,
     Option,
     Runtime,
@@ -210,7 +209,8 @@ class TensorRTRuntime(Runtime):
         if self._context is None:
             raise RuntimeError(f"TensorRT could not create an execution context: {self._logger.text()}")
         self._host_in = cuda.pagelocked_empty((self._max_batch, *OBS_SHAPE), np.uint8)
-        self._host_out = cuda.pagelocked_empty((self._max_batch, NUM_ACTIONS), np.float32)
+        actions = int(engine.get_tensor_shape(self._output_name)[-1])  # the model's own; its batch may be -1
+        self._host_out = cuda.pagelocked_empty((self._max_batch, actions), np.float32)
         self._device_in = cuda.mem_alloc(self._host_in.nbytes)
         self._device_out = cuda.mem_alloc(self._host_out.nbytes)
         self._allocations = [self._device_in, self._device_out]

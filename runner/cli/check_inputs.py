@@ -40,8 +40,9 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
     given = [(label, path, artifact, declared) for label, path, artifact, declared in files if path is not None]
     conventions: dict[str, InputConvention] = {}
     sets = []
+    played = _contract(_document(check_spec, overrides))
     for label, path, artifact, declared in given:
-        problem = onnx_file_problem(path)
+        problem = onnx_file_problem(path, played)
         if problem:
             fail(f"{label} {problem}", ExitCode.BAD_INPUT)
         option = "--input" if artifact == "candidate" else "--baseline-input"
@@ -62,8 +63,8 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
         return sets  # the run reports what is wrong with the spec or the --set arguments
     from breakout_core.conversion.model_prechecks import spec_batch_sizes
     from breakout_core.evaluation.fixed_states import load_fixed_states
+    from breakout_core.game.envs import NUM_ACTIONS
     from runner.spec.document import load_spec
-    from runner.spec.fields import ContractSpec
 
     plain = load_spec(check_spec).spec  # the spec's own baseline, and the fixed states captured from its agent
     reference, reference_states = Path(plain.artifacts["baseline"].path), load_fixed_states(
@@ -71,13 +72,17 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
     baseline = next((path for _, path, artifact, _ in given if artifact == "baseline"), None)
     own_states = baseline is not None and not _same_file(baseline, reference) and not any(
         o.split("=", 1)[0].startswith("artifacts.fixed_states") for o in overrides)
-    try:
-        contract = ContractSpec.model_validate(document.get("contract") or {}).build()
-    except ValueError:  # pydantic's ValidationError: the run says what is wrong, where
-        return sets
+    contract = _contract(document)
+    if contract is None:
+        return sets  # the run says what is wrong with the contract, where
+    if baseline is None and contract.full_action_space:
+        fail(f"MODEL {files[0][1]}: under the contract option full_action_space the reference agent, which plays "
+             f"{NUM_ACTIONS} actions, cannot be its baseline; give your own FP32 file of the same agent with "
+             f"--baseline YOUR_FP32.onnx", ExitCode.BAD_INPUT)
     sizes = spec_batch_sizes(document.get("measurements") or []) | ({CAPTURE_BATCH} if own_states else set())
     with tempfile.TemporaryDirectory(prefix="check-inputs-") as folder:
-        runnable = {artifact: _runnable(label, path, conventions[artifact], Path(folder), reference_states, sizes)
+        runnable = {artifact: _runnable(label, path, conventions[artifact], Path(folder), reference_states, sizes,
+                                        contract)
                     for label, path, artifact, _ in given}
         if own_states:
             states = baseline_states(runnable["baseline"], baseline, conventions["baseline"], contract)
@@ -102,6 +107,18 @@ def _document(check_spec: Path, overrides: tuple[str, ...]) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def _contract(document: dict | None):
+    """The contract a spec document plays, or None where it does not make one (the run says why)."""
+    from runner.spec.fields import ContractSpec
+
+    if document is None:
+        return None
+    try:
+        return ContractSpec.model_validate(document.get("contract") or {}).build()
+    except ValueError:  # pydantic's ValidationError
+        return None
+
+
 def _same_file(a: Path, b: Path) -> bool:
     from breakout_core.common.hashing import file_sha256
 
@@ -118,24 +135,29 @@ def _same_as_candidate(model, candidate):
     return candidate
 
 
-def onnx_file_problem(path: Path) -> str | None:
+def onnx_file_problem(path: Path, contract=None) -> str | None:
     """Why `path` cannot be checked: missing, not a file, not an ONNX model, or one that does not
-    map the agent's observations to its Q-values."""
+    map the agent's observations to one Q-value per action of `contract` (default: the default
+    contract's)."""
     from runner.spec.file_checks import file_problem
 
     if not path.exists():
         return f"{path}: no such file"
     if not path.is_file():
         return f"{path}: not a file"
-    return file_problem(path, "onnx") or interface_problem(path)
+    return file_problem(path, "onnx") or interface_problem(path, contract)
 
 
-def interface_problem(path: Path) -> str | None:
-    """Why the model in `path` cannot play: it must take one input (B, 4, 84, 84), or channels last
-    (B, 84, 84, 4), and give one output (B, actions); a named dimension fits any size."""
+def interface_problem(path: Path, contract=None) -> str | None:
+    """Why the model in `path` cannot play `contract` (default: the default contract): it must take one
+    input (B, 4, 84, 84), or channels last (B, 84, 84, 4), and give one output (B, the contract's
+    actions); a named dimension fits any size."""
     from breakout_core.conversion.export import inspect_onnx
     from breakout_core.conversion.model_prechecks import output_problem
-    from breakout_core.runtimes.base import NUM_ACTIONS, OBS_SHAPE
+    from breakout_core.game.contract import DEFAULT_CONTRACT, contract_by_name
+    from breakout_core.runtimes.base import OBS_SHAPE
+
+    contract = contract or contract_by_name(DEFAULT_CONTRACT)
 
     def fits(shape: tuple, wanted: tuple) -> bool:
         sizes = zip(shape[1:], wanted)
@@ -143,13 +165,13 @@ def interface_problem(path: Path) -> str | None:
 
     info = inspect_onnx(path)
     wanted = (f"one input (B, {', '.join(map(str, OBS_SHAPE))}) or channels last (B, 84, 84, 4) and one output "
-              f"(B, {NUM_ACTIONS})")
+              f"(B, {contract.num_actions})")
     shown = "; ".join(f"{t.name}: {t.dtype} {tuple(t.shape)}" for t in (*info.inputs, *info.outputs))
     if len(info.inputs) != 1 or len(info.outputs) != 1 or len(info.outputs[0].shape) != 2 \
             or not (fits(info.inputs[0].shape, OBS_SHAPE) or fits(info.inputs[0].shape, (84, 84, 4))):
         return f"{path}: the agent's model takes {wanted}; this one has {shown}"
     actions = info.outputs[0].shape[1]
-    problem = output_problem(actions) if isinstance(actions, int) and actions > 0 else None
+    problem = output_problem(actions, contract) if isinstance(actions, int) and actions > 0 else None
     return f"{path}: {problem}" if problem else None
 
 
@@ -165,7 +187,8 @@ def artifact_override(artifact: str, path: Path, convention=None) -> str:
     return f"artifacts.{artifact}={json.dumps(value)}"
 
 
-def _runnable(label: str, path: Path, convention, folder: Path, states: np.ndarray, sizes: set[int]) -> Path:
+def _runnable(label: str, path: Path, convention, folder: Path, states: np.ndarray, sizes: set[int],
+              contract) -> Path:
     """`path`, or its adapted copy in `folder`, once ONNX Runtime ran it at every batch size."""
     import onnx
 
@@ -181,7 +204,7 @@ def _runnable(label: str, path: Path, convention, folder: Path, states: np.ndarr
                        f"(max |dQ| {adapted.max_abs_diff:.2g} against the file fed {convention} on "
                        f"{adapted.states} fixed states)")
             runnable = adapted.path
-        note = precheck(runnable, sizes).note()
+        note = precheck(runnable, sizes, contract).note()
     except (ModelRefused, ModelCheckError) as exc:
         fail(f"{label} {path}: {exc}", ExitCode.BAD_INPUT)
     if note:

@@ -3,9 +3,9 @@
 One game on the ALE per runtime, played by the episode driver as the evaluator plays an
 episode of that seed (the seed's game and no-op start), then one greedy decision per
 step from the runtime (batch 1). A game that ends before K steps is followed by a fresh one,
-so every runtime plays exactly K steps. Every step is stored (`closed_loop_steps`: action,
-reward, lives, the four Q-values); the views give each runtime's score and action counts
-and, for each pair, the first step where the actions differ.
+so every runtime plays exactly K steps. Every step is stored (`closed_loop_steps`: action and its
+name, reward, lives, the Q-values of NOOP, FIRE, RIGHT and LEFT); the views give each runtime's
+score and action counts and, for each pair, the first step where the actions differ.
 
 Once two runtimes choose differently the games differ from there on; a divergence alone
 says nothing about playing strength (Day 26): the `episodes` kind decides that.
@@ -46,7 +46,10 @@ MIGRATIONS = [
             q_noop DOUBLE, q_fire DOUBLE, q_right DOUBLE, q_left DOUBLE, contract_hash VARCHAR NOT NULL
         );
         """,
-    )
+    ),
+    # the action each step played by name: under full_action_space an output is one of ALE's 18 (rows
+    # from before it hold the minimal set's index)
+    ("0441_closed_loop_action_names", "ALTER TABLE closed_loop_steps ADD COLUMN action_name VARCHAR"),
 ]
 
 VIEWS = [
@@ -54,9 +57,13 @@ VIEWS = [
     CREATE OR REPLACE VIEW closed_loop_summary AS
     SELECT run_id, measurement, runtime, any_value(seed) AS seed, count(*) AS steps, sum(reward) AS score,
            count(*) FILTER (WHERE game_over) AS games_ended,
-           count(*) FILTER (WHERE action = 0) AS action_noop, count(*) FILTER (WHERE action = 1) AS action_fire,
-           count(*) FILTER (WHERE action = 2) AS action_right, count(*) FILTER (WHERE action = 3) AS action_left
-    FROM closed_loop_steps GROUP BY run_id, measurement, runtime
+           count(*) FILTER (WHERE named = 'NOOP') AS action_noop,
+           count(*) FILTER (WHERE named = 'FIRE') AS action_fire,
+           count(*) FILTER (WHERE named = 'RIGHT') AS action_right,
+           count(*) FILTER (WHERE named = 'LEFT') AS action_left
+    FROM (SELECT *, coalesce(action_name, ['NOOP', 'FIRE', 'RIGHT', 'LEFT'][action + 1]) AS named
+          FROM closed_loop_steps)
+    GROUP BY run_id, measurement, runtime
     """,
     """
     CREATE OR REPLACE VIEW closed_loop_pairs AS
@@ -90,7 +97,7 @@ def play(runtime, contract, seed: int, steps: int) -> dict[str, np.ndarray]:
     game = 0
     for _ in range(steps):
         forced = bool(driver.forced()[0])  # the contract's no-op start or serve (forced_noop is true for both)
-        q = np.full(4, np.nan) if forced else runtime.infer(driver.obs[:1])[0].astype(np.float64)
+        q = np.full(contract.num_actions, np.nan) if forced else runtime.infer(driver.obs[:1])[0].astype(np.float64)
         result = driver.step(np.array([0 if forced else int(greedy(q[None])[0])]))
         ended = bool(result.finished)
         for key, value in (("game", game), ("forced_noop", forced), ("action", int(result.actions[0])),
@@ -115,8 +122,10 @@ def execute(m: ClosedLoopMeasurement, ctx: RunContext) -> None:
                     t = play(runtime, ctx.contract, m.seed, m.steps)
                     n = m.steps
                     q = t.pop("q")
+                    columns = ("q_noop", "q_fire", "q_right", "q_left")
                     qcols = {key: np.where(np.isnan(q[:, j]), None, q[:, j]).tolist()
-                             for j, key in enumerate(("q_noop", "q_fire", "q_right", "q_left"))}
+                             for j, key in zip(ctx.contract.minimal_outputs(), columns)}
+                    t["action_name"] = [ctx.contract.action_names[a] for a in t["action"]]
                     ctx.store.append_arrow("closed_loop_steps", pa.table({
                         "run_id": [ctx.run_id] * n, "measurement": [m.name] * n, "runtime": [name] * n,
                         "seed": [m.seed] * n, "step": np.arange(n, dtype=np.int32), **t, **qcols,

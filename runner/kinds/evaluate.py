@@ -95,11 +95,11 @@ class EvaluateMeasurement(StrictModel):
         return self
 
 
-def build_policy(policy_spec, name: str):
+def build_policy(policy_spec, name: str, num_actions: int):
     from breakout_core.evaluation.policies import QNetworkPolicy, RandomPolicy
 
     if policy_spec.type == "random":
-        return RandomPolicy()
+        return RandomPolicy(num_actions)
     policy = QNetworkPolicy.from_checkpoint(policy_spec.path, epsilon=policy_spec.epsilon)
     policy.name = name
     return policy
@@ -126,13 +126,13 @@ def _evaluate_policy(m: EvaluateMeasurement, ctx: RunContext, policy_name: str, 
         with same_file(policy_spec.path):  # the bytes hashed are the bytes that play, those the run recorded
             sha256 = file_sha256(policy_spec.path)
             check_loaded(ctx, f"policies.{policy_name}", sha256, f"measurement {m.name}")
-            policy = build_policy(policy_spec, policy_name)
+            policy = build_policy(policy_spec, policy_name, ctx.contract.num_actions)
         with ctx.store.reader() as con:
             chosen = selection_of(con, policy_spec.path, sha256, seeds)
         played_file = {"run_id": ctx.run_id, "measurement": m.name, "policy": policy_name,
                        "path": str(Path(policy_spec.path).resolve()), "sha256": sha256, **chosen}
     else:
-        policy = build_policy(policy_spec, policy_name)
+        policy = build_policy(policy_spec, policy_name, ctx.contract.num_actions)
     task = ctx.progress.add_task(f"{m.name} · {policy_name}", total=len(seeds), unit="episodes")
     made = [0]
 

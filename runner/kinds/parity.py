@@ -102,6 +102,8 @@ REPORT_CAVEAT = (
     "change how the agent plays. Whether a converted model may be deployed rests on the closed loop and the games "
     "(closed_loop, episodes), not on this table.")
 
+# the Q-values of NOOP, FIRE, RIGHT and LEFT (contract.minimal_outputs): under full_action_space the other
+# 14 are not stored, so |dQ| and the top-2 margins read these four, while `action` is the greedy one of all 18
 _Q = ("q_noop", "q_fire", "q_right", "q_left")
 _D = ", ".join(f"CASE WHEN isfinite(c.{q}) THEN abs(c.{q} - b.{q}) ELSE 'inf'::DOUBLE END AS d{i}"
                for i, q in enumerate(_Q))
@@ -205,7 +207,7 @@ def execute(m: ParityMeasurement, ctx: RunContext) -> None:
                     q = infer_in_batches(runtime, obs, batch).astype(np.float64)
                     columns["batch_size"] += [batch] * n
                     columns["state"] += list(range(n))
-                    for j, key in enumerate(_Q):
+                    for j, key in zip(ctx.contract.minimal_outputs(), _Q):
                         columns[key] += q[:, j].tolist()
                     columns["action"] += greedy(q).tolist()
                 table = pa.table({"run_id": [ctx.run_id] * len(columns["state"]),

@@ -30,7 +30,8 @@ runner command that writes to the database; each spooled game goes in once.
 Protocol (JSON text messages):
     page -> server  {"type": "start", "seed": int}
                     {"type": "act", "human_action": 0-3, "agent_action": 0-3, "game_id": str}
-                    (game_id optional; an act for another game than this socket's is dropped)
+                    (indices into config's `actions`, the contract's set: 0-17 under full_action_space;
+                    game_id optional; an act for another game than this socket's is dropped)
     server -> page  {"type": "state", ...both sides...}    after start and each act
                     {"type": "abandoned", "game": {...the row...}, "stored": ..., "stored_reason": ...}
                                                            a start replaced a game still on
@@ -58,7 +59,6 @@ import numpy as np
 from breakout_core.common.messages import first_line
 from breakout_core.game.contract import Contract
 from breakout_core.game.driver import EpisodeDriver
-from breakout_core.game.envs import ACTION_NAMES, NUM_ACTIONS
 from breakout_core.runtimes.base import Runtime
 from breakout_core.runtimes.registry import make_runtime
 from runner.spec.fields import MAX_SEED
@@ -118,7 +118,10 @@ class Side:
     score: float = 0.0
     steps: int = 0
     ended_by: str | None = None
-    actions: np.ndarray = field(default_factory=lambda: np.zeros(NUM_ACTIONS, dtype=np.int64))
+    actions: np.ndarray = field(init=False)  # per action of the contract's set, as played
+
+    def __post_init__(self) -> None:
+        self.actions = np.zeros(self.driver.contract.num_actions, dtype=np.int64)
 
     @classmethod
     def start(cls, contract: Contract, seed: int) -> Side:
@@ -155,7 +158,7 @@ class Side:
         return out
 
     def action_counts(self) -> str:
-        return json.dumps({name: int(n) for name, n in zip(ACTION_NAMES, self.actions)})
+        return json.dumps({name: int(n) for name, n in zip(self.driver.contract.action_names, self.actions)})
 
 
 class PlayGame:
@@ -224,10 +227,11 @@ def _seed(message: dict) -> int:
     return seed
 
 
-def _action(message: dict, key: str) -> int:
+def _action(message: dict, key: str, names: tuple[str, ...]) -> int:
+    """The action `key` of a page's message: an index into the contract's action set (`names`)."""
     value = message.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < NUM_ACTIONS:
-        raise ValueError(f"{key} must be an integer 0..{NUM_ACTIONS - 1} ({', '.join(ACTION_NAMES)}), got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < len(names):
+        raise ValueError(f"{key} must be an integer 0..{len(names) - 1} ({', '.join(names)}), got {value!r}")
     return value
 
 
@@ -249,8 +253,8 @@ class PlayServer:
 
     def config(self) -> dict[str, Any]:
         return {"model": "/artifact/model.onnx", "provider": self.provider, "seed": self.seed,
-                "pace_ms": self.pace_ms, "actions": list(ACTION_NAMES), "contract_hash": self.contract.hash,
-                "model_sha256": self.model_sha256}
+                "pace_ms": self.pace_ms, "actions": list(self.contract.action_names),
+                "contract_hash": self.contract.hash, "model_sha256": self.model_sha256}
 
     async def _config(self, request):
         from aiohttp import web
@@ -300,7 +304,8 @@ class PlayServer:
                             continue  # sent for a game this socket left: dropped, so no second loop steps
                         if game is None:
                             raise ValueError("send {'type': 'start', 'seed': N} before any action")
-                        game.step(_action(message, "human_action"), _action(message, "agent_action"))
+                        names = self.contract.action_names
+                        game.step(_action(message, "human_action", names), _action(message, "agent_action", names))
                         if game.over:
                             over = await self._over(game)
                             game, seated, self.open_games = None, False, self.open_games - 1

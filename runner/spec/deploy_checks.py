@@ -59,6 +59,10 @@ def _artifact_problems(spec, context: dict, outputs: set[str]) -> list[tuple[tup
             problem = _input_problem(path, artifact.input)
             if problem:
                 problems.append((("artifacts", name, "input"), f"{path.name} {problem}"))
+            played = {config.artifact for config in spec.runtimes.values()}
+            problem = _width_problem(path, spec) if name in played else None
+            if problem:
+                problems.append((("artifacts", name, "path"), f"{path.name}: {problem}"))
         if not check_files or own or path.is_file() or str(path.resolve()) in will_exist:
             continue
         if artifact.made_by is None:
@@ -87,6 +91,22 @@ def _input_problem(path: Path, declared: str | None) -> str | None:
     if declared is None and own is None and dtype == "uint8":
         return None
     return convention_problem(model, InputConvention.parse(declared) if declared else own, option="input:")
+
+
+def _width_problem(path: Path, spec) -> str | None:
+    """Why an ONNX model a runtime plays gives another number of Q-values than the spec's contract has
+    actions (4, or 18 under full_action_space); a file whose output is not (B, N) is the runtime's to
+    refuse."""
+    from breakout_core.conversion.export import inspect_onnx
+    from breakout_core.conversion.model_prechecks import output_problem
+
+    try:
+        outputs = inspect_onnx(path).outputs
+        contract = spec.contract.build()
+    except Exception:  # noqa: BLE001 -- the file's own check says what is wrong with it
+        return None
+    width = outputs[0].shape[-1] if len(outputs) == 1 and len(outputs[0].shape) == 2 else None
+    return output_problem(width, contract) if isinstance(width, int) and width > 0 else None
 
 
 def _runtime_problems(spec) -> list[tuple[tuple, str]]:

@@ -130,6 +130,9 @@ class ContractSpec(StrictModel):
     noop_start_max: int | None = Field(default=None, ge=0)
     repeat_action_probability: float | None = Field(default=None, ge=0.0, le=MAX_REPEAT_ACTION_PROBABILITY)
     serve_after_life_loss: bool | None = Field(default=None, description="a forced FIRE after each lost life")
+    full_action_space: bool | None = Field(
+        default=None, description="ALE's 18 legal actions, the agent's outputs in ALE's order, as ale-py's "
+        "full_action_space=True (else Breakout's minimal 4); a model gives one Q-value per action")
     other_contracts: Literal["refused", "deliberate"] = Field(
         default="refused", description="checkpoints trained under another contract: refused when the spec loads, "
         "or used deliberately (e.g. a breakout-v2 agent played under breakout-v3); fixed states must always be "

@@ -104,7 +104,9 @@ def gif_row(ctx: "RunContext", measurement: str, path: Path, subject: str, episo
 
 
 def episode_row(ctx: "RunContext", measurement: str, policy: str, e) -> dict:
-    noop, fire, right, left = e.action_counts
+    """An episode's row; its action columns count NOOP, FIRE, RIGHT and LEFT by name, so under the
+    contract option full_action_space the other 14 actions are in none of them (steps less their sum)."""
+    noop, fire, right, left = (e.action_counts[i] for i in ctx.contract.minimal_outputs())
     return {
         "run_id": ctx.run_id, "measurement": measurement, "policy": policy, "seed": e.seed,
         "score": e.score, "steps": e.steps, "frames": e.frames, "ended_by": e.ended_by,
