@@ -47,10 +47,10 @@ def test_check_json_names_the_run_the_contract_each_files_input_the_seeds_and_ev
     assert files["baseline"]["input"] == "uint8:0-255:nchw" and files["baseline"]["input_adapter"] == "none"
     assert files["baseline"]["artifact_sha256"] == file_sha256(REFERENCE_ONNX)
     seeds = {s["measurement"]: s for s in document["seeds"]}
+    assert list(seeds) == ["games"]
     played = seeds["games"]["seeds"]  # the looks played, 2 games each, until one decided
     assert played == list(range(3000, 3000 + len(played))) and len(played) in (2, 4, 6)
     assert seeds["games"]["drawn"] is None
-    assert seeds["closed_loop"]["seeds"] == [0]
     verdicts = {v["verdict"]: v for v in document["verdicts"]}
     assert len(verdicts) == 5 and verdicts["same_decisions"]["outcome"] == "deployment-worthy"
     games = verdicts["keeps_the_score"]
