@@ -53,8 +53,12 @@ def source_convention(ctx, name: str):
     from breakout_core.conversion import input_convention as inputs
 
     artifact = ctx.spec.artifacts[name]
-    declared = inputs.InputConvention.parse(artifact.input) if artifact.input else None
-    return inputs.convention_of(onnx.load(artifact.path, load_external_data=False), declared)
+    model = onnx.load(artifact.path, load_external_data=False)
+    declared = inputs.InputConvention.parse(artifact.input) if artifact.input else inputs.declared_in(model)
+    _, dtype, shape = inputs.model_input(model)
+    if declared is None and dtype == "uint8" and tuple(shape[1:]) != (84, 84, 4):
+        return inputs.InputConvention()  # the agent's own observations, fed as they are (whatever their size)
+    return inputs.convention_of(model, declared)
 
 
 def adapted_source_sha256(adapted: Path) -> str | None:
