@@ -123,3 +123,21 @@ def test_a_cleanrl_shaped_model_is_checked_against_its_own_fp32_file_under_the_d
     assert load_fixed_states(states).contract_hash == DEEPMIND.hash
     with Store(tmp_path / "r.duckdb").reader() as con:
         assert con.execute("SELECT contract_hash FROM runs").fetchall() == [(DEEPMIND.hash,)]
+
+
+@pytest.mark.slow  # 6 full games: 26 s on the loaded 2-core machine
+def test_the_reference_agents_states_played_from_its_onnx_file_are_the_shipped_ones(tmp_path, monkeypatch):
+    """The states a check captures of the reference agent under another contract come from its FP32
+    ONNX file, as a user's baseline file's do; under breakout-v3 that capture gives the shipped
+    fixed states (captured from the checkpoint by day22_export), state for state."""
+    from breakout_core.evaluation.fixed_states import load_fixed_states
+    from runner.cli.check_contract import REFERENCE_ONNX, reference_states_under
+
+    monkeypatch.chdir(tmp_path)
+    captured = load_fixed_states(reference_states_under(V3))
+    shipped = load_fixed_states(REFERENCE_ONNX.with_name("fixed_states_60.npz"))
+    for field in ("obs", "episode_seeds", "steps", "actions"):
+        assert np.array_equal(getattr(captured, field), getattr(shipped, field)), field
+    assert captured.contract_hash == shipped.contract_hash == V3.hash
+    again = reference_states_under(V3)  # kept, and reused while the file and the contract are the same
+    assert again.parent == tmp_path / "runs" / "baseline_states" and again.stat().st_size > 0

@@ -1,8 +1,10 @@
 """`runner convert fp16|int8 MODEL.onnx` on a CleanRL-shaped FP32 file (uint8 input, /255 inside,
-dynamic batch, no metadata), then `runner check` judging what it wrote against that file."""
+dynamic batch, no metadata) and on CleanRL's own export (float32 input in 0-255, batch fixed at 1),
+then `runner check` judging what it wrote against that file, with the command convert printed."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import onnx
@@ -10,9 +12,13 @@ import pytest
 from cleanrl_shaped import export_cleanrl_shaped
 from small_check import SMALL_CHECK, set_args
 from test_cli_inputs import assert_one_line_usage_error, cli
+from user_exports import cleanrl_onnx
 
+from breakout_core.common.hashing import file_sha256
 from breakout_core.conversion.export import inspect_onnx
+from breakout_core.evaluation.fixed_states import load_fixed_states
 from breakout_core.game.contract import CONTRACTS
+from runner.spec.yaml_source import read_spec_text
 from runner.store.database import Store
 
 MODELS = Path(__file__).resolve().parents[1] / "models" / "reference"
@@ -58,23 +64,39 @@ def test_convert_refuses_to_write_over_the_model_itself(tmp_path):
     assert not (tmp_path / "r.duckdb").exists() and model.read_bytes() == (MODELS / "dqn_breakout.onnx").read_bytes()
 
 
-def _converted_then_checked(tmp_path: Path, precision: str, *overrides: str) -> tuple[Path, str]:
-    export_cleanrl_shaped(tmp_path / "cleanrl.onnx")
-    made = cli("convert", precision, "cleanrl.onnx", *set_args("measurements.search.latency_runs=64", *overrides),
+def _converted_then_checked(tmp_path: Path, precision: str, *overrides: str, declared: str | None = None
+                            ) -> tuple[Path, str]:
+    """Convert the CleanRL-shaped file (CleanRL's own float32 export where `declared`), then run the
+    check command convert printed, with the tests' reduced counts."""
+    if declared:
+        cleanrl_onnx(tmp_path / "cleanrl.onnx")
+    else:
+        export_cleanrl_shaped(tmp_path / "cleanrl.onnx")
+    given = ("--input", declared) if declared else ()
+    made = cli("convert", precision, "cleanrl.onnx", *given,
+               *set_args("measurements.search.latency_runs=64", *overrides),
                "--db", "r.duckdb", "--reports", "reports", cwd=tmp_path)
     assert made.exit_code == 0, (made.output, made.exception)
     out = tmp_path / f"cleanrl_{precision}.onnx"
     lines = made.stdout.splitlines()
     assert lines[0].startswith(f"convert cleanrl.onnx to {precision.upper()}, checked on states under contract "
                                "breakout-v3 (")
+    assert "MODEL cleanrl.onnx: capturing 60 fixed states from its own games under breakout-v3" in made.stdout
     assert lines[-2].startswith(f"recommended: cleanrl_{precision}.onnx (")
-    assert lines[-1] == f"  judge it in games: runner check cleanrl_{precision}.onnx --baseline cleanrl.onnx"
-    info = inspect_onnx(out)
-    assert info.precision == precision and info.inputs[0].dtype == "uint8"  # the user's input convention kept
-    assert info.inputs[0].shape == ("batch", 4, 84, 84)
+    flags = f" --input {declared} --baseline-input {declared}" if declared else ""
+    assert lines[-1] == f"  judge it in games: runner check cleanrl_{precision}.onnx --baseline cleanrl.onnx{flags}"
+    info, source = inspect_onnx(out), inspect_onnx(tmp_path / "cleanrl.onnx")
+    assert info.precision == precision
+    # the user's input convention kept: the file drops into the code that fed the FP32 one
+    assert [(t.name, t.dtype, t.shape) for t in info.inputs] == [(t.name, t.dtype, t.shape) for t in source.inputs]
+    assert info.inputs[0].dtype == ("float32" if declared else "uint8")
     onnx.checker.check_model(onnx.load(out), full_check=True)
-    checked = cli("check", out.name, "--baseline", "cleanrl.onnx", *set_args(*SMALL_CHECK), "--db", "r.duckdb",
-                  "--reports", "reports", cwd=tmp_path)
+    with Store(tmp_path / "r.duckdb").reader() as con:
+        text = con.execute("SELECT spec_text FROM runs WHERE spec_name = ?", [f"convert_{precision}"]).fetchone()[0]
+    states = load_fixed_states(read_spec_text(text)["artifacts"]["fixed_states"]["path"])
+    assert states.meta["onnx_sha256"] == file_sha256(tmp_path / "cleanrl.onnx")  # the search's states: MODEL's games
+    command = lines[-1].split("runner ", 1)[1].split()
+    checked = cli(*command, *set_args(*SMALL_CHECK), "--db", "r.duckdb", "--reports", "reports", cwd=tmp_path)
     assert checked.exit_code in (0, 1), (checked.output, checked.exception)
     assert checked.stdout.splitlines()[0].startswith(f"check {out.name} under contract breakout-v3 (")
     assert "verdict same_decisions: deployment-worthy" in checked.stdout
@@ -101,8 +123,36 @@ def test_convert_int8_prints_the_file_it_recommends_and_the_verdicts_that_chose_
                                                   "  verdict int8_faster_at_batch_1"]
     assert "minmax calibration" in lines[-2] and "of the fixed states" in lines[-2]
     with Store(tmp_path / "r.duckdb").reader() as con:
-        path, met = con.execute("SELECT path, met_target FROM repair_results").fetchone()
+        path, met, player, player_sha256, seeds = con.execute(
+            "SELECT path, met_target, calibration_source, calibration_source_sha256, calibration_seeds "
+            "FROM repair_results").fetchone()
+        run_id = con.execute("SELECT run_id FROM runs WHERE spec_name = 'convert_int8'").fetchone()[0]
     assert Path(path) == (tmp_path / "cleanrl_int8.onnx").resolve() and met
+    # calibrated on the user's model's own games, not the reference agent's, and the run says which file
+    assert player == "onnx_fp32" and player_sha256 == file_sha256(tmp_path / "cleanrl.onnx")
+    calibration = load_fixed_states(tmp_path / "runs" / run_id / "search" / "calibration_states.npz")
+    assert calibration.checkpoint_sha256 is None and calibration.meta["onnx_sha256"] == player_sha256
+    assert sorted(set(calibration.episode_seeds.tolist())) == json.loads(seeds) == [9100, 9101]
+    [page] = (tmp_path / "reports").glob("convert_int8-*.html")
+    assert f"<code>onnx_fp32</code> (sha256 {player_sha256[:12]})" in page.read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision, overrides", [("fp16", ()), ("int8", (SMALL_CALIBRATION,))], ids=["fp16", "int8"])
+def test_convert_keeps_cleanrls_float_input_and_prints_the_check_that_declares_it(tmp_path, precision, overrides):
+    """CleanRL's own export: float32 input in 0-255, batch fixed at 1. The converted file takes the
+    same float32 input (INT8: calibrated on the float states the file takes, in calls of 1)."""
+    _, said = _converted_then_checked(tmp_path, precision, *overrides, declared="float32:0-255:nchw")
+    assert f"verdict {precision}_same_decisions_on_the_fixed_states: deployment-worthy" in said
+    assert "MODEL cleanrl.onnx: its batch dimension is fixed at 1" in said
+
+
+def test_convert_refuses_an_undeclared_float_model_as_check_does(tmp_path):
+    cleanrl_onnx(tmp_path / "cleanrl.onnx")
+    result = cli("convert", "int8", "cleanrl.onnx", "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, "MODEL cleanrl.onnx: takes float32 (1, 4, 84, 84)",
+                                "declare it with --input DTYPE:RANGE:LAYOUT", "e.g. --input float32:0-255:nchw")
+    assert not (tmp_path / "r.duckdb").exists() and not (tmp_path / "runs").exists()
 
 
 def test_the_preprocessing_check_reads_a_scale_that_the_fp16_converter_casts(tmp_path):

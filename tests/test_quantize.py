@@ -157,7 +157,10 @@ def test_calibration_errors_are_one_line(tmp_path, fixed_states):
         ({"calibration": fixed_states, "calibrate_method": "entropy"},
          "entropy calibration needs at least 64 states, got 60"),
         ({"calibration": fixed_states, "calibrate_method": "percentile"}, "percentile calibration needs at least 64"),
-        ({"calibration": fixed_states.astype(np.float32)}, "calibration states must be uint8"),
+        ({"calibration": fixed_states.astype(np.float32)},
+         "calibration states are float32; dqn_breakout.onnx takes uint8: give them as its input takes them"),
+        ({"calibration": fixed_states.astype(np.float64)}, "calibration states must be 4-D observations"),
+        ({"calibration": fixed_states[0]}, "calibration states must be 4-D observations"),
         ({"calibration": fixed_states, "calibrate_method": "kl"}, "unknown calibrate_method 'kl'"),
         ({"calibration": fixed_states, "method": "qat"}, "unknown quantization method 'qat'"),
     ]

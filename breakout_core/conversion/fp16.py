@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from breakout_core.conversion.onnx_checks import ModelCheckError, not_a_node, one_line, save_checked
+from breakout_core.conversion.onnx_checks import ModelCheckError, has_preprocessing, not_a_node, one_line, save_checked
 
 if TYPE_CHECKING:
     from onnx import ModelProto
@@ -175,7 +175,7 @@ def convert_fp16(fp32_path: str | Path, out_path: str | Path, *, keep_float: Seq
             "fp16_nodes_kept_float": ",".join(kept),
             "fp16_nodes_converted": ",".join(converted),
             "fp16_source_sha256": source_sha256,
-        })
+        }, preprocessing=has_preprocessing(source))  # a float-input source has no uint8 cast to keep
     except ModelCheckError as exc:
         raise Fp16Error(f"{out_path}: {exc}") from None
     return Fp16Artifact(path=out_path, size_bytes=saved.size_bytes, sha256=saved.sha256,

@@ -86,6 +86,16 @@ def save_checked(model, path: str | Path, metadata: dict[str, object], *, prepro
     return SavedModel(path=path, checks=checks, size_bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
+def has_preprocessing(model) -> bool:
+    """Whether the graph begins with the uint8 input's cast and 1/255 scaling (`check_preprocessing`):
+    a float-input model, fed as its declared convention says, has no cast to check."""
+    try:
+        check_preprocessing(model)
+    except ModelCheckError:
+        return False
+    return True
+
+
 def check_preprocessing(model) -> str:
     """The input goes through Cast(uint8 -> float) [-> Cast(float -> float16)] then Div by 255."""
     import onnx

@@ -126,8 +126,10 @@ def quantize_int8(
 ) -> Int8Artifact:
     """Write an INT8 copy of an FP32 ONNX model with onnxruntime.quantization.
 
-    `calibration` (static only): uint8 observations (N, 4, 84, 84) whose activation ranges
-    set the quantization, at least MIN_CALIBRATION_STATES[calibrate_method] of them.
+    `calibration` (static only): observations as the model's input takes them (the agent's uint8
+    (N, 4, 84, 84), or a float-input model's own convention) whose activation ranges set the
+    quantization, at least MIN_CALIBRATION_STATES[calibrate_method] of them; a batch fixed in
+    the file is fed in calls of that batch.
     `nodes_to_exclude`: node names of the FP32 graph to keep in float. The provenance is
     returned and also written into the model's metadata (`breakout.*`).
     """
@@ -149,6 +151,11 @@ def quantize_int8(
     except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
         raise QuantizeError(f"{fp32_path}: not a readable ONNX model ({one_line(exc)})") from None
     source_sha256 = hashlib.sha256(data).hexdigest()
+    if method == "static":
+        takes = onnx.helper.tensor_dtype_to_np_dtype(source.graph.input[0].type.tensor_type.elem_type)
+        if states.dtype != takes:
+            raise QuantizeError(f"calibration states are {states.dtype}; {fp32_path.name} takes {np.dtype(takes)}: "
+                                "give them as its input takes them")
     excluded = checked_exclusions(source, nodes_to_exclude, fp32_path)
     scaled_input = scaled_input_tensor(source)
     checks = []
@@ -315,8 +322,9 @@ def _calibration_states(calibration: np.ndarray | None, calibrate_method: str) -
     if calibration is None or len(calibration) == 0:
         raise QuantizeError("static quantization needs calibration states; none were given")
     states = np.ascontiguousarray(calibration)
-    if states.dtype != np.uint8 or states.ndim != 4:
-        raise QuantizeError(f"calibration states must be uint8 (N, stack, H, W), got {states.dtype} {states.shape}")
+    if states.dtype not in (np.uint8, np.float32, np.float16) or states.ndim != 4:
+        raise QuantizeError(f"calibration states must be 4-D observations as the model takes them (uint8, float32 "
+                            f"or float16), got {states.dtype} {states.shape}")
     wanted = MIN_CALIBRATION_STATES[calibrate_method]
     if len(states) < wanted:
         raise QuantizeError(f"{calibrate_method} calibration needs at least {wanted} states, got {len(states)}")
@@ -403,9 +411,9 @@ def _calibrate(model_path: Path, states: np.ndarray, calibrate_method: str, cach
     from onnxruntime.quantization.calibrate import create_calibrator, save_tensors_data
 
     class Reader(CalibrationDataReader):
-        def __init__(self, name: str):
+        def __init__(self, name: str, batch: int):
             self._name = name
-            self._batches = iter(states[i:i + CALIBRATION_BATCH] for i in range(0, len(states), CALIBRATION_BATCH))
+            self._batches = iter(states[i:i + batch] for i in range(0, len(states), batch))
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             batch = next(self._batches, None)
@@ -414,9 +422,11 @@ def _calibrate(model_path: Path, states: np.ndarray, calibrate_method: str, cach
     options = dict(CALIBRATION_OPTIONS[calibrate_method])
     calibrator = create_calibrator(model_path, None, augmented_model_path=str(folder / "augmented.onnx"),
                                    calibrate_method=_ort_calibrate_method(calibrate_method), extra_options=options)
-    name = calibrator.model.graph.input[0].name
+    first = calibrator.model.graph.input[0]
+    dims = first.type.tensor_type.shape.dim
+    fixed = dims[0].dim_value if dims and not dims[0].dim_param else 0  # a batch fixed in the file is fed as it is
     with contextlib.redirect_stdout(io.StringIO()):  # the histogram calibrators print their progress
-        calibrator.collect_data(Reader(name))
+        calibrator.collect_data(Reader(first.name, fixed or CALIBRATION_BATCH))
         ranges = calibrator.compute_data()
     save_tensors_data(ranges, cache)
 

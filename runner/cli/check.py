@@ -4,6 +4,8 @@ an exit code a CI job can gate on."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import click
 
 from breakout_core.game.contract import CONTRACTS
 from runner.cli.exit_codes import ExitCode
+from runner.cli.json_output import check_document, emit_json, json_option
 from runner.cli.options import confirm_option, db_option, reports_option, set_option
 
 CHECK_SPEC = Path(__file__).resolve().parents[2] / "specs" / "check_onnx.yaml"
@@ -39,10 +42,11 @@ def summary(verdicts: list[dict]) -> str:
 @confirm_option
 @db_option
 @reports_option
+@json_option
 @click.pass_context
 def check(ctx: click.Context, model: Path, baseline: Path | None, model_input: str | None,
           baseline_input: str | None, contract_name: str | None, overrides: tuple[str, ...], confirm: bool,
-          db: Path | None, reports_dir: Path) -> None:
+          db: Path | None, reports_dir: Path, as_json: bool) -> None:
     """Check MODEL.onnx against the reference agent's FP32 ONNX (or --baseline) on ONNX Runtime's
     CPU: the same action on 60 fixed states, batch-1 latency at most 10% slower, the same score
     over a 256-step closed loop, and full games in stages until they show less than 10% of the
@@ -52,7 +56,24 @@ def check(ctx: click.Context, model: Path, baseline: Path | None, model_input: s
     contract the check plays (--contract, said first).
 
     The games are played on seeds drawn for MODEL (keyed by its sha256: a new file, new games);
-    --confirm draws them from the confirmation range, which no spec names."""
+    --confirm draws them from the confirmation range, which no spec names. --json: one document on
+    stdout (docs/json_output.md); what the check says otherwise goes to stderr once it ran."""
+    documents: list[dict] = []
+    said = io.StringIO()  # with --json, what the check says goes to stderr once it ran (a refusal: its line alone)
+    with contextlib.redirect_stdout(said) if as_json else contextlib.nullcontext():
+        passed = _check(ctx, model, baseline, model_input, baseline_input, contract_name, overrides, confirm, db,
+                        reports_dir, documents.append if as_json else None)
+    if as_json:
+        click.echo(said.getvalue(), err=True, nl=False)
+        emit_json(check_document(documents[0], model, baseline, passed))
+    sys.exit(ExitCode.OK if passed else ExitCode.SAID_NO)
+
+
+def _check(ctx: click.Context, model: Path, baseline: Path | None, model_input: str | None,
+           baseline_input: str | None, contract_name: str | None, overrides: tuple[str, ...], confirm: bool,
+           db: Path | None, reports_dir: Path, take_document=None) -> bool:
+    """The check, said on stdout; whether every verdict is deployment-worthy. The run's --json
+    document goes to `take_document` where one is given."""
     from runner.cli.check_contract import contract_sets, judged_contract, unlabelled_line
     from runner.cli.check_inputs import prepare_models
 
@@ -70,7 +91,8 @@ def check(ctx: click.Context, model: Path, baseline: Path | None, model_input: s
         sets += contract_sets(contract, baseline, (*sets, *overrides))  # the baseline's own states, if any, stand
     run = ctx.find_root().command.get_command(ctx, "run")
     verdicts = ctx.invoke(run, spec_path=CHECK_SPEC, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,
-                          fail_on=frozenset(), as_json=False, confirm=confirm)
+                          fail_on=frozenset(), as_json=take_document is not None, confirm=confirm,
+                          emit_document=take_document or emit_json)
     passed = bool(verdicts) and all(v["outcome"] == WORTHY for v in verdicts)
     click.echo(f"check {'passed' if passed else 'failed'}: {summary(verdicts)} ({model})")
-    sys.exit(ExitCode.OK if passed else ExitCode.SAID_NO)
+    return passed

@@ -3,25 +3,22 @@ of the check spec, said in words before anything runs, and the fixed states it n
 
 A contract other than the check spec's own (breakout-v3) needs fixed states captured under it:
 the shipped ones are breakout-v3 states. The reference agent plays the chosen game
-deliberately (the same network as the reference FP32 ONNX file), and its 60 states are
-captured once per contract and reference checkpoint and kept under `exports/check/`
-(`reference_states_under`); without `--baseline`, the reference FP32 file is the baseline
-played in that game. A `--set artifacts.fixed_states...` of the user's comes after and wins.
+deliberately, from its FP32 ONNX file, as a user's baseline file plays
+(runner.cli.check_inputs.baseline_states: 60 states captured once per file and contract, kept
+under runs/baseline_states/; played under breakout-v3 they are the shipped
+fixed_states_60.npz, state for state); without `--baseline`, the reference FP32 file is the
+baseline played in that game. A `--set artifacts.fixed_states...` of the user's comes after
+and wins.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import click
-
 from breakout_core.game.contract import DEFAULT_CONTRACT, Contract, contract_by_name
 from runner.cli.exit_codes import ExitCode, fail
 
-ROOT = Path(__file__).resolve().parents[2]
-STATES_CACHE = ROOT / "exports" / "check"  # fixed states of the reference agent under another contract
-REFERENCE_CHECKPOINT = ROOT / "models" / "reference" / "dqn_breakout.pt"
-STATE_CAPTURE = {"n_states": 60, "episode_seeds": tuple(range(6)), "epsilon": 0.05}  # as day22_export's
+REFERENCE_ONNX = Path(__file__).resolve().parents[2] / "models" / "reference" / "dqn_breakout.onnx"
 
 
 def judged_contract(spec_path: Path, overrides: tuple[str, ...]) -> Contract | None:
@@ -55,25 +52,18 @@ def contract_sets(contract: Contract, baseline: Path | None, overrides: tuple[st
 
 
 def reference_states_under(contract: Contract) -> Path:
-    """The reference agent's fixed states under `contract`, captured as day22_export captures its
-    own (`STATE_CAPTURE`: 6 full games, seeds 0-5, epsilon 0.05) once, and reused while the
-    checkpoint is the same."""
-    from breakout_core.common.hashing import file_sha256
-    from breakout_core.evaluation.fixed_states import capture_from_checkpoint, save_fixed_states
+    """The reference agent's fixed states under `contract`, from its FP32 ONNX file's own games
+    (6 full games, seeds 0-5, epsilon 0.05, as day22_export captures them), captured once and
+    reused while the file is the same."""
+    from breakout_core.conversion.input_convention import InputConvention
+    from runner.cli.check_inputs import baseline_states
 
-    path = STATES_CACHE / f"fixed_states_{contract.hash}_{file_sha256(REFERENCE_CHECKPOINT)[:16]}.npz"
-    if not path.is_file():
-        click.echo(f"capturing {STATE_CAPTURE['n_states']} fixed states from the reference agent's games under "
-                   f"{contract.name} (once; kept in {path})", err=True)
-        try:
-            states = capture_from_checkpoint(REFERENCE_CHECKPOINT, contract=contract, other_contract_deliberate=True,
-                                             **STATE_CAPTURE)
-            save_fixed_states(path, states)
-        except KeyboardInterrupt:
-            fail("interrupted while capturing the fixed states; nothing was stored", ExitCode.INTERRUPTED)
-        except (OSError, ValueError) as exc:
-            fail(f"capturing the fixed states under {contract.name} failed: {exc}", ExitCode.ENVIRONMENT)
-    return path
+    try:
+        return baseline_states(REFERENCE_ONNX, REFERENCE_ONNX, InputConvention(), contract, "reference").resolve()
+    except KeyboardInterrupt:
+        fail("interrupted while capturing the fixed states; nothing was stored", ExitCode.INTERRUPTED)
+    except (OSError, ValueError) as exc:
+        fail(f"capturing the fixed states under {contract.name} failed: {exc}", ExitCode.ENVIRONMENT)
 
 
 def unlabelled_line(models: dict[str, Path | None], contract: Contract) -> str | None:

@@ -29,10 +29,11 @@ ANOTHER_AGENT = 0.5  # agreement with the reference below which a candidate look
 
 
 def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overrides: tuple[str, ...],
-                   check_spec: Path) -> list[str]:
-    """The `--set` arguments that make the check spec's artifacts these files, after every check
-    before the run; each `(label, path, artifact, declared input)` with a path. A file that fails
-    ends the command with one line and exit 2; notes are printed as they come."""
+                   check_spec: Path, plays: str = "baseline") -> list[str]:
+    """The `--set` arguments that make the spec's artifacts these files, after every check before
+    the run; each `(label, path, artifact, declared input)` with a path. The fixed states come from
+    the games of the file given for artifact `plays` (unless it is the spec's own file). A file
+    that fails ends the command with one line and exit 2; notes are printed as they come."""
     import onnx
 
     from breakout_core.conversion.input_convention import InputConvention, convention_of
@@ -45,7 +46,7 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
         problem = onnx_file_problem(path, played)
         if problem:
             fail(f"{label} {problem}", ExitCode.BAD_INPUT)
-        option = "--input" if artifact == "candidate" else "--baseline-input"
+        option = "--baseline-input" if artifact == "baseline" else "--input"
         try:
             convention = InputConvention.parse(declared) if declared else None
         except ValueError as exc:
@@ -67,9 +68,9 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
     from runner.spec.document import load_spec
 
     plain = load_spec(check_spec).spec  # the spec's own baseline, and the fixed states captured from its agent
-    reference, reference_states = Path(plain.artifacts["baseline"].path), load_fixed_states(
+    reference, reference_states = Path(plain.artifacts[plays].path), load_fixed_states(
         plain.artifacts["fixed_states"].path).obs
-    baseline = next((path for _, path, artifact, _ in given if artifact == "baseline"), None)
+    baseline = next((path for _, path, artifact, _ in given if artifact == plays), None)
     own_states = baseline is not None and not _same_file(baseline, reference) and not any(
         o.split("=", 1)[0].startswith("artifacts.fixed_states") for o in overrides)
     contract = _contract(document)
@@ -85,9 +86,10 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
                                         contract)
                     for label, path, artifact, _ in given}
         if own_states:
-            states = baseline_states(runnable["baseline"], baseline, conventions["baseline"], contract)
+            label = next(label for label, _, artifact, _ in given if artifact == plays)
+            states = baseline_states(runnable[plays], baseline, conventions[plays], contract, label)
             sets.append(f"artifacts.fixed_states={json.dumps({'path': str(states.resolve())})}")
-        elif baseline is None:
+        elif baseline is None and "candidate" in runnable:
             _note_another_agent(runnable["candidate"], reference, reference_states, files[0][1])
     return sets
 
@@ -212,7 +214,7 @@ def _runnable(label: str, path: Path, convention, folder: Path, states: np.ndarr
     return runnable
 
 
-def baseline_states(runnable: Path, baseline: Path, convention, contract) -> Path:
+def baseline_states(runnable: Path, baseline: Path, convention, contract, label: str = "--baseline") -> Path:
     """The fixed states of the baseline's own games under `contract`: captured once, kept under
     runs/baseline_states/ by the baseline file's sha256 and the contract, reused while both are
     the same."""
@@ -224,14 +226,14 @@ def baseline_states(runnable: Path, baseline: Path, convention, contract) -> Pat
     if path.is_file():
         kept = load_fixed_states(path)
         if kept.meta.get("onnx_sha256") == sha and kept.contract_hash == contract.hash:
-            click.echo(f"--baseline {baseline}: fixed states from its own games, captured before: {path}")
+            click.echo(f"{label} {baseline}: fixed states from its own games, captured before: {path}")
             return path
-    click.echo(f"--baseline {baseline}: capturing 60 fixed states from its own games under {contract.name} "
-               f"(once per baseline file) ...")
+    click.echo(f"{label} {baseline}: capturing 60 fixed states from its own games under {contract.name} "
+               f"(once per file) ...")
     states = capture_from_onnx(runnable, contract, batch_size=CAPTURE_BATCH, source=baseline)
     states.meta["input"] = str(convention)
     save_fixed_states(path, states)
-    click.echo(f"--baseline {baseline}: fixed states in {path} "
+    click.echo(f"{label} {baseline}: fixed states in {path} "
                f"({states.meta['capture_wall_s']:.0f} s)")
     return path
 

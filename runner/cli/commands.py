@@ -159,9 +159,9 @@ def schema() -> None:
 @json_option
 def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_dir: Path, report: bool, resume: bool,
         runs_dir: Path, executor: str, ray_address: str | None, ray_retries: int, fail_on: frozenset[str],
-        as_json: bool, confirm: bool = False) -> list[dict]:
+        as_json: bool, confirm: bool = False, emit_document=emit_json) -> list[dict]:
     """Validate SPEC, execute its measurements, store every row, decide its verdicts (returned to
-    a command that invokes this one)."""
+    a command that invokes this one, which may take the --json document with `emit_document`)."""
     from runner.cli.terminal import log_console
     from runner.cli.verdict_listing import echo_run_verdicts
     from runner.kinds.train.executors import Executor
@@ -210,7 +210,7 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
             click.echo(f"  report {report_path}")
     failed = [v for v in verdicts if v["outcome"] in fail_on]
     if as_json:
-        emit_json(run_document(store, run_id, loaded.spec.name, report_path, verdicts, failed))
+        emit_document(run_document(store, run_id, loaded.spec.name, report_path, verdicts, failed))
     for v in failed:
         click.echo(f"--fail-on: verdict {v['verdict']} is {v['outcome']}", err=True)
     if failed:

@@ -1,9 +1,14 @@
 """`runner convert fp16|int8 MODEL.onnx`: the user's FP32 file converted by the project's own
 converters, through a shipped spec run by `runner run` (specs/convert_fp16.yaml,
 specs/convert_int8.yaml) with the file set as its FP32 source, so the search, its rows and its
-report are a run like any other. The repair search (breakout_core.diagnosis.repair) keeps the fewest
-layers in float for the same greedy action as FP32 on the fixed states; the file it chose is
-written, and `runner check OUT --baseline MODEL` then judges it in games."""
+report are a run like any other. Before the run, MODEL goes through what `runner check` asks of
+a file (runner.cli.check_inputs: its input convention, `--input` for a float input, and ONNX
+Runtime's pre-checks), and the fixed states the search checks come from MODEL's own games under
+the contract (captured once per file and contract); INT8's calibration states come from
+MODEL's own games too, inside the run. The converted file takes MODEL's input as it is. The
+repair search (breakout_core.diagnosis.repair) keeps the fewest layers in float for the same
+greedy action as FP32 on the fixed states; the file it chose is written, and the printed
+`runner check OUT --baseline MODEL ...` then judges it in games."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from pathlib import Path
 import click
 
 from breakout_core.game.contract import CONTRACTS
-from runner.cli.check_inputs import artifact_override, onnx_file_problem
+from runner.cli.check_inputs import onnx_file_problem, prepare_models
 from runner.cli.exit_codes import ExitCode, fail
 from runner.cli.options import db_option, reports_option, set_option
 
@@ -27,22 +32,28 @@ MEASUREMENT = "search"  # the repair measurement of each convert spec; its outpu
 @click.argument("model", metavar="MODEL.onnx", type=click.Path(path_type=Path))
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="the file to write (default: MODEL_fp16.onnx or MODEL_int8.onnx beside MODEL)")
+@click.option("--input", "model_input", metavar="DTYPE:RANGE:LAYOUT", default=None,
+              help="what MODEL's input takes, as for runner check (e.g. float32:0-255:nchw); a float input must be "
+                   "declared; the converted file takes the same input")
 @click.option("--contract", "contract_name", type=click.Choice(sorted(CONTRACTS)), default=None,
               help="the game the model plays, whose states the search checks (default breakout-v3; docs/contracts.md)")
 @set_option
 @db_option
 @reports_option
 @click.pass_context
-def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, contract_name: str | None,
-            overrides: tuple[str, ...], db: Path | None, reports_dir: Path) -> None:
+def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, model_input: str | None,
+            contract_name: str | None, overrides: tuple[str, ...], db: Path | None, reports_dir: Path) -> None:
     """Convert the FP32 MODEL.onnx to FP16 or static INT8, keeping in float the fewest layers that
-    give FP32's greedy action on the 60 fixed states (INT8: calibrated with min/max and with the
-    99.999th percentile, the better file kept). Prints the file written and the verdicts that
-    chose it; exit 0 when it met that target, 1 when only the closest step could be written, 2
-    for a model that cannot be converted."""
+    give FP32's greedy action on 60 fixed states from MODEL's own games (INT8: calibrated on states
+    from other games of MODEL's, with min/max and with the 99.999th percentile, the better file
+    kept). The file written takes MODEL's input as it is. Prints the file written and the verdicts
+    that chose it; exit 0 when it met that target, 1 when only the closest step could be written,
+    2 for a model that cannot be converted."""
     import onnx
 
     from breakout_core.conversion.export import onnx_precision
+    from breakout_core.conversion.input_convention import InputConvention, convention_of
+    from breakout_core.conversion.input_convention import model_input as input_of
     from breakout_core.conversion.onnx_checks import ModelCheckError, check_preprocessing
     from runner.cli.check_contract import contract_sets, judged_contract
 
@@ -52,20 +63,25 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, c
         fail(f"MODEL {problem}", ExitCode.BAD_INPUT)
     if (weights := onnx_precision(model)) != "fp32":
         fail(f"MODEL {model}: its weights are {weights}; convert takes an FP32 file", ExitCode.BAD_INPUT)
-    try:  # what every converted file is checked for, asked of the source before anything runs
-        check_preprocessing(onnx.load(model))
+    source = onnx.load(model, load_external_data=False)
+    try:  # a uint8 input: what every converted file is checked for, asked of the source before anything runs
+        if input_of(source)[1] == "uint8":
+            check_preprocessing(source)
     except ModelCheckError as exc:
         fail(f"MODEL {model}: {exc}; the converters keep that preprocessing and need it in the FP32 file",
              ExitCode.BAD_INPUT)
     if out.resolve() == model.resolve():
         fail(f"--out {out}: that is MODEL itself; name another file", ExitCode.BAD_INPUT)
     spec = SPECS / f"convert_{precision}.yaml"
-    sets = [artifact_override(SOURCE, model), f"artifacts.{precision}.path={out.resolve()}"]
-    sets += [f"contract.name={contract_name}"] if contract_name else []
+    sets = [f"artifacts.{precision}.path={out.resolve()}", *([f"contract.name={contract_name}"] if contract_name
+                                                            else [])]
     contract = judged_contract(spec, (*sets, *overrides))
     if contract is not None:  # else the run says what is wrong with the spec
         click.echo(f"convert {model} to {precision.upper()}, checked on states under contract {contract.described()}")
-        sets += contract_sets(contract, None, overrides)
+    sets += prepare_models([("MODEL", model, SOURCE, model_input)], (*sets, *overrides), spec, plays=SOURCE)
+    if contract is not None:
+        sets += contract_sets(contract, model, (*sets, *overrides))  # MODEL's own states, if any, stand
+    convention = convention_of(source, InputConvention.parse(model_input) if model_input else None)
     run = ctx.find_root().command.get_command(ctx, "run")
     verdicts = ctx.invoke(run, spec_path=spec, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,
                           fail_on=frozenset(), as_json=False)
@@ -81,8 +97,9 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, c
         click.echo(f"recommended: {out} ({said})")
     else:
         click.echo(f"not recommended: {out} is the closest step, no step met the target ({said})")
+    declared = "" if convention.native else f" --input {convention} --baseline-input {convention}"
     under = f" --contract {contract_name}" if contract_name else ""
-    click.echo(f"  judge it in games: runner check {out} --baseline {model}{under}")
+    click.echo(f"  judge it in games: runner check {out} --baseline {model}{declared}{under}")
     sys.exit(ExitCode.OK if met else ExitCode.SAID_NO)
 
 

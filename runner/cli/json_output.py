@@ -72,3 +72,40 @@ def run_contract_record(store, run_id: str) -> dict:
                                         [run_id]).fetchone()
     contract = Contract(**json.loads(text))
     return {"name": contract.name, "hash": stored_hash, "rules": contract.rules()}
+
+
+CHECK_EXIT_MEANING = {0: "passed: every verdict is deployment-worthy",
+                      1: "failed: a verdict is rejected, inconclusive or unavailable (a gate does not pass without "
+                         "evidence)"}
+
+
+def check_document(document: dict, model, baseline, passed: bool) -> dict:
+    """`runner check --json`'s document (docs/json_output.md): `runner run --json`'s for the check's
+    run, with the files checked (each one's input convention and the adapter it was fed through),
+    the seeds its games were played on, and what the exit status means."""
+    from breakout_core.conversion.input_convention import InputConvention
+    from runner.store.database import Store
+
+    code = 0 if passed else 1
+    with Store(document["database"]).reader() as con:
+        files = con.execute(  # an adapted copy names the sha256 of the user's file it was made from
+            "SELECT runtime, any_value(artifact), any_value(coalesce(runtime_describe->>"
+            "'$.actual.model_metadata.\"breakout.input_source_sha256\"', artifact_sha256)), "
+            "any_value(runtime_describe->>'$.actual.model_metadata.\"breakout.input_source\"'), "
+            "any_value(runtime_describe->>'$.actual.model_metadata.\"breakout.input_adapter\"'), "
+            "any_value(CAST(runtime_describe->>'$.actual.static_batch' AS INTEGER)) FROM runtime_status "
+            "WHERE run_id = ? GROUP BY runtime ORDER BY runtime", [document["run_id"]]).fetchall()
+        played = con.execute("SELECT measurement, list(DISTINCT seed ORDER BY seed) FROM episodes WHERE run_id = ? "
+                             "GROUP BY measurement ORDER BY measurement", [document["run_id"]]).fetchall()
+        drawn = dict(con.execute("SELECT measurement, {'pool': pool, 'key': key} FROM drawn_seeds WHERE run_id = ?",
+                                 [document["run_id"]]).fetchall())
+    given = {"candidate": str(model), "baseline": None if baseline is None else str(baseline)}
+    return {**document,
+            "exit_status": {"code": code, "meaning": CHECK_EXIT_MEANING[code]},
+            "model": given["candidate"], "baseline": given["baseline"],
+            "files": [{"runtime": runtime, "artifact": artifact, "artifact_sha256": sha256,
+                       "input": convention or str(InputConvention()), "input_adapter": adapter or "none",
+                       "static_batch": static_batch}
+                      for runtime, artifact, sha256, convention, adapter, static_batch in files],
+            "seeds": [{"measurement": measurement, "seeds": seeds, "drawn": drawn.get(measurement)}
+                      for measurement, seeds in played]}

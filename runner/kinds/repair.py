@@ -2,9 +2,14 @@
 bring an INT8 or FP16 model close enough to FP32 on a cheap proxy, and that file written as
 an artifact.
 
-`precision: int8` (the default): the calibration states come from the checkpoint's own games
-under the spec's contract, on seeds the spec declares, disjoint from the fixed states' seeds
-and every episode seed the spec plays (its `held_out_seeds`, checked in runner.spec.deploy_checks).
+`precision: int8` (the default): the calibration states come from the agent's own games under
+the spec's contract: the checkpoint's where the measurement names one, else the source FP32
+file's own (played through its declared input, breakout_core.evaluation.fixed_states.capture_from_onnx),
+on seeds the spec declares, disjoint from the fixed states' seeds and every episode seed the spec
+plays (its `held_out_seeds`, checked in runner.spec.deploy_checks). The run records which file
+played them, by artifact and sha256. A source that takes float input (its `input:` convention) is
+converted as it is, so the file written takes the same input; its check and calibration states
+are fed to it converted to that convention.
 For each calibration method, breakout_core.diagnosis.repair.repair_search ranks the nodes the
 full INT8 model quantizes by the effect of quantizing each alone (mean |dQ| on the check states), then re-quantizes with
 the k worst kept in float (onnxruntime's `nodes_to_exclude`), k = 0, 1, ..., until a step
@@ -58,8 +63,8 @@ class RepairMeasurement(StrictModel):
     precision: Literal["int8", "fp16"] = Field(default="int8", description="what the source is converted to: "
                                                "int8 (onnxruntime's static quantizer) or fp16 (onnxconverter-common)")
     source: Name = Field(description="artifact: the FP32 ONNX file to convert")
-    checkpoint: Name | None = Field(default=None, description="int8 only (required there): artifact, the checkpoint "
-                                    "whose games give the calibration states")
+    checkpoint: Name | None = Field(default=None, description="int8 only: artifact, the checkpoint whose games give "
+                                    "the calibration states; none: the source FP32 file's own games")
     check_states: Name = Field(description="artifact: fixed states the proxy is measured on")
     output: Name = Field(description="artifact written: the chosen file (made_by: this spec, precision: as converted)")
     calibration: CalibrationSpec | None = Field(default=None, description="int8 only (required there)")
@@ -75,10 +80,9 @@ class RepairMeasurement(StrictModel):
                                       f"nothing, so no {key} here", (key,))
                           for key in INT8_ONLY if key in self.model_fields_set])
             return self
-        raise_placed([PlacedError(f"an int8 repair needs {key}: {what}", (key,)) for key, what in (
-            ("checkpoint", "the checkpoint whose games give the calibration states"),
-            ("calibration", "`calibration: {capture: {episode_seeds: ...}}`, seeds no other part of the spec plays"))
-            if getattr(self, key) is None])
+        if self.calibration is None:
+            raise PlacedError("an int8 repair needs calibration: `calibration: {capture: {episode_seeds: ...}}`, "
+                              "seeds no other part of the spec plays", ("calibration",))
         return self
 
     @model_serializer(mode="wrap")
@@ -165,6 +169,15 @@ MIGRATIONS = [
         ALTER TABLE repair_order ALTER COLUMN calibrate_method DROP NOT NULL;
         """,
     ),
+    (
+        # the artifact whose games gave an INT8 search's calibration states (a checkpoint, or the
+        # source FP32 file itself) and its sha256; NULL for FP16 and for rows stored before
+        "0482_repair_calibration_source",
+        """
+        ALTER TABLE repair_results ADD COLUMN calibration_source VARCHAR;
+        ALTER TABLE repair_results ADD COLUMN calibration_source_sha256 VARCHAR;
+        """,
+    ),
 ]
 
 METRIC_NAMES = ("agreement", "max_abs_dq", "latency_p50_ratio", "kept_float", "met_target", "steps")
@@ -179,8 +192,9 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
     from breakout_core.diagnosis.repair import Fp16Converter, Int8Converter, RepairTarget, choose_step, repair_search
     from breakout_core.evaluation.fixed_states import save_fixed_states
     from runner.kinds.shared.lineage import check_lineage
+    from runner.kinds.shared.model_inputs import source_convention
     from runner.kinds.shared.runtime_lifecycle import load_states
-    from runner.kinds.shared.state_capture import capture_states
+    from runner.kinds.shared.state_capture import capture_onnx_states, capture_states
 
     if ctx.already_stored("repair_results", m.name):
         return
@@ -189,16 +203,25 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
     check = load_states(ctx, m.check_states)[0].obs
     folder = ctx.artifacts_dir / m.name
     target = RepairTarget(min_agreement=m.target.min_agreement, max_abs_dq=m.target.max_abs_dq)
-    calibration = calibration_path = None
+    fed = source_convention(ctx, m.source)  # the source's own input: what its converted files take too
+    check = fed.convert(check)
+    calibration = calibration_path = player = player_sha256 = None
     if m.precision == "int8":
-        task = ctx.progress.add_task(f"{m.name} · capture {m.calibration.n_states} calibration states", total=1,
-                                     unit="capture")
-        with ctx.files.loaded(m.checkpoint, f"measurement {m.name}'s calibration") as (checkpoint, _):
-            calibration = capture_states(ctx, checkpoint, m.calibration.n_states, m.calibration.capture)
+        player = m.checkpoint or m.source
+        task = ctx.progress.add_task(f"{m.name} · capture {m.calibration.n_states} calibration states from "
+                                     f"{player}'s games", total=1, unit="capture")
+        what = f"measurement {m.name}'s calibration"
+        if m.checkpoint is not None:
+            with ctx.files.loaded(m.checkpoint, what) as (checkpoint, player_sha256):
+                calibration = capture_states(ctx, checkpoint, m.calibration.n_states, m.calibration.capture)
+        else:
+            calibration, player_sha256 = capture_onnx_states(ctx, m.source, m.calibration.n_states,
+                                                             m.calibration.capture, what)
         calibration_path = save_fixed_states(folder / "calibration_states.npz", calibration)
         ctx.progress.advance(task)
-        converters = {method: Int8Converter(calibration.obs, calibrate_method=method, per_channel=m.per_channel,
-                                            keep_float=tuple(m.keep_float)) for method in m.calibration.methods}
+        converters = {method: Int8Converter(fed.convert(calibration.obs), calibrate_method=method,
+                                            per_channel=m.per_channel, keep_float=tuple(m.keep_float))
+                      for method in m.calibration.methods}
     else:
         converters = {None: Fp16Converter(keep_float=tuple(m.keep_float))}
     results = {}
@@ -232,6 +255,7 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
         "calibration_seeds": None if calibration is None else json.dumps(sorted({int(s)
                                                                                  for s in calibration.episode_seeds})),
         "calibration_sha256": None if calibration_path is None else file_sha256(calibration_path),
+        "calibration_source": player, "calibration_source_sha256": player_sha256,
         "check_states": chosen.check_states,
         "check_states_dropped": chosen.check_states_dropped, "cpu": json.dumps(chosen.cpu),
         "onnxruntime": ort.__version__, "wall_s": time.perf_counter() - started}])
@@ -257,12 +281,13 @@ def report(con, run_id: str, m: RepairMeasurement) -> list[Section]:
     alt = altair()
     result = con.execute(
         "SELECT output, path, precision, calibrate_method, step, met_target, target, calibration_states, "
-        "calibration_seeds, check_states, check_states_dropped, cpu, onnxruntime, wall_s FROM repair_results "
-        "WHERE run_id = ? AND measurement = ?", [run_id, m.name]).fetchone()
+        "calibration_seeds, check_states, check_states_dropped, cpu, onnxruntime, wall_s, calibration_source, "
+        "calibration_source_sha256 FROM repair_results WHERE run_id = ? AND measurement = ?",
+        [run_id, m.name]).fetchone()
     if result is None:
         return [Section(f"{m.name}: repair search", html="<p>No result stored.</p>")]
-    output, path, precision, method, step, met, target, n_calib, seeds, n_check, dropped, cpu, ort_version, wall = \
-        result
+    (output, path, precision, method, step, met, target, n_calib, seeds, n_check, dropped, cpu, ort_version, wall,
+     player, player_sha256) = result
     steps = con.execute(
         "SELECT coalesce(calibrate_method, 'none') AS calibrate_method, step, n_kept_float, kept_float, agreement, "
         "max_abs_dq, mean_abs_dq, p50_ms, fp32_p50_ms, latency_ratio, passes, chosen, kept_float_quantized_at_load "
@@ -276,7 +301,8 @@ def report(con, run_id: str, m: RepairMeasurement) -> list[Section]:
     if precision == "int8":
         made = f"INT8, {method} calibration"
         left_out = f" ({dropped} equal to a calibration state left out)"
-        how = f"Calibration: {n_calib} states from the games on seeds {json.loads(seeds)}."
+        played_by = f" of <code>{player}</code> (sha256 {player_sha256[:12]})" if player else ""
+        how = f"Calibration: {n_calib} states from the games{played_by} on seeds {json.loads(seeds)}."
     else:
         made, left_out = "FP16", ""
         how = ("FP16 by onnxconverter-common, each node kept in float32 reading the FP32 file's own weights "

@@ -45,6 +45,22 @@ def runtime_file(ctx, name: str) -> Path:
     return target
 
 
+def source_convention(ctx, name: str):
+    """The input convention ONNX artifact `name` takes as it is (its `input:`, else its own
+    metadata, else uint8): what a conversion of it keeps, and what its states are fed as."""
+    import onnx
+
+    from breakout_core.conversion import input_convention as inputs
+
+    artifact = ctx.spec.artifacts[name]
+    model = onnx.load(artifact.path, load_external_data=False)
+    declared = inputs.InputConvention.parse(artifact.input) if artifact.input else inputs.declared_in(model)
+    _, dtype, shape = inputs.model_input(model)
+    if declared is None and dtype == "uint8" and tuple(shape[1:]) != (84, 84, 4):
+        return inputs.InputConvention()  # the agent's own observations, fed as they are (whatever their size)
+    return inputs.convention_of(model, declared)
+
+
 def adapted_source_sha256(adapted: Path) -> str | None:
     """The sha256 of the file an adapted copy was made from, as its metadata records it."""
     return _metadata(adapted).get("breakout.input_source_sha256")

@@ -1,6 +1,6 @@
 """States from the agent's own games under the spec's contract: the export kind's fixed states and
 the repair kind's calibration states are captured alike (breakout_core.evaluation.fixed_states), from the
-spec's checkpoint, on the seeds the spec declares."""
+spec's checkpoint or an ONNX file of the agent, on the seeds the spec declares."""
 
 from __future__ import annotations
 
@@ -31,3 +31,23 @@ def capture_states(ctx, checkpoint: str | Path, n_states: int, capture: CaptureS
         contract=ctx.contract, other_contract_deliberate=ctx.spec.contract.other_contracts == "deliberate",
         policy_seed=capture.policy_seed, batch_size=capture.batch_size,
         max_steps_per_episode=capture.max_steps_per_episode, candidates_per_episode=capture.candidates_per_episode)
+
+
+def capture_onnx_states(ctx, name: str, n_states: int, capture: CaptureSpec, what: str):
+    """(states, sha256 of the file) from the games of ONNX artifact `name` itself, fed through its
+    declared input's adapter (runner.kinds.shared.model_inputs), as `capture_states` captures a
+    checkpoint's; the adapted copy is held to the file the run recorded."""
+    from breakout_core.evaluation.fixed_states import capture_from_onnx
+    from runner.kinds.shared.model_inputs import adapted_source_sha256, runtime_file
+
+    playable = runtime_file(ctx, name)
+    with ctx.files.loaded(name, what) as (path, sha256):
+        adapted_from = adapted_source_sha256(playable) if playable.resolve() != path.resolve() else None
+        if adapted_from is not None:
+            ctx.files.check(name, adapted_from, what)
+        states = capture_from_onnx(
+            playable, ctx.contract, n_states=n_states, episode_seeds=seed_list(capture.episode_seeds),
+            epsilon=capture.epsilon, source=path, policy_seed=capture.policy_seed, batch_size=capture.batch_size,
+            max_steps_per_episode=capture.max_steps_per_episode,
+            candidates_per_episode=capture.candidates_per_episode)
+    return states, sha256
