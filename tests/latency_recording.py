@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from breakout_core.statistics.latency_rounds import ROUND_STATISTICS
-from runner.kinds.shared.runtime_metrics import round_ratio_metrics
+from runner.kinds.shared.runtime_metrics import round_level_metrics, round_ratio_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDING = REPO / "tests" / "data" / "latency_aa_rounds.csv"
@@ -52,12 +52,15 @@ def read_recording(path: Path = RECORDING) -> Recording:
 
 def window_outcomes(recording: Recording, verdict, size: int, slowdown: float = 1.0) -> list[str]:
     """The verdict's outcome, `b` (the candidate, `slowdown` times slower) against `a`, in each
-    consecutive window of `size` rounds, decided as `runner run` decides it."""
+    consecutive window of `size` rounds, decided as `runner run` decides it (its ratios to `a` and
+    its own levels over the rounds)."""
     from runner.run.verdicts import decide
 
     outcomes = []
     for start in range(0, recording.n_rounds - size + 1, size):
-        found = round_ratio_metrics(recording.window("b", start, size, slowdown), recording.window("a", start, size))
+        candidate = recording.window("b", start, size, slowdown)
+        found = round_ratio_metrics(candidate, recording.window("a", start, size))
+        found.update(round_level_metrics(candidate))
         outcomes.append(decide(verdict, found)[0])
     return outcomes
 

@@ -199,13 +199,14 @@ measurements:
   - kind: latency
     name: latency
     runtimes: [torch_fp32, ort_cpu]
-    iterations: 64
+    iterations: 128
+    rounds: 2
 verdicts:
   - name: faster
     measurement: latency
     candidate: ort_cpu
     baseline: torch_fp32
-    deployment_worthy_when: {latency_p95_ms: "< 1000"}
+    deployment_worthy_when: {latency_p50_ratio_ci_high: "< 1000"}
 """
 
 
@@ -235,7 +236,7 @@ def test_valid_deploy_spec(checkpoint, write_spec):
     ("device: cpu, precision", "device: cpu, threads: 0, precision", 7, "greater than or equal to 1"),
     ("runtimes: [torch_fp32, ort_cpu]", "runtimes: [torch_fp32, ort_gpu]", 17,
      "unknown runtime 'ort_gpu'; defined: ort_cpu, torch_fp32"),
-    ("iterations: 64", "iterations: 63", 18, "greater than or equal to 64"),
+    ("iterations: 128", "iterations: 63", 18, "greater than or equal to 64"),
     ("provider: cpu, artifact: onnx}", "provider: cpu, artifact: checkpoint}", 8,
      "runtime onnxruntime loads onnx files; 'checkpoint' is checkpoint"),
     ("  states: {path: out/states.npz, made_by: deploy}\n", "  states: {path: out/states.npz, made_by: deploy}\n"
@@ -244,7 +245,7 @@ def test_valid_deploy_spec(checkpoint, write_spec):
     ("onnx: {path: out/model.onnx, made_by: deploy}", "onnx: {path: out/model.onnx, made_by: day22_export}", 4,
      "file not found: "),
     ("  checkpoint: {path: model.pt}\n", "  checkpoint: {path: model.bin}\n", 3, "unknown artifact type '.bin'"),
-    ("    iterations: 64\n", "    iterations: 64\n    fixed_states: onnx\n", 19, "'onnx' is onnx ("),
+    ("    iterations: 128\n", "    iterations: 128\n    fixed_states: onnx\n", 19, "'onnx' is onnx ("),
     ("measurements:\n",
      "measurements:\n  - {kind: latency, name: early, runtimes: [ort_cpu], fixed_states: states}\n", 10,
      "'states' is written by this spec, but by no measurement before this one"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from latency_recording import compare_marks, read_recording, window_outcomes
 
@@ -70,8 +71,7 @@ def test_a_quarter_slower_is_caught(recording, check_onnx):
 
 
 def _shipped_latency_rules():
-    """(spec, verdict with its latency interval rules alone, rounds) of every shipped spec whose
-    latency measurement times rounds of the recording's length."""
+    """(spec, verdict with its latency interval rules alone, latency measurement) of every shipped spec."""
     from runner.kinds.shared.runtime_metrics import latency_interval_needs
 
     found = []
@@ -90,15 +90,28 @@ def _shipped_latency_rules():
 SHIPPED = _shipped_latency_rules()
 
 
+def test_every_shipped_latency_rule_times_the_recordings_rounds(recording):
+    """No shipped rule goes unmeasured: each latency measurement a rule judges times rounds of the
+    recording's length, and enough of them for 20 windows."""
+    for spec, verdict, latency in SHIPPED:
+        assert latency.iterations // latency.rounds == recording.calls, (spec, verdict.name)
+        assert recording.n_rounds // latency.rounds >= 20, (spec, verdict.name)
+
+
+def _threshold(verdict) -> float:
+    from runner.spec.fields import parse_rule
+
+    thresholds = {parse_rule(rule)[1] for rule in verdict.deployment_worthy_when.values()}
+    assert len(thresholds) == 1, verdict  # one margin a verdict, as every shipped one has
+    return thresholds.pop()
+
+
 @pytest.mark.parametrize("spec, verdict, latency", SHIPPED, ids=[f"{s}:{v.name}" for s, v, _ in SHIPPED])
 def test_every_shipped_latency_rule_on_an_unchanged_model(recording, spec, verdict, latency):
     """A rule that asks for at most a slowdown (a threshold above 1) keeps the unchanged model; one
     that asks for a speed-up (1 or below) does not grant it to the unchanged model."""
     from runner.spec.fields import parse_rule
 
-    if latency.iterations // latency.rounds != recording.calls:
-        pytest.skip(f"{spec} times rounds of {latency.iterations // latency.rounds} calls, "
-                    f"the recording {recording.calls}")
     outcomes = window_outcomes(recording, verdict, latency.rounds)
     assert len(outcomes) >= 20
     thresholds = [parse_rule(rule)[1] for rule in verdict.deployment_worthy_when.values()]
@@ -106,6 +119,30 @@ def test_every_shipped_latency_rule_on_an_unchanged_model(recording, spec, verdi
         assert _share(outcomes, "rejected", "inconclusive") <= FALSE_ALARMS, outcomes
     else:
         assert _share(outcomes, "deployment-worthy") <= FALSE_ALARMS, outcomes
+
+
+@pytest.mark.parametrize("spec, verdict, latency", SHIPPED, ids=[f"{s}:{v.name}" for s, v, _ in SHIPPED])
+def test_every_shipped_latency_rule_at_its_threshold(recording, spec, verdict, latency):
+    """A candidate exactly at a rule's threshold (each call scaled by it: 0.6 times the baseline's
+    for int8_cpu's `< 0.6`, 1.1 times for check_onnx's `<= 1.1`) is rarely passed."""
+    outcomes = window_outcomes(recording, verdict, latency.rounds, slowdown=_threshold(verdict))
+    assert len(outcomes) >= 20
+    assert _share(outcomes, "deployment-worthy") <= AT_THE_MARGIN, outcomes
+
+
+def test_a_runtimes_own_tail_cannot_gate(recording):
+    """Why a rule on a runtime's own time is refused when the spec loads (runtime_metrics.OWN_TIME_REASON):
+    the upper end of its P95's interval over 10 rounds, against a budget at which its P95 over the
+    whole recording stands, passes far more than a rule at its margin may, and one at half the
+    budget fails in most windows: the rounds of a run measure the load of its moment."""
+    budget = 16.7
+    verdict = VerdictSpec(name="frame", measurement="latency", candidate="b", baseline="a",
+                          deployment_worthy_when={"latency_p95_ms_ci_high": f"< {budget}"})
+    typical = float(np.exp(np.log(recording.rounds["b"][("wall", "p95")]).mean()))
+    at_budget = window_outcomes(recording, verdict, 10, slowdown=budget / typical)
+    assert _share(at_budget, "deployment-worthy") > 2 * AT_THE_MARGIN, at_budget
+    within = window_outcomes(recording, verdict, 10, slowdown=budget / typical / 2)
+    assert _share(within, "rejected", "inconclusive") > 0.5, within
 
 
 def test_a_loosened_rule_breaks_the_bounds(recording, check_onnx):

@@ -129,3 +129,45 @@ def test_too_few_rounds_for_a_tail_is_refused(tmp_path):
     assert_one_line_usage_error(result, "aa.yaml:17: ", "measurements[0].rounds: verdict 'not_slower' judges "
                                                         "cpu_time_p95_ratio_ci_high: its interval needs rounds >= 10, "
                                                         "got 4")
+
+
+def test_a_runtimes_own_level_is_the_geometric_mean_of_its_rounds_with_a_t_interval():
+    from scipy import stats
+
+    from breakout_core.statistics.latency_rounds import round_level
+
+    values = np.array([4.0, 5.0, 4.5, 6.0, 5.5, 4.2, 4.8, 5.1, 5.9, 4.4])
+    level = round_level(values)
+    logs = np.log(values)
+    half = stats.t.ppf(0.975, logs.size - 1) * stats.sem(logs)
+    assert level.ratio == pytest.approx(np.exp(logs.mean()))
+    assert (level.ci_low, level.ci_high) == pytest.approx((np.exp(logs.mean() - half), np.exp(logs.mean() + half)))
+    assert level.rounds == 10
+
+
+def test_in_game_calls_are_cut_into_blocks_of_100_in_call_order(tmp_path):
+    """Each block of 100 consecutive calls is a round (the last, shorter one left out); its P50 and
+    P95 the round's statistics, their geometric mean's interval shown beside the games."""
+    from types import SimpleNamespace
+
+    import duckdb
+
+    from breakout_core.statistics.latency_rounds import round_level
+    from runner.kinds.episodes import GAME_CALL_BLOCK, _game_call_intervals
+
+    con = duckdb.connect(str(tmp_path / "calls.duckdb"))
+    con.execute("CREATE TABLE episode_inference_calls (run_id VARCHAR, measurement VARCHAR, runtime VARCHAR, "
+                "call INTEGER, states INTEGER, ms DOUBLE)")
+    rng = np.random.default_rng(0)
+    ms = rng.lognormal(0.0, 0.3, 1050) * np.repeat(1 + rng.random(11) / 2, 100)[:1050]  # load changes by block
+    con.executemany("INSERT INTO episode_inference_calls VALUES ('r', 'games', 'page', ?, 10, ?)",
+                    [(i, float(v)) for i, v in enumerate(ms)])
+    found = _game_call_intervals(con, "r", SimpleNamespace(name="games"), "page")
+    blocks = ms[:1000].reshape(10, GAME_CALL_BLOCK)
+    for statistic, q in (("p50", 0.5), ("p95", 0.95)):
+        level = round_level(np.quantile(blocks, q, axis=1))  # duckdb's quantile_cont is numpy's linear
+        assert found[f"candidate_game_call_{statistic}_ms_ci_low"] == pytest.approx(level.ci_low)
+        assert found[f"candidate_game_call_{statistic}_ms_ci_high"] == pytest.approx(level.ci_high)
+    assert found["candidate_game_call_blocks"] == 10
+    short = _game_call_intervals(con, "r", SimpleNamespace(name="games"), "nobody")
+    assert short == {}

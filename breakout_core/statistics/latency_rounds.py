@@ -89,6 +89,16 @@ def round_ratio(candidate: np.ndarray, baseline: np.ndarray, *,
     return RoundRatio(point, low, high, int(candidate.size))
 
 
+def round_level(values: np.ndarray, *, confidence: float = RATIO_CONFIDENCE) -> RoundRatio:
+    """One runtime's own per-round statistic over its rounds: their geometric mean and its t
+    interval on the logarithms (ratio, ci_low and ci_high in milliseconds). What a fixed budget on
+    a runtime's tail (a 60 Hz frame) is judged by, the rounds' spread standing for the load's."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        raise ValueError("need one statistic per round")
+    return round_ratio(values, np.ones_like(values), confidence=confidence)
+
+
 def run_ratio(run_a: np.ndarray, run_b: np.ndarray, *, confidence: float = RATIO_CONFIDENCE) -> RoundRatio:
     """The ratio of one runtime's per-round statistic between two runs (run B's over run A's):
     the ratio of their geometric means over rounds, and Welch's t interval on the logarithms

@@ -8,8 +8,13 @@ one runtime.infer() of a (B, 4, 84, 84) batch. Rows land in the shared `episodes
 `episode_inference` records how many inference calls and states each runtime needed, the
 clock that timed them and the device that ran them (a software WebGPU adapter flagged);
 `episode_inference_calls` holds each call's time inside the game loop, by the runtime's own
-clock (`Runtime.CALL_TIMER`: the page's performance.now() for the browser), whose P50 and P95
-a verdict may weigh (`candidate_game_call_p95_ms`: one decision within a 60 Hz frame?).
+clock (`Runtime.CALL_TIMER`: the page's performance.now() for the browser): the candidate's P50
+and P95 over all its calls, and over rounds (its calls in call order cut into blocks of
+GAME_CALL_BLOCK, each block's P50 and P95, the interval of their geometric mean), and the ratio
+of two runtimes' P95s. They are shown and decide nothing: a runtime's own time is the
+machine's load of the moment (runtime_metrics.OWN_TIME_REASON), and the runtimes play their
+games one after another, never in interleaved rounds, so the load each met is in neither's
+figures. A latency measurement's interleaved rounds compare runtimes.
 
 A verdict here may also use parity and latency metrics (action_agreement,
 latency_p95_ratio_ci_high, ...) of the parity / latency measurements this one names: Day 26's
@@ -37,6 +42,7 @@ from runner.kinds.shared.episode_scores import BootstrapSpec, episode_row, score
 from runner.kinds.shared.runtime_lifecycle import RuntimePolicy, open_runtime
 from runner.kinds.shared.runtime_metrics import (
     LATENCY_METRIC_NAMES,
+    OWN_TIME_REASON,
     PARITY_METRIC_NAMES,
     latency_pair_metrics,
     latency_rule_problem,
@@ -87,6 +93,8 @@ class EpisodesMeasurement(RuntimeMeasurement):
             return f"{metric} is a latency metric: name the latency measurement with `latency:` in {self.name!r}"
         if metric in LATENCY_METRIC_NAMES and (problem := latency_rule_problem(metric)):
             return problem
+        if metric in GAME_CALL_METRIC_NAMES:
+            return game_call_rule_problem(metric)
         if metric in staged_games.METRIC_NAMES and self.stages is None:
             return f"{metric} comes from games in stages: give `stages:` in {self.name!r}"
         if metric in BOOTSTRAP_INTERVAL and self.stages is not None:
@@ -121,8 +129,10 @@ MIGRATIONS = [
     ),
 ]
 
+GAME_CALL_BLOCK = 100  # in-game calls per round: a block's P95 rests on 5 calls beyond it (min_calls_per_round)
 GAME_CALL_METRIC_NAMES = ("candidate_game_call_p50_ms", "candidate_game_call_p95_ms", "baseline_game_call_p95_ms",
-                          "game_call_p95_ratio")
+                          "game_call_p95_ratio") + tuple(f"candidate_game_call_{s}_ms_ci_{end}" for s in ("p50", "p95")
+                                                         for end in ("low", "high"))  # shown, never a rule
 METRIC_NAMES = (episode_scores.METRIC_NAMES + GAME_CALL_METRIC_NAMES + PARITY_METRIC_NAMES + LATENCY_METRIC_NAMES
                 + staged_games.METRIC_NAMES + stalls.METRIC_NAMES)
 BOOTSTRAP_INTERVAL = ("paired_score_diff_ci_low", "paired_score_diff_ci_high")
@@ -201,6 +211,16 @@ def _play_games(m: EpisodesMeasurement, ctx: RunContext, name: str, runtime, see
         mark_played(ctx, m.name, name, seeds, key, keyed_by)
 
 
+def game_call_rule_problem(metric: str) -> str:
+    """Why a verdict may not judge one of GAME_CALL_METRIC_NAMES, and what to judge instead."""
+    if metric in ("game_call_p95_ratio", "baseline_game_call_p95_ms"):
+        return (f"{metric} compares runtimes that played their games one after another, not in interleaved rounds, "
+                "so the load each met is in neither's figures: it is shown, never a rule; compare runtimes by a "
+                "latency measurement's rounds (name it with `latency:` and judge latency_p95_ratio_ci_high)")
+    return (f"{metric} is shown, never a rule: {OWN_TIME_REASON}; compare runtimes by a latency measurement's "
+            "rounds (name it with `latency:` and judge latency_p95_ratio_ci_high)")
+
+
 def _device(runtime) -> dict:
     """The device that ran, and whether it is a software adapter (WebGPU on SwiftShader)."""
     actual = runtime.actual()
@@ -221,11 +241,32 @@ def _game_call_metrics(con, run_id: str, m: EpisodesMeasurement, candidate: str,
         found["baseline_game_call_p95_ms"] = rows[baseline][1]
     if candidate in rows and baseline in rows and rows[baseline][1] > 0:
         found["game_call_p95_ratio"] = rows[candidate][1] / rows[baseline][1]
+    found.update(_game_call_intervals(con, run_id, m, candidate) if candidate in rows else {})
     software = list(con.execute(
         "SELECT runtime, device FROM episode_inference WHERE run_id = ? AND measurement = ? AND software_adapter "
         "AND runtime IN (?, ?) ORDER BY runtime", [run_id, m.name, candidate, baseline]).fetchall())
     if software:
         found["note"] = "; ".join(f"{r} ran on {d}: its times are not a GPU's" for r, d in software)
+    return found
+
+
+def _game_call_intervals(con, run_id: str, m: EpisodesMeasurement, runtime: str) -> dict:
+    """The candidate's in-game calls over rounds, shown: consecutive blocks of GAME_CALL_BLOCK calls
+    (the last, shorter one left out), each block's P50 and P95, and the interval of their
+    geometric mean; a statistic gets one only with its least rounds (min_rounds: 10 for a P95)."""
+    from breakout_core.statistics.latency_rounds import min_rounds, round_level
+
+    blocks = con.execute(
+        "SELECT call // ? AS block, count(*), quantile_cont(ms, 0.5), quantile_cont(ms, 0.95) "
+        "FROM episode_inference_calls WHERE run_id = ? AND measurement = ? AND runtime = ? GROUP BY block "
+        "HAVING count(*) = ? ORDER BY block", [GAME_CALL_BLOCK, run_id, m.name, runtime, GAME_CALL_BLOCK]).fetchall()
+    found: dict = {"candidate_game_call_blocks": float(len(blocks))} if blocks else {}
+    for column, statistic in ((2, "p50"), (3, "p95")):
+        values = [b[column] for b in blocks]
+        if len(values) >= min_rounds(statistic) and min(values) > 0:
+            level = round_level(values)
+            found[f"candidate_game_call_{statistic}_ms_ci_low"] = level.ci_low
+            found[f"candidate_game_call_{statistic}_ms_ci_high"] = level.ci_high
     return found
 
 

@@ -14,10 +14,19 @@ PARITY_METRIC_NAMES = ("action_agreement", "action_disagreements", "max_abs_dq",
 CLOCK_PREFIXES = {"wall": "latency", "cpu": "cpu_time"}
 _STATISTICS = ("p50", "p95", "p99", "mean")
 LATENCY_RATIO_POINTS = tuple(f"{prefix}_{s}_ratio" for prefix in CLOCK_PREFIXES.values() for s in _STATISTICS)
+# a runtime's own times: its quantiles over all its calls, and the geometric mean of its per-round
+# values with that mean's interval over rounds (`..._ms_ci_high`); shown, never a rule
+LATENCY_LEVEL_POINTS = tuple(f"{prefix}_{s}_ms" for prefix in CLOCK_PREFIXES.values() for s in ("p50", "p95", "p99"))
+LATENCY_LEVELS = LATENCY_LEVEL_POINTS + tuple(f"{p}_ci_{end}" for p in LATENCY_LEVEL_POINTS for end in ("low", "high"))
 LATENCY_METRIC_NAMES = (
-    tuple(f"{prefix}_{s}_ms" for prefix in CLOCK_PREFIXES.values() for s in ("p50", "p95", "p99"))
+    LATENCY_LEVELS
     + LATENCY_RATIO_POINTS
     + tuple(f"{point}_ci_{end}" for point in LATENCY_RATIO_POINTS for end in ("low", "high")))
+# why a runtime's own time decides nothing: measured on tests/data/latency_aa_rounds.csv
+# (docs/statistics.md, "A runtime's own time")
+OWN_TIME_REASON = ("a runtime's own time carries the machine's load at the moment, which no round of the run "
+                   "measures apart (on the shipped A/A recording, a runtime whose P95 over the hour was at a "
+                   "budget passed `latency_p95_ms_ci_high < budget` in 29% of 10-round windows)")
 
 
 def parity_pair_metrics(con, run_id: str, measurement: str, candidate: str, baseline: str) -> dict:
@@ -48,10 +57,14 @@ def parity_pair_metrics(con, run_id: str, measurement: str, candidate: str, base
 def latency_rule_problem(metric: str) -> str | None:
     """Why a verdict may not judge `metric`: a ratio's point estimate swings with a shared
     machine's load (the same file against itself gave P95 ratios of 0.54 to 1.43 in five
-    rounds), so a rule judges the interval over rounds instead."""
+    rounds), so a rule judges the interval over rounds instead; a runtime's own time, interval
+    or not, is the load of the moment (OWN_TIME_REASON), so it is shown and judges nothing."""
     if metric in LATENCY_RATIO_POINTS:
         return (f"{metric} is a point estimate that swings with the machine's load: judge its interval over "
                 f"rounds, {metric}_ci_high (or {metric}_ci_low)")
+    if metric in LATENCY_LEVELS:
+        return (f"{metric} is shown, never a rule: {OWN_TIME_REASON}; judge a ratio to a runtime timed in the same "
+                "rounds, e.g. latency_p95_ratio_ci_high")
     return None
 
 
@@ -82,6 +95,7 @@ def latency_pair_metrics(con, run_id: str, measurement: str, candidate: str, bas
         found.update(latency_p50_ms=row[0], latency_p95_ms=row[1], latency_p99_ms=row[2])
         if row[3] is not None:
             found.update(cpu_time_p50_ms=row[3], cpu_time_p95_ms=row[4], cpu_time_p99_ms=row[5])
+    found.update(round_level_metrics(round_statistics(con, run_id, measurement, candidate, batch_size)))
     if baseline is not None:
         found.update(_round_ratios(con, run_id, measurement, candidate, baseline, batch_size))
     if found:
@@ -103,6 +117,24 @@ def round_statistics(con, run_id: str, measurement: str, runtime: str, batch_siz
     for (clock, statistic), column in zip([(c, s) for c in CLOCK_PREFIXES for s in _STATISTICS], values[1:]):
         if all(v is not None for v in column):  # CPU time is not read where a page times its calls
             found[(clock, statistic)] = column
+    return found
+
+
+def round_level_metrics(statistics: dict) -> dict:
+    """A runtime's own P50, P95 and P99 over its rounds, on both clocks, from its round_statistics:
+    the interval of the geometric mean of its per-round values (`latency_p95_ms_ci_high`, ...),
+    where the rounds hold enough calls for the statistic; {} with fewer than two rounds. Shown
+    beside the ratios, never a rule (OWN_TIME_REASON)."""
+    from breakout_core.statistics.latency_rounds import min_calls_per_round, round_level
+
+    found: dict = {}
+    for (clock, statistic), values in statistics.items():
+        if clock == "calls" or statistic == "mean" or len(values) < 2:
+            continue
+        if statistics[("calls", None)] >= min_calls_per_round(statistic):
+            level = round_level(values)
+            name = f"{CLOCK_PREFIXES[clock]}_{statistic}_ms"
+            found[f"{name}_ci_low"], found[f"{name}_ci_high"] = level.ci_low, level.ci_high
     return found
 
 
