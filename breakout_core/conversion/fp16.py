@@ -31,14 +31,19 @@ float weights are the FP32 file's, bit for bit.
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from breakout_core.conversion.onnx_checks import ModelCheckError, has_preprocessing, not_a_node, one_line, save_checked
+from breakout_core.conversion.onnx_checks import (
+    ModelCheckError,
+    has_preprocessing,
+    not_a_node,
+    read_source_model,
+    save_checked,
+)
 
 if TYPE_CHECKING:
     from onnx import ModelProto
@@ -149,15 +154,9 @@ def convert_fp16(fp32_path: str | Path, out_path: str | Path, *, keep_float: Seq
     """Write an FP16 copy of an FP32 ONNX model, the nodes named in `keep_float` in float32 with
     the FP32 file's weights. Its provenance is returned and written into the model's metadata
     (`breakout.*`)."""
-    import onnx
 
     fp32_path, out_path = Path(fp32_path), Path(out_path)
-    try:
-        data = fp32_path.read_bytes()  # read once: the model converted is the one hashed
-        source = onnx.load_from_string(data)
-    except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
-        raise Fp16Error(f"{fp32_path}: not a readable ONNX model ({one_line(exc)})") from None
-    source_sha256 = hashlib.sha256(data).hexdigest()
+    source, _, source_sha256 = read_source_model(fp32_path, Fp16Error)
     kept = _checked_keep_list(source, keep_float)
     model, corrections = to_float16(source, kept)
     converted = float16_nodes(source, model)

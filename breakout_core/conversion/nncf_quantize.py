@@ -30,7 +30,6 @@ Where it differs from the ONNX Runtime path, and why:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import logging
 from collections.abc import Sequence
@@ -38,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from breakout_core.conversion.onnx_checks import ModelCheckError, one_line, save_checked
+from breakout_core.conversion.onnx_checks import ModelCheckError, one_line, read_source_model, save_checked
 from breakout_core.conversion.quantize import (
     INPUT_SCALE,
     Int8Artifact,
@@ -87,12 +86,7 @@ def quantize_nncf(fp32_path: str | Path, out_path: str | Path, *, calibration: n
 
     fp32_path, out_path = Path(fp32_path), Path(out_path)
     states = _states(calibration)
-    try:
-        data = fp32_path.read_bytes()  # read once: the model quantized is the one hashed
-        source = onnx.load_from_string(data)
-    except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
-        raise QuantizeError(f"{fp32_path}: not a readable ONNX model ({one_line(exc)})") from None
-    source_sha256 = hashlib.sha256(data).hexdigest()
+    source, data, source_sha256 = read_source_model(fp32_path, QuantizeError)
     excluded = checked_exclusions(source, nodes_to_exclude, fp32_path)
     scaled_input = scaled_input_tensor(source)
     input_name = source.graph.input[0].name

@@ -27,6 +27,19 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def read_source_model(path: Path, error: type[Exception]):
+    """(the ONNX model, its bytes, their sha256) from one read of `path`, so that the model a
+    converter works on is the one hashed; `error` with one line where it is not a readable model."""
+    import onnx
+
+    try:
+        data = path.read_bytes()
+        model = onnx.load_from_string(data)
+    except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
+        raise error(f"{path}: not a readable ONNX model ({one_line(exc)})") from None
+    return model, data, hashlib.sha256(data).hexdigest()
+
+
 def not_a_node(name: str, nodes: list[str], model: str) -> str:
     """The message for a node name (a keep-list entry) that `model`'s graph does not have,
     listing the graph's first nodes so the right name can be picked."""

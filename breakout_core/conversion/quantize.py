@@ -45,7 +45,6 @@ Choices made here, and why:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import tempfile
 from collections.abc import Sequence
@@ -61,6 +60,7 @@ from breakout_core.conversion.onnx_checks import (
     check_preprocessing,
     not_a_node,
     one_line,
+    read_source_model,
     save_checked,
 )
 
@@ -145,12 +145,7 @@ def quantize_int8(
         states = _calibration_states(calibration, calibrate_method)
     elif calibration is not None:
         raise QuantizeError("dynamic quantization takes its activation ranges at run time: give no calibration states")
-    try:
-        data = fp32_path.read_bytes()  # read once: the model quantized is the one hashed
-        source = onnx.load_from_string(data)
-    except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
-        raise QuantizeError(f"{fp32_path}: not a readable ONNX model ({one_line(exc)})") from None
-    source_sha256 = hashlib.sha256(data).hexdigest()
+    source, data, source_sha256 = read_source_model(fp32_path, QuantizeError)
     if method == "static":
         takes = onnx.helper.tensor_dtype_to_np_dtype(source.graph.input[0].type.tensor_type.elem_type)
         if states.dtype != takes:

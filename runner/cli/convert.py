@@ -82,6 +82,8 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
     if contract is not None:
         sets += contract_sets(contract, model, (*sets, *overrides))  # MODEL's own states, if any, stand
     convention = convention_of(source, InputConvention.parse(model_input) if model_input else None)
+    if not convention.native:  # the file written takes MODEL's input: its runtimes feed it so
+        sets.append(f"artifacts.{precision}.input={convention}")
     run = ctx.find_root().command.get_command(ctx, "run")
     verdicts = ctx.invoke(run, spec_path=spec, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,
                           fail_on=frozenset(), as_json=False)
