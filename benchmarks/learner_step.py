@@ -10,7 +10,8 @@
    checked against it. FLOPs are counted by torch's FlopCounterMode on one step.
 2. Variants of the whole step (memory format, fused Adam, input-major linear weights,
    torch.compile, one online forward over obs and next obs together, and the fast step with
-   the trainer's bf16 learner where this CPU has AMX: `learner_precision: bf16`), each
+   the trainer's bf16 learner where this CPU runs it natively, AMX or AVX512_BF16:
+   `learner_precision: bf16`), each
    against the plain step (NCHW, plain Adam, nn.Linear's weight layout, eager), interleaved
    over rounds in this one process; ratios are plain / variant time.
 3. With --ops: torch's profiler over the fast step (channels_last + fused Adam + input-major
@@ -271,7 +272,7 @@ def main() -> None:
         "compile + channels_last + fused Adam": (Trainer, replace(plain, compile=True, channels_last=True,
                                                                   fused_adam=True)),
     }
-    try:  # the trainer's own bf16 learner, where this CPU runs it (AMX); refused elsewhere, and said so
+    try:  # the trainer's own bf16 learner, where this CPU runs it natively; refused elsewhere, and said so
         choose_learner_precision("bf16")
         variants[f"{FAST} + bf16 learner"] = (Trainer, replace(plain, channels_last=True, fused_adam=True,
                                                                 input_major_linear=True, learner_precision="bf16"))
