@@ -233,3 +233,46 @@ def test_a_run_without_nncf_fails_in_one_line_before_any_calibration_game(tmp_pa
     assert not list(tmp_path.glob("out/*.onnx"))
     with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM episodes").fetchone() == (0,)
+
+
+@needs_nncf
+@pytest.mark.slow
+def test_the_repair_search_keeps_layers_in_float_through_nncf(tmp_path, states):
+    """`methods: [nncf]` in a repair: every step is NNCF's file with the search's nodes in its
+    ignored scope, and keeping the worst layers in float brings FP32's actions back."""
+    import onnx
+
+    from breakout_core.diagnosis.repair import NNCF_METHOD, Int8Converter, RepairTarget, repair_search
+
+    calibration = np.concatenate([states[::4], states[1:2]])  # the 16 states of nncf_file
+    found = repair_search(FP32, states, tmp_path, convert=Int8Converter(calibration, calibrate_method=NNCF_METHOD),
+                          target=RepairTarget(min_agreement=1.0), latency_runs=64)
+    assert found.steps[0].excluded == () and found.steps[0].agreement < 1.0  # as nncf_file: some decisions lost
+    assert found.chosen is not None and found.chosen.agreement == 1.0 and found.chosen.excluded
+    for step in found.steps:
+        metadata = {p.key: p.value for p in onnx.load(step.path).metadata_props}
+        assert metadata["breakout.int8_quantizer"].startswith("nncf ")
+        assert metadata["breakout.int8_nodes_excluded"] == ",".join(step.excluded)
+    assert {node for node, _ in found.order} >= set(found.chosen.excluded)
+
+
+def test_a_repair_that_asks_nncf_for_tensor_scales_is_one_line(tmp_path):
+    spec = tmp_path / "repair.yaml"
+    spec.write_text(f"""name: nncf_repair
+artifacts:
+  fp32: {{path: {FP32}}}
+  states: {{path: {MODELS / "fixed_states_60.npz"}}}
+  out: {{path: out/int8.onnx, made_by: nncf_repair, precision: int8}}
+measurements:
+  - kind: repair
+    name: search
+    source: fp32
+    check_states: states
+    output: out
+    per_channel: false
+    calibration: {{methods: [minmax, nncf], n_states: 16, capture: {{episode_seeds: [9100, 9101]}}}}
+""")
+    with pytest.raises(SpecError) as refused:
+        load_spec(spec)
+    assert refused.value.problems == [f"{spec}:12: measurements[0].per_channel: nncf quantizes weights per channel: "
+                                      "per_channel false is for onnxruntime's methods"]

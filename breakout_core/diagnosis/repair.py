@@ -42,6 +42,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from breakout_core.conversion.fp16 import convert_fp16
+from breakout_core.conversion.nncf_quantize import quantize_nncf
 from breakout_core.conversion.quantize import NothingToQuantize, cpu_isa, quantize_int8
 from breakout_core.diagnosis.latency import MIN_TIMED_CALLS, latency_result
 from breakout_core.diagnosis.parity import ParityResult, compare_q
@@ -66,9 +67,14 @@ class Converter(Protocol):
     def __call__(self, fp32_path: Path, out_path: Path, nodes_to_exclude: Sequence[str]) -> Candidate: ...
 
 
+NNCF_METHOD = "nncf"  # the repair's name for NNCF's quantizer among the calibration methods
+
+
 @dataclass(frozen=True, eq=False)
 class Int8Converter:
-    """Static QDQ INT8 (quantize.quantize_int8) calibrated on `calibration`; `keep_float` always in float."""
+    """Static QDQ INT8 calibrated on `calibration`, by onnxruntime's quantizer (quantize.quantize_int8)
+    with `calibrate_method` minmax, entropy or percentile, or by NNCF's (nncf_quantize.quantize_nncf,
+    its own ranges) with `calibrate_method` nncf; `keep_float` always in float."""
 
     calibration: np.ndarray
     calibrate_method: str = "minmax"
@@ -77,9 +83,13 @@ class Int8Converter:
     precision: ClassVar[str] = "int8"
 
     def __call__(self, fp32_path: Path, out_path: Path, nodes_to_exclude: Sequence[str]) -> Candidate:
-        artifact = quantize_int8(fp32_path, out_path, calibration=self.calibration,
-                                 calibrate_method=self.calibrate_method, per_channel=self.per_channel,
-                                 nodes_to_exclude=[*self.keep_float, *nodes_to_exclude])
+        excluded = [*self.keep_float, *nodes_to_exclude]
+        if self.calibrate_method == NNCF_METHOD:
+            artifact = quantize_nncf(fp32_path, out_path, calibration=self.calibration, nodes_to_exclude=excluded)
+        else:
+            artifact = quantize_int8(fp32_path, out_path, calibration=self.calibration,
+                                     calibrate_method=self.calibrate_method, per_channel=self.per_channel,
+                                     nodes_to_exclude=excluded)
         return Candidate(artifact.path, artifact.sha256, artifact.nodes_quantized,
                          artifact.excluded_quantized_at_load)
 
