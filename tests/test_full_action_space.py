@@ -204,3 +204,26 @@ def test_an_18_action_model_against_its_own_fp32_file_and_a_perturbed_one(tmp_pa
                                 "candidate = 'candidate' AND baseline = 'baseline'").fetchall())
     # RIGHTFIRE where the baseline moves right, and where LEFT led RIGHT by less than the hair
     assert (3, RIGHTFIRE) in flips and {c for _, c in flips} == {RIGHTFIRE}
+
+
+@pytest.mark.slow
+def test_runner_convert_takes_an_18_action_model_under_the_option(tmp_path, full_files):
+    """Its width is checked against the game the option plays, and the FP16 file written keeps
+    the 18 outputs and FP32's 18-way action on the fixed states of its own games."""
+    model, = _copy(full_files, tmp_path, "dynamic")
+    refused = cli("convert", "fp16", model, "--input", "float32:0-255:nchw", "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(refused, "it gives 18 Q-values", "contract option full_action_space")
+    made = cli("convert", "fp16", model, "--input", "float32:0-255:nchw", "--set", FULL_OPTION,
+               *set_args("measurements.search.latency_runs=64"),
+               "--db", "r.duckdb", "--reports", "reports", cwd=tmp_path)
+    assert made.exit_code == 0, made.output
+    written = tmp_path / "full18_fp16.onnx"
+    assert f"recommended: {written.name}" in made.stdout or f"recommended: {written}" in made.stdout, made.stdout
+    assert made.stdout.splitlines()[-1].endswith(f"--set {FULL_OPTION}")  # the check to run next plays it too
+    with Store(tmp_path / "r.duckdb").reader() as con:
+        agreement = con.execute("SELECT agreement FROM repair_steps WHERE chosen").fetchone()[0]
+    assert agreement == 1.0
+    import onnx
+
+    out = onnx.load(str(written)).graph.output[0].type.tensor_type.shape.dim
+    assert out[-1].dim_value == 18

@@ -58,7 +58,11 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
     from runner.cli.check_contract import contract_sets, judged_contract
 
     out = out or model.with_name(f"{model.stem}_{precision}.onnx")
-    problem = onnx_file_problem(model)
+    spec = SPECS / f"convert_{precision}.yaml"
+    sets = [f"artifacts.{precision}.path={out.resolve()}", *([f"contract.name={contract_name}"] if contract_name
+                                                            else [])]
+    contract = judged_contract(spec, (*sets, *overrides))
+    problem = onnx_file_problem(model, contract)  # its width against the actions of the game it plays
     if problem:
         fail(f"MODEL {problem}", ExitCode.BAD_INPUT)
     if (weights := onnx_precision(model)) != "fp32":
@@ -72,10 +76,6 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
              ExitCode.BAD_INPUT)
     if out.resolve() == model.resolve():
         fail(f"--out {out}: that is MODEL itself; name another file", ExitCode.BAD_INPUT)
-    spec = SPECS / f"convert_{precision}.yaml"
-    sets = [f"artifacts.{precision}.path={out.resolve()}", *([f"contract.name={contract_name}"] if contract_name
-                                                            else [])]
-    contract = judged_contract(spec, (*sets, *overrides))
     if contract is not None:  # else the run says what is wrong with the spec
         click.echo(f"convert {model} to {precision.upper()}, checked on states under contract {contract.described()}")
     sets += prepare_models([("MODEL", model, SOURCE, model_input)], (*sets, *overrides), spec, plays=SOURCE)
@@ -100,7 +100,8 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
     else:
         click.echo(f"not recommended: {out} is the closest step, no step met the target ({said})")
     declared = "" if convention.native else f" --input {convention} --baseline-input {convention}"
-    under = f" --contract {contract_name}" if contract_name else ""
+    under = (f" --contract {contract_name}" if contract_name else "") + (
+        " --set contract.full_action_space=true" if contract is not None and contract.full_action_space else "")
     click.echo(f"  judge it in games: runner check {out} --baseline {model}{declared}{under}")
     sys.exit(ExitCode.OK if met else ExitCode.SAID_NO)
 
