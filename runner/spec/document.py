@@ -330,7 +330,7 @@ def _partial_problems(data: dict, context: dict) -> list[tuple[tuple, str]]:
                 if isinstance(value, dict) and isinstance(value.get("name"), str):
                     dropped.append(value["name"])
                 if field == "measurements" and isinstance(value, dict):
-                    written_by_dropped.update(v for v in value.values() if isinstance(v, str))
+                    written_by_dropped.update(_strings_in(value))
     partial = Spec.model_construct(**parts)
     problems = []
     for loc, message in reference_problems(partial, context):
@@ -342,6 +342,15 @@ def _partial_problems(data: dict, context: dict) -> list[tuple[tuple, str]]:
             loc = (loc[0], kept_at[loc[0]][loc[1]], *loc[2:])
         problems.append((loc, message))
     return problems
+
+
+def _strings_in(value) -> set[str]:
+    """Every string in `value`, nested lists and mappings included (an export's `int8:` entries
+    name the files they write one level down)."""
+    if isinstance(value, str):
+        return {value}
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return {found for item in items for found in _strings_in(item)}
 
 
 def spec_json_schema() -> dict:
