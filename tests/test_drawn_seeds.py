@@ -118,6 +118,18 @@ def test_a_seed_in_the_confirmation_range_is_one_line_and_stores_nothing(tmp_pat
     assert not (tmp_path / "r.duckdb").exists()
 
 
+@pytest.mark.parametrize("spec, seed_field", [("check_onnx.yaml", "measurements.closed_loop.seed"),
+                                              ("day14_learning_rate.yaml", "measurements.lr.gif.seed")])
+def test_a_single_episode_seed_in_the_confirmation_range_is_refused_where_it_is_set(spec, seed_field):
+    """A closed loop's game, or a GIF's, is one seed: it may not be a confirmation seed either."""
+    with pytest.raises(SpecError) as refused:
+        load_spec(REPO / "specs" / spec, overrides=(f"{seed_field}=1600000000",))
+    [problem] = refused.value.problems
+    assert problem.endswith(".seed: seed 1600000000 is in the confirmation range 1500000000-1999999999, which only "
+                            "`--confirm` plays (a spec may name no seed there)"), problem
+    load_spec(REPO / "specs" / spec, overrides=(f"{seed_field}=1499999999",))
+
+
 def test_calibration_seeds_a_draw_could_give_are_refused_where_they_are_declared():
     spec = REPO / "specs" / "int8_cpu.yaml"
     capture = "measurements.int8_repair.calibration.capture.episode_seeds"

@@ -24,14 +24,14 @@ from runner.kinds.shared.runtime_lifecycle import greedy, open_runtime
 from runner.kinds.shared.runtime_status import found_unavailable, runtime_sections, with_unavailable
 from runner.report.section import Section
 from runner.run.context import RunContext
-from runner.spec.fields import MAX_SEED, Name
+from runner.spec.fields import EpisodeSeed, Name
 from runner.spec.runtimes import RuntimeMeasurement
 
 
 class ClosedLoopMeasurement(RuntimeMeasurement):
     kind: Literal["closed_loop"]
     name: Name
-    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="episode seed: the game the first episode plays")
+    seed: EpisodeSeed = Field(default=0, description="episode seed: the game the first episode plays")
     steps: int = Field(default=256, ge=1, le=1_000_000, description="agent steps each runtime plays")
 
 

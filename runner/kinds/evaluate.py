@@ -34,7 +34,7 @@ from runner.kinds.shared.stalls import METRIC_NAMES as STALL_METRIC_NAMES
 from runner.kinds.shared.stalls import stall_metrics
 from runner.report.section import Section
 from runner.run.context import RunContext
-from runner.spec.fields import MAX_SEED, DrawnSeeds, Name, PlayedSeeds, StrictModel, possible_seeds
+from runner.spec.fields import DrawnSeeds, EpisodeSeed, Name, PlayedSeeds, StrictModel, possible_seeds
 from runner.spec.yaml_source import PlacedError, raise_placed
 
 MIGRATIONS = [
@@ -64,7 +64,7 @@ SELECTION_METRIC_NAMES = ("candidate_held_out", "candidate_selection_seed_overla
 
 class GifSpec(StrictModel):
     policy: Name
-    seed: int = Field(ge=0, le=MAX_SEED)
+    seed: EpisodeSeed
 
 
 class EvaluateMeasurement(StrictModel):

@@ -82,6 +82,15 @@ def _check_seed_list(value: list[int]) -> list[int]:
     return value
 
 
+def _check_one_seed(value: int) -> int:
+    if problem := confirmation_overlap([value]):
+        raise ValueError(problem)
+    return value
+
+
+# one episode seed a spec names (a closed loop's game, a GIF's): in range, and never a confirmation seed
+EpisodeSeed = Annotated[int, Field(ge=0, le=MAX_SEED), AfterValidator(_check_one_seed)]
+
 # a list of seeds or {start, count}; the input's own shape picks the branch, so a bad
 # range is not also reported as "not a list"
 Seeds = Annotated[

@@ -16,7 +16,7 @@ from runner.kinds.shared.training_settings import (
 )
 from runner.kinds.train.metric_names import COMPARED, EPISODE_DIFFERENCES, SCORE_METRICS
 from runner.kinds.train.trainings import Training
-from runner.spec.fields import MAX_SEED, Name, Seeds, StrictModel, checks_files, seed_list, spec_relative
+from runner.spec.fields import EpisodeSeed, Name, Seeds, StrictModel, checks_files, seed_list, spec_relative
 from runner.spec.sweeps import expand_sweep
 from runner.spec.yaml_source import PlacedError, raise_placed
 
@@ -33,7 +33,7 @@ class CheckpointEvaluation(StrictModel):
 class GifStrip(StrictModel):
     """One GIF per listed transition count: that checkpoint playing one fixed seed at epsilon 0."""
 
-    seed: int = Field(ge=0, le=MAX_SEED)
+    seed: EpisodeSeed
     at: list[Annotated[int, Field(gt=0)]] = Field(min_length=1, description="transition counts, each a checkpoint")
 
 
