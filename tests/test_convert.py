@@ -152,6 +152,7 @@ def test_convert_refuses_an_undeclared_float_model_as_check_does(tmp_path):
     result = cli("convert", "int8", "cleanrl.onnx", "--db", "r.duckdb", cwd=tmp_path)
     assert_one_line_usage_error(result, "MODEL cleanrl.onnx: takes float32 (1, 4, 84, 84)",
                                 "declare it with --input DTYPE:RANGE:LAYOUT", "e.g. --input float32:0-255:nchw")
+    assert result.stdout == ""  # the conversion is announced once its file passed
     assert not (tmp_path / "r.duckdb").exists() and not (tmp_path / "runs").exists()
 
 

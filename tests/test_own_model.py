@@ -169,6 +169,7 @@ def test_check_refuses_what_is_not_an_onnx_model(tmp_path, name, content, mentio
         (tmp_path / name).write_bytes(content)
     result = cli("check", name, "--db", "r.duckdb", cwd=tmp_path)
     assert_one_line_usage_error(result, mention)
+    assert result.stdout == ""  # the check's first line waits until its files passed
     assert not (tmp_path / "r.duckdb").exists()
 
 

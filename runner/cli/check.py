@@ -79,10 +79,11 @@ def _check(ctx: click.Context, model: Path, baseline: Path | None, model_input: 
 
     chosen = [f"contract.name={contract_name}"] if contract_name else []
     contract = judged_contract(CHECK_SPEC, (*chosen, *overrides))
-    if contract is not None:  # else the run says what is wrong with the spec
-        click.echo(f"check {model} under contract {contract.described()}")
+    announce = None if contract is None else (  # else the run says what is wrong with the spec
+        lambda: click.echo(f"check {model} under contract {contract.described()}"))
     sets = [*prepare_models([("MODEL", model, "candidate", model_input),
-                             ("--baseline", baseline, "baseline", baseline_input)], (*chosen, *overrides), CHECK_SPEC),
+                             ("--baseline", baseline, "baseline", baseline_input)], (*chosen, *overrides), CHECK_SPEC,
+                            announce=announce),
             *chosen]
     if contract is not None:
         note = unlabelled_line({"MODEL": model, "--baseline": baseline}, contract)

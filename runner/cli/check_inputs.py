@@ -29,11 +29,12 @@ ANOTHER_AGENT = 0.5  # agreement with the reference below which a candidate look
 
 
 def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overrides: tuple[str, ...],
-                   check_spec: Path, plays: str = "baseline") -> list[str]:
+                   check_spec: Path, plays: str = "baseline", announce=None) -> list[str]:
     """The `--set` arguments that make the spec's artifacts these files, after every check before
     the run; each `(label, path, artifact, declared input)` with a path. The fixed states come from
     the games of the file given for artifact `plays` (unless it is the spec's own file). A file
-    that fails ends the command with one line and exit 2; notes are printed as they come."""
+    that fails ends the command with one line and exit 2; `announce()`, where given, is called
+    once every file passed, before any game is played; notes are printed as they come."""
     import onnx
 
     from breakout_core.conversion.input_convention import InputConvention, convention_of
@@ -82,9 +83,15 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
              f"--baseline YOUR_FP32.onnx", ExitCode.BAD_INPUT)
     sizes = spec_batch_sizes(document.get("measurements") or []) | ({CAPTURE_BATCH} if own_states else set())
     with tempfile.TemporaryDirectory(prefix="check-inputs-") as folder:
-        runnable = {artifact: _runnable(label, path, conventions[artifact], Path(folder), reference_states, sizes,
-                                        contract)
-                    for label, path, artifact, _ in given}
+        runnable, said = {}, []
+        for label, path, artifact, _ in given:
+            runnable[artifact], lines = _runnable(label, path, conventions[artifact], Path(folder), reference_states,
+                                                  sizes, contract)
+            said += lines
+        if announce is not None:
+            announce()
+        for line in said:
+            click.echo(line)
         if own_states:
             label = next(label for label, _, artifact, _ in given if artifact == plays)
             states = baseline_states(runnable[plays], baseline, conventions[plays], contract, label)
@@ -190,28 +197,29 @@ def artifact_override(artifact: str, path: Path, convention=None) -> str:
 
 
 def _runnable(label: str, path: Path, convention, folder: Path, states: np.ndarray, sizes: set[int],
-              contract) -> Path:
-    """`path`, or its adapted copy in `folder`, once ONNX Runtime ran it at every batch size."""
+              contract) -> tuple[Path, list[str]]:
+    """`path`, or its adapted copy in `folder`, once ONNX Runtime ran it at every batch size, and
+    the lines that say what was done to run it (printed once every file passed)."""
     import onnx
 
     from breakout_core.conversion.input_convention import needs_adapter, write_adapted
     from breakout_core.conversion.model_prechecks import ModelRefused, precheck
     from breakout_core.conversion.onnx_checks import ModelCheckError
 
-    runnable = path
+    runnable, said = path, []
     try:
         if needs_adapter(onnx.load(path, load_external_data=False), convention):
             adapted = write_adapted(path, convention, folder / f"{label.strip('-')}.onnx", states)
-            click.echo(f"{label} {path}: input {convention}, fed through the adapter {adapted.adapter} "
-                       f"(max |dQ| {adapted.max_abs_diff:.2g} against the file fed {convention} on "
-                       f"{adapted.states} fixed states)")
+            said.append(f"{label} {path}: input {convention}, fed through the adapter {adapted.adapter} "
+                        f"(max |dQ| {adapted.max_abs_diff:.2g} against the file fed {convention} on "
+                        f"{adapted.states} fixed states)")
             runnable = adapted.path
         note = precheck(runnable, sizes, contract).note()
     except (ModelRefused, ModelCheckError) as exc:
         fail(f"{label} {path}: {exc}", ExitCode.BAD_INPUT)
     if note:
-        click.echo(f"{label} {path}: {note}")
-    return runnable
+        said.append(f"{label} {path}: {note}")
+    return runnable, said
 
 
 def baseline_states(runnable: Path, baseline: Path, convention, contract, label: str = "--baseline") -> Path:

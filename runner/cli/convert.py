@@ -76,9 +76,11 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
              ExitCode.BAD_INPUT)
     if out.resolve() == model.resolve():
         fail(f"--out {out}: that is MODEL itself; name another file", ExitCode.BAD_INPUT)
-    if contract is not None:  # else the run says what is wrong with the spec
-        click.echo(f"convert {model} to {precision.upper()}, checked on states under contract {contract.described()}")
-    sets += prepare_models([("MODEL", model, SOURCE, model_input)], (*sets, *overrides), spec, plays=SOURCE)
+    announce = None if contract is None else (  # else the run says what is wrong with the spec
+        lambda: click.echo(f"convert {model} to {precision.upper()}, checked on states under contract "
+                           f"{contract.described()}"))
+    sets += prepare_models([("MODEL", model, SOURCE, model_input)], (*sets, *overrides), spec, plays=SOURCE,
+                           announce=announce)
     if contract is not None:
         sets += contract_sets(contract, model, (*sets, *overrides))  # MODEL's own states, if any, stand
     convention = convention_of(source, InputConvention.parse(model_input) if model_input else None)
