@@ -41,6 +41,7 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
 
     given = [(label, path, artifact, declared) for label, path, artifact, declared in files if path is not None]
     conventions: dict[str, InputConvention] = {}
+    models = {}  # each file's graph, read once for its convention and its adapter
     sets = []
     played = _contract(_document(check_spec, overrides))
     for label, path, artifact, declared in given:
@@ -52,7 +53,7 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
             convention = InputConvention.parse(declared) if declared else None
         except ValueError as exc:
             fail(f"{option} {exc}", ExitCode.BAD_INPUT)
-        model = onnx.load(path, load_external_data=False)
+        model = models[artifact] = onnx.load(path, load_external_data=False)
         if convention is None and artifact == "baseline" and "candidate" in conventions:
             convention = _same_as_candidate(model, conventions["candidate"])
         try:
@@ -85,8 +86,8 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
     with tempfile.TemporaryDirectory(prefix="check-inputs-") as folder:
         runnable, said = {}, []
         for label, path, artifact, _ in given:
-            runnable[artifact], lines = _runnable(label, path, conventions[artifact], Path(folder), reference_states,
-                                                  sizes, contract)
+            runnable[artifact], lines = _runnable(label, path, models[artifact], conventions[artifact], Path(folder),
+                                                  reference_states, sizes, contract)
             said += lines
         if announce is not None:
             announce()
@@ -196,19 +197,17 @@ def artifact_override(artifact: str, path: Path, convention=None) -> str:
     return f"artifacts.{artifact}={json.dumps(value)}"
 
 
-def _runnable(label: str, path: Path, convention, folder: Path, states: np.ndarray, sizes: set[int],
+def _runnable(label: str, path: Path, model, convention, folder: Path, states: np.ndarray, sizes: set[int],
               contract) -> tuple[Path, list[str]]:
-    """`path`, or its adapted copy in `folder`, once ONNX Runtime ran it at every batch size, and
-    the lines that say what was done to run it (printed once every file passed)."""
-    import onnx
-
+    """`path` (whose graph is `model`), or its adapted copy in `folder`, once ONNX Runtime ran it at
+    every batch size, and the lines that say what was done to run it (printed once every file passed)."""
     from breakout_core.conversion.input_convention import needs_adapter, write_adapted
     from breakout_core.conversion.model_prechecks import ModelRefused, precheck
     from breakout_core.conversion.onnx_checks import ModelCheckError
 
     runnable, said = path, []
     try:
-        if needs_adapter(onnx.load(path, load_external_data=False), convention):
+        if needs_adapter(model, convention):
             adapted = write_adapted(path, convention, folder / f"{label.strip('-')}.onnx", states)
             said.append(f"{label} {path}: input {convention}, fed through the adapter {adapted.adapter} "
                         f"(max |dQ| {adapted.max_abs_diff:.2g} against the file fed {convention} on "
