@@ -90,10 +90,15 @@ def test_the_q_bars_start_at_zero_and_a_tap_between_steps_counts(tmp_path, brows
             page.keyboard.up("ArrowLeft")
             page.wait_for_timeout(500)
         left = page.evaluate("window.playPage.humanActions.LEFT")
-        widths = page.evaluate("[...document.querySelectorAll('#q .bar')].map((b) => parseFloat(b.style.width))")
-        values = [float(v) for v in
-                  page.evaluate("[...document.querySelectorAll('#q .value')].map((v) => v.textContent)")]
-        scale = page.inner_text("#q-scale")
+        # one evaluate reads bars, values and scale together: the page steps every 400 ms, and
+        # reads spread over several calls could straddle a step and pair one step's bars with
+        # the next step's values
+        shown = page.evaluate("""({
+            widths: [...document.querySelectorAll('#q .bar')].map((b) => parseFloat(b.style.width)),
+            values: [...document.querySelectorAll('#q .value')].map((v) => v.textContent),
+            scale: document.querySelector('#q-scale').innerText,
+        })""")
+        widths, values, scale = shown["widths"], [float(v) for v in shown["values"]], shown["scale"]
         page.close()
     assert not errors
     assert bars["top"] == 1.6093 and [b["negative"] for b in bars["bars"]] == [False, False, True, False]
