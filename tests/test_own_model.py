@@ -202,6 +202,32 @@ def test_check_refuses_a_games_plan_the_staged_test_cannot_keep(tmp_path, overri
     assert not (tmp_path / "r.duckdb").exists()
 
 
+@pytest.mark.parametrize("override, mention", [
+    ("contract.noop_start_max=-1", "contract.noop_start_max: Input should be greater than or equal to 0"),
+    ("contract.name=pong", "contract.name: unknown contract 'pong'"),
+], ids=["contract-option", "contract-name"])
+@pytest.mark.parametrize("command", ["check", "convert"])
+def test_a_bad_set_is_refused_before_any_file_is_read_or_game_played(tmp_path, command, override, mention):
+    """With a baseline of the user's own, the fixed states would be captured from its games first:
+    the --set arguments are checked before that, and nothing is captured or stored."""
+    fp32 = str(REPO / "models" / "reference" / "dqn_breakout.onnx")
+    args = (["check", fp32, "--baseline", str(FP16_ONNX)] if command == "check"  # not the spec's own baseline
+            else ["convert", "fp16", fp32, "--out", "out.onnx"])
+    result = cli(*args, "--set", override, "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, f"specs/{'check_onnx' if command == 'check' else 'convert_fp16'}.yaml",
+                                mention)
+    assert result.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_bad_games_plan_is_refused_before_the_baselines_states_are_captured(tmp_path):
+    fp32 = str(REPO / "models" / "reference" / "dqn_breakout.onnx")
+    result = cli("check", fp32, "--baseline", str(FP16_ONNX), "--set", "measurements.games.stages.margin_fraction=2",
+                 "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, "specs/check_onnx.yaml",
+                                "measurements[3].stages.margin_fraction: Input should be less than 1")
+    assert result.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == []  # no runs/baseline_states
+
+
 @pytest.mark.slow
 def test_check_rejects_a_model_whose_decisions_changed(tmp_path):
     model = perturbed_onnx(tmp_path / "perturbed.onnx")

@@ -74,22 +74,22 @@ def _check(ctx: click.Context, model: Path, baseline: Path | None, model_input: 
            db: Path | None, reports_dir: Path, take_document=None) -> bool:
     """The check, said on stdout; whether every verdict is deployment-worthy. The run's --json
     document goes to `take_document` where one is given."""
-    from runner.cli.check_contract import contract_sets, judged_contract, unlabelled_line
+    from runner.cli.check_contract import contract_sets, unlabelled_line
     from runner.cli.check_inputs import prepare_models
+    from runner.cli.spec_loading import load_or_exit
 
     chosen = [f"contract.name={contract_name}"] if contract_name else []
-    contract = judged_contract(CHECK_SPEC, (*chosen, *overrides))
-    announce = None if contract is None else (  # else the run says what is wrong with the spec
-        lambda: click.echo(f"check {model} under contract {contract.described()}"))
+    # the spec and the user's --set arguments are checked before any file is read or game played
+    spec = load_or_exit(CHECK_SPEC, (*chosen, *overrides), check_files=False).spec
+    contract = spec.contract.build()
     sets = [*prepare_models([("MODEL", model, "candidate", model_input),
                              ("--baseline", baseline, "baseline", baseline_input)], (*chosen, *overrides), CHECK_SPEC,
-                            announce=announce),
+                            spec, announce=lambda: click.echo(f"check {model} under contract {contract.described()}")),
             *chosen]
-    if contract is not None:
-        note = unlabelled_line({"MODEL": model, "--baseline": baseline}, contract)
-        if note:
-            click.echo(note)
-        sets += contract_sets(contract, baseline, (*sets, *overrides))  # the baseline's own states, if any, stand
+    note = unlabelled_line({"MODEL": model, "--baseline": baseline}, contract)
+    if note:
+        click.echo(note)
+    sets += contract_sets(contract, baseline, (*sets, *overrides))  # the baseline's own states, if any, stand
     run = ctx.find_root().command.get_command(ctx, "run")
     verdicts = ctx.invoke(run, spec_path=CHECK_SPEC, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,
                           fail_on=frozenset(), as_json=take_document is not None, confirm=confirm,

@@ -21,23 +21,6 @@ from runner.cli.exit_codes import ExitCode, fail
 REFERENCE_ONNX = Path(__file__).resolve().parents[2] / "models" / "reference" / "dqn_breakout.onnx"
 
 
-def judged_contract(spec_path: Path, overrides: tuple[str, ...]) -> Contract | None:
-    """The contract `spec_path` plays with `overrides` laid on it; None where they do not make one
-    (the run then says why, in its own words)."""
-    from pydantic import ValidationError
-
-    from runner.spec.extends import resolve_extends
-    from runner.spec.fields import ContractSpec
-    from runner.spec.overrides import apply_overrides
-    from runner.spec.yaml_source import SpecSourceError, load_yaml
-
-    try:
-        data = apply_overrides(resolve_extends(load_yaml(spec_path)), overrides).data
-        return ContractSpec.model_validate(data.get("contract") or {}).build()
-    except (SpecSourceError, ValidationError, AttributeError):
-        return None
-
-
 def contract_sets(contract: Contract, baseline: Path | None, overrides: tuple[str, ...] = ()) -> list[str]:
     """The `--set` arguments a check under `contract` needs besides the contract itself.
 

@@ -29,9 +29,10 @@ ANOTHER_AGENT = 0.5  # agreement with the reference below which a candidate look
 
 
 def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overrides: tuple[str, ...],
-                   check_spec: Path, plays: str = "baseline", announce=None) -> list[str]:
+                   check_spec: Path, spec, plays: str = "baseline", announce=None) -> list[str]:
     """The `--set` arguments that make the spec's artifacts these files, after every check before
-    the run; each `(label, path, artifact, declared input)` with a path. The fixed states come from
+    the run; each `(label, path, artifact, declared input)` with a path. `spec` is `check_spec` with
+    `overrides`, validated but for its files; its contract is the game played. The fixed states come from
     the games of the file given for artifact `plays` (unless it is the spec's own file). A file
     that fails ends the command with one line and exit 2; `announce()`, where given, is called
     once every file passed, before any game is played; notes are printed as they come."""
@@ -43,9 +44,9 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
     conventions: dict[str, InputConvention] = {}
     models = {}  # each file's graph, read once for its convention and its adapter
     sets = []
-    played = _contract(_document(check_spec, overrides))
+    contract = spec.contract.build()
     for label, path, artifact, declared in given:
-        problem = onnx_file_problem(path, played)
+        problem = onnx_file_problem(path, contract)
         if problem:
             fail(f"{label} {problem}", ExitCode.BAD_INPUT)
         option = "--baseline-input" if artifact == "baseline" else "--input"
@@ -61,9 +62,6 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
         except ValueError as exc:
             fail(f"{label} {path}: {exc}", ExitCode.BAD_INPUT)
         sets.append(artifact_override(artifact, path, conventions[artifact]))
-    document = _document(check_spec, (*sets, *overrides))
-    if document is None:
-        return sets  # the run reports what is wrong with the spec or the --set arguments
     from breakout_core.conversion.model_prechecks import spec_batch_sizes
     from breakout_core.evaluation.fixed_states import load_fixed_states
     from breakout_core.game.envs import NUM_ACTIONS
@@ -75,14 +73,11 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
     baseline = next((path for _, path, artifact, _ in given if artifact == plays), None)
     own_states = baseline is not None and not _same_file(baseline, reference) and not any(
         o.split("=", 1)[0].startswith("artifacts.fixed_states") for o in overrides)
-    contract = _contract(document)
-    if contract is None:
-        return sets  # the run says what is wrong with the contract, where
     if baseline is None and contract.full_action_space:
         fail(f"MODEL {files[0][1]}: under the contract option full_action_space the reference agent, which plays "
              f"{NUM_ACTIONS} actions, cannot be its baseline; give your own FP32 file of the same agent with "
              f"--baseline YOUR_FP32.onnx", ExitCode.BAD_INPUT)
-    sizes = spec_batch_sizes(document.get("measurements") or []) | ({CAPTURE_BATCH} if own_states else set())
+    sizes = spec_batch_sizes(spec.measurements) | ({CAPTURE_BATCH} if own_states else set())
     with tempfile.TemporaryDirectory(prefix="check-inputs-") as folder:
         runnable, said = {}, []
         for label, path, artifact, _ in given:
@@ -100,33 +95,6 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
         elif baseline is None and "candidate" in runnable:
             _note_another_agent(runnable["candidate"], reference, reference_states, files[0][1])
     return sets
-
-
-def _document(check_spec: Path, overrides: tuple[str, ...]) -> dict | None:
-    """The check spec as the run will read it (extends and --set laid on), or None where it cannot
-    be read (the run then says why); its fixed states may be replaced by the baseline's own before
-    it validates."""
-    from runner.spec.extends import resolve_extends
-    from runner.spec.overrides import apply_overrides
-    from runner.spec.yaml_source import SpecSourceError, load_yaml
-
-    try:
-        data = apply_overrides(resolve_extends(load_yaml(check_spec)), overrides).data
-    except SpecSourceError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _contract(document: dict | None):
-    """The contract a spec document plays, or None where it does not make one (the run says why)."""
-    from runner.spec.fields import ContractSpec
-
-    if document is None:
-        return None
-    try:
-        return ContractSpec.model_validate(document.get("contract") or {}).build()
-    except ValueError:  # pydantic's ValidationError
-        return None
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -20,6 +20,7 @@ from runner.cli.convert import convert
 from runner.cli.exit_codes import ExitCode, fail, store_error_code
 from runner.cli.json_output import emit_json, json_option, run_document
 from runner.cli.options import confirm_option, db_option, reports_option, set_option
+from runner.cli.spec_loading import load_or_exit
 from runner.cli.specs_list import specs
 from runner.cli.verdict_listing import fail_on_outcomes
 
@@ -41,21 +42,6 @@ def _unwritable(reports_dir: Path, exc: OSError, after: str = "") -> None:
     if is_no_space(exc):
         fail(f"no space left on device: {exc.filename or reports_dir}{after}", ExitCode.ENVIRONMENT)
     fail(f"--reports {reports_dir}: cannot write the report there ({exc.strerror or exc}){after}", ExitCode.BAD_INPUT)
-
-
-def _load(spec_path: Path, overrides: tuple[str, ...] = ()):
-    from runner.spec.document import SpecError, load_spec
-
-    try:
-        return load_spec(spec_path, overrides=overrides)
-    except SpecError as exc:
-        if not spec_path.exists():
-            from runner.cli.run_ids import missing_spec_file
-
-            fail(f"{exc.problems[0]}{missing_spec_file(spec_path)}", ExitCode.BAD_INPUT)
-        for problem in exc.problems:
-            click.echo(f"error: {problem}", err=True)
-        sys.exit(ExitCode.BAD_INPUT)
 
 
 def _store(db: Path | None):
@@ -172,7 +158,7 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
 
     if ray_address and executor != "ray":
         fail("--ray-address joins a Ray cluster: it needs --executor ray", ExitCode.BAD_INPUT)
-    loaded = _load(spec_path, overrides)
+    loaded = load_or_exit(spec_path, overrides)
     if report or any(getattr(m, "gif", None) for m in loaded.spec.measurements):  # found out before the run
         try:
             reports_dir.mkdir(parents=True, exist_ok=True)

@@ -55,13 +55,16 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
     from breakout_core.conversion.input_convention import InputConvention, convention_of
     from breakout_core.conversion.input_convention import model_input as input_of
     from breakout_core.conversion.onnx_checks import ModelCheckError, check_preprocessing
-    from runner.cli.check_contract import contract_sets, judged_contract
+    from runner.cli.check_contract import contract_sets
+    from runner.cli.spec_loading import load_or_exit
 
     out = out or model.with_name(f"{model.stem}_{precision}.onnx")
     spec = SPECS / f"convert_{precision}.yaml"
     sets = [f"artifacts.{precision}.path={out.resolve()}", *([f"contract.name={contract_name}"] if contract_name
                                                             else [])]
-    contract = judged_contract(spec, (*sets, *overrides))
+    # the spec and the user's --set arguments are checked before any file is read or game played
+    checked = load_or_exit(spec, (*sets, *overrides), check_files=False).spec
+    contract = checked.contract.build()
     problem = onnx_file_problem(model, contract)  # its width against the actions of the game it plays
     if problem:
         fail(f"MODEL {problem}", ExitCode.BAD_INPUT)
@@ -76,13 +79,11 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
              ExitCode.BAD_INPUT)
     if out.resolve() == model.resolve():
         fail(f"--out {out}: that is MODEL itself; name another file", ExitCode.BAD_INPUT)
-    announce = None if contract is None else (  # else the run says what is wrong with the spec
-        lambda: click.echo(f"convert {model} to {precision.upper()}, checked on states under contract "
-                           f"{contract.described()}"))
-    sets += prepare_models([("MODEL", model, SOURCE, model_input)], (*sets, *overrides), spec, plays=SOURCE,
-                           announce=announce)
-    if contract is not None:
-        sets += contract_sets(contract, model, (*sets, *overrides))  # MODEL's own states, if any, stand
+    announce = lambda: click.echo(f"convert {model} to {precision.upper()}, checked on states under contract "  # noqa: E731
+                                  f"{contract.described()}")
+    sets += prepare_models([("MODEL", model, SOURCE, model_input)], (*sets, *overrides), spec, checked,
+                           plays=SOURCE, announce=announce)
+    sets += contract_sets(contract, model, (*sets, *overrides))  # MODEL's own states, if any, stand
     convention = convention_of(source, InputConvention.parse(model_input) if model_input else None)
     if not convention.native:  # the file written takes MODEL's input: its runtimes feed it so
         sets.append(f"artifacts.{precision}.input={convention}")
@@ -103,7 +104,7 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
         click.echo(f"not recommended: {out} is the closest step, no step met the target ({said})")
     declared = "" if convention.native else f" --input {convention} --baseline-input {convention}"
     under = (f" --contract {contract_name}" if contract_name else "") + (
-        " --set contract.full_action_space=true" if contract is not None and contract.full_action_space else "")
+        " --set contract.full_action_space=true" if contract.full_action_space else "")
     click.echo(f"  judge it in games: runner check {out} --baseline {model}{declared}{under}")
     sys.exit(ExitCode.OK if met else ExitCode.SAID_NO)
 

@@ -237,11 +237,13 @@ def _problem(source: YamlSource, path: tuple, message: str) -> str:
     return f"{source.where(path)}: {format_path(path)}: {message}"
 
 
-def load_spec(path: str | Path, *, will_exist=(), overrides: tuple[str, ...] = ()) -> LoadedSpec:
+def load_spec(path: str | Path, *, will_exist=(), overrides: tuple[str, ...] = (),
+              check_files: bool = True) -> LoadedSpec:
     """Read, check and validate a spec file; raise SpecError listing every problem.
 
     `will_exist`: artifact paths that specs run before this one will write (a chain of specs).
-    `overrides`: `path=value` texts laid on the resolved document first (runner.spec.overrides)."""
+    `overrides`: `path=value` texts laid on the resolved document first (runner.spec.overrides).
+    `check_files=False`: the files the spec names are neither required nor read."""
     if is_base_only(path):
         raise SpecError([f"{path}: a base that specs extend (its name begins with {BASE_ONLY_PREFIX}), not a spec "
                          "to run; run one that extends it"])
@@ -254,7 +256,7 @@ def load_spec(path: str | Path, *, will_exist=(), overrides: tuple[str, ...] = (
     if not isinstance(source.data, dict):
         raise SpecError([f"{source.path}:1: a spec is a mapping of keys (name, measurements, ...), "
                          f"not {type(source.data).__name__}"])
-    context = {"base_dir": source.path.parent, "will_exist": will_exist}
+    context = {"base_dir": source.path.parent, "will_exist": will_exist, "check_files": check_files}
     try:
         spec = spec_model().model_validate(source.data, context={**context, "defer_references": True})
     except ValidationError as exc:
