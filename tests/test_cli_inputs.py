@@ -92,6 +92,17 @@ def test_a_real_process_exits_2_with_one_line_and_no_traceback(tmp_path, write_s
     assert len(lines) == 1 and lines[0].startswith("error: ") and "nested" in lines[0], result.stderr
 
 
+@pytest.mark.parametrize("args, mention", [
+    (["check"], "runner check: Missing argument 'MODEL.onnx'. ('"),
+    (["run", "--bogus", "x"], "runner run: No such option '--bogus'"),
+    (["runs", "--status", "finished"], "runner runs: Invalid value for '--status': 'finished' is not one of"),
+    (["bogus"], "runner: No such command 'bogus'"),
+    (["--bogus"], "runner: No such option '--bogus'"),
+], ids=["missing-argument", "unknown-option", "bad-choice", "unknown-command", "unknown-top-option"])
+def test_a_command_line_mistake_is_one_line(tmp_path, args, mention):
+    assert_one_line_usage_error(runner(*args, cwd=tmp_path), mention, "--help' lists what it takes)")
+
+
 STATES = Path(__file__).resolve().parent.parent / "models" / "reference" / "fixed_states_60.npz"
 ONNX = STATES.with_name("dqn_breakout.onnx")
 

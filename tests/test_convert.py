@@ -52,7 +52,8 @@ def test_convert_refuses_a_model_without_the_scaling_inside_before_anything_runs
 def test_convert_refuses_an_unknown_contract_and_stores_nothing(tmp_path):
     result = cli("convert", "int8", str(MODELS / "dqn_breakout.onnx"), "--contract", "pong", "--db", "r.duckdb",
                  cwd=tmp_path)
-    assert result.exit_code == 2 and "'pong' is not one of 'ale-breakout-v5'" in result.output
+    assert_one_line_usage_error(result, " convert: Invalid value for '--contract': 'pong' is not one of "
+                                "'ale-breakout-v5'")
     assert not (tmp_path / "r.duckdb").exists()
 
 

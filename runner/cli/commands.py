@@ -50,14 +50,30 @@ def _store(db: Path | None):
     return Store(db)
 
 
+def _usage_line(exc: click.UsageError) -> str:
+    """A command-line mistake click found, on one line: the command, what is wrong, where help is."""
+    command = exc.ctx.command_path if exc.ctx is not None else "runner"
+    return f"{command}: {exc.format_message()} ('{command} --help' lists what it takes)"
+
+
 class RunnerCommands(click.Group):
-    """Every command's last word on a full disk or a database problem: one line, never a
-    traceback, and the exit code of exit_codes.py (an unknown run is the request's fault, a
-    missing, busy or damaged database the environment's)."""
+    """Every command's last word on a command-line mistake, a full disk or a database problem:
+    one line, never a traceback, and the exit code of exit_codes.py (an unknown run is the
+    request's fault, a missing, busy or damaged database the environment's)."""
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # `runner` alone: its help
+        except click.UsageError as exc:
+            fail(_usage_line(exc), ExitCode.BAD_INPUT)
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            fail(_usage_line(exc), ExitCode.BAD_INPUT)
         except OSError as exc:
             if not is_no_space(exc):
                 raise
