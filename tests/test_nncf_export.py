@@ -274,5 +274,5 @@ measurements:
 """)
     with pytest.raises(SpecError) as refused:
         load_spec(spec)
-    assert refused.value.problems == [f"{spec}:12: measurements[0].per_channel: nncf quantizes weights per channel: "
-                                      "per_channel false is for onnxruntime's methods"]
+    assert refused.value.problems == [f"{spec}:12: measurements[0].per_channel: nncf's CPU preset gives each output "
+                                      "channel its own weight scale: per_channel: false is for onnxruntime's methods"]

@@ -54,6 +54,8 @@ NNCF_OPTIONS = {"preset": "performance", "fast_bias_correction": True, "calibrat
 QUANTIZABLE_OPS = frozenset({"Conv", "Gemm", "MatMul"})
 SHAPE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
 INSTALL_HINT = "pip install -e '.[openvino]'"
+# why a spec cannot ask NNCF for one weight scale per tensor (per_channel: false)
+PER_CHANNEL_ONLY = "nncf's CPU preset gives each output channel its own weight scale"
 
 
 class QuantizerUnavailable(QuantizeError):
@@ -67,6 +69,14 @@ def nncf_available() -> tuple[bool, str]:
     except Exception as exc:  # noqa: BLE001 -- a missing package and a broken one alike
         return False, f"nncf cannot be imported ({type(exc).__name__}: {one_line(exc)}); {INSTALL_HINT}"
     return True, ""
+
+
+def require_nncf(where: str) -> None:
+    """Raise ValueError naming `where` (the spec field that asks for NNCF) where NNCF cannot quantize
+    here: a run says so before any calibration game is played."""
+    ok, reason = nncf_available()
+    if not ok:
+        raise ValueError(f"{where}: nncf is unavailable here: {reason}")
 
 
 def quantize_nncf(fp32_path: str | Path, out_path: str | Path, *, calibration: np.ndarray,

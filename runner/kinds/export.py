@@ -191,13 +191,12 @@ def _export_int8(m: ExportMeasurement, ctx: RunContext, checkpoint) -> tuple[lis
     import onnx
 
     from breakout_core.conversion.export import inspect_onnx
-    from breakout_core.conversion.nncf_quantize import nncf_available
+    from breakout_core.conversion.nncf_quantize import require_nncf
 
     files, base = ctx.files, {"run_id": ctx.run_id, "measurement": m.name}
     for j, variant in enumerate(m.int8):  # before any game is played for calibration
-        ok, reason = nncf_available() if variant.quantizer == "nncf" else (True, "")
-        if not ok:
-            raise ValueError(f"measurements[{m.name}].int8[{j}].quantizer: nncf is unavailable here: {reason}")
+        if variant.quantizer == "nncf":
+            require_nncf(f"measurements[{m.name}].int8[{j}].quantizer")
     task = ctx.progress.add_task(f"{m.name} · INT8 files", total=len(m.int8), unit="files")
     captured: dict[str, object] = {}
     rows, provenance = [], []

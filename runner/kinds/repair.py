@@ -34,6 +34,7 @@ from typing import Literal
 
 from pydantic import Field, model_serializer, model_validator
 
+from breakout_core.conversion.nncf_quantize import PER_CHANNEL_ONLY
 from breakout_core.conversion.onnx_checks import not_a_node
 from breakout_core.diagnosis.repair import NNCF_METHOD
 from runner.kinds.kind import Kind
@@ -86,8 +87,7 @@ class RepairMeasurement(StrictModel):
             raise PlacedError("an int8 repair needs calibration: `calibration: {capture: {episode_seeds: ...}}`, "
                               "seeds no other part of the spec plays", ("calibration",))
         if not self.per_channel and NNCF_METHOD in self.calibration.methods:
-            raise PlacedError("nncf quantizes weights per channel: per_channel false is for onnxruntime's methods",
-                              ("per_channel",))
+            raise PlacedError(f"{PER_CHANNEL_ONLY}: per_channel: false is for onnxruntime's methods", ("per_channel",))
         return self
 
     @model_serializer(mode="wrap")
@@ -202,7 +202,7 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
     import onnxruntime as ort
 
     from breakout_core.common.hashing import file_sha256
-    from breakout_core.conversion.nncf_quantize import nncf_available
+    from breakout_core.conversion.nncf_quantize import require_nncf
     from breakout_core.diagnosis.repair import Fp16Converter, Int8Converter, RepairTarget, choose_step, repair_search
     from breakout_core.evaluation.fixed_states import save_fixed_states
     from runner.kinds.shared.lineage import check_lineage
@@ -221,9 +221,8 @@ def execute(m: RepairMeasurement, ctx: RunContext) -> None:
     check = fed.convert(check)
     calibration = calibration_path = player = player_sha256 = None
     if m.precision == "int8":
-        ok, reason = nncf_available() if NNCF_METHOD in m.calibration.methods else (True, "")
-        if not ok:  # before any calibration game is played
-            raise ValueError(f"measurements[{m.name}].calibration.methods: nncf is unavailable here: {reason}")
+        if NNCF_METHOD in m.calibration.methods:  # before any calibration game is played
+            require_nncf(f"measurements[{m.name}].calibration.methods")
         player = m.checkpoint or m.source
         task = ctx.progress.add_task(f"{m.name} · capture {m.calibration.n_states} calibration states from "
                                      f"{player}'s games", total=1, unit="capture")

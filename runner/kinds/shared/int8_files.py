@@ -88,7 +88,7 @@ class Int8Export(StrictModel):
         return self
 
     def _nncf_fields(self) -> "Int8Export":
-        from breakout_core.conversion.nncf_quantize import NNCF_MIN_CALIBRATION_STATES
+        from breakout_core.conversion.nncf_quantize import NNCF_MIN_CALIBRATION_STATES, PER_CHANNEL_ONLY
 
         if self.method != "static":
             raise PlacedError("nncf quantizes statically, from calibration states: method: static", ("method",))
@@ -96,8 +96,7 @@ class Int8Export(StrictModel):
             raise PlacedError("nncf chooses its own ranges (the mean of each calibration state's min and max): "
                               "no calibrate_method with quantizer: nncf", ("calibrate_method",))
         if not self.per_channel:
-            raise PlacedError("nncf's CPU preset gives each output channel its own weight scale: no "
-                              "per_channel: false with quantizer: nncf", ("per_channel",))
+            raise PlacedError(f"{PER_CHANNEL_ONLY}: no per_channel: false with quantizer: nncf", ("per_channel",))
         if self.calibration is None:
             raise PlacedError("nncf needs calibration states: give `calibration: {episode_seeds: ...}`, seeds no "
                               "other part of the spec plays", ("calibration",))
