@@ -276,3 +276,30 @@ measurements:
         load_spec(spec)
     assert refused.value.problems == [f"{spec}:12: measurements[0].per_channel: nncf's CPU preset gives each output "
                                       "channel its own weight scale: per_channel: false is for onnxruntime's methods"]
+
+
+def test_a_repair_search_without_nncf_fails_in_one_line_before_any_calibration_game(tmp_path):
+    (tmp_path / "repair.yaml").write_text(f"""name: nncf_repair
+artifacts:
+  fp32: {{path: {FP32}}}
+  states: {{path: {MODELS / "fixed_states_60.npz"}}}
+  out: {{path: out/int8.onnx, made_by: nncf_repair, precision: int8}}
+measurements:
+  - kind: repair
+    name: search
+    source: fp32
+    check_states: states
+    output: out
+    calibration: {{methods: [nncf], n_states: 16, capture: {{episode_seeds: [9100, 9101]}}}}
+""")
+    code = ("import sys; sys.modules['nncf'] = None\n"
+            "from runner.cli.commands import main\n"
+            "main(['run', 'repair.yaml', '--db', 'r.duckdb', '--no-report'])\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines == [lines[0]] and "measurements[search].calibration.methods: nncf is unavailable here: nncf " \
+                                   "cannot be imported" in lines[0] and "pip install -e '.[openvino]'" in lines[0]
+    assert not list(tmp_path.glob("out/*.onnx"))
+    with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM episodes").fetchone() == (0,)
