@@ -202,8 +202,13 @@ def test_an_18_action_model_against_its_own_fp32_file_and_a_perturbed_one(tmp_pa
     with Store(tmp_path / "r.duckdb").reader() as con:
         flips = set(con.execute("SELECT DISTINCT baseline_action, candidate_action FROM parity_flips WHERE "
                                 "candidate = 'candidate' AND baseline = 'baseline'").fetchall())
+        widths = {n for (n,) in con.execute("SELECT DISTINCT len(q_values) FROM parity_q").fetchall()}
+        least_dq = con.execute("SELECT min(max_abs_dq) FROM parity_flips WHERE candidate = 'candidate' "
+                               "AND baseline = 'baseline'").fetchone()[0]
     # RIGHTFIRE where the baseline moves right, and where LEFT led RIGHT by less than the hair
     assert (3, RIGHTFIRE) in flips and {c for _, c in flips} == {RIGHTFIRE}
+    # every Q-value is stored and compared: only RIGHTFIRE's moved, and each changed action shows it
+    assert widths == {18} and least_dq > 0
 
 
 @pytest.mark.slow

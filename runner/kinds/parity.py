@@ -92,6 +92,12 @@ MIGRATIONS = [
         "0421_parity_decisive_margin",
         "ALTER TABLE parity_settings ADD COLUMN decisive_margin DOUBLE",
     ),
+    (
+        # every Q-value the model gives, in its output order: 18 under full_action_space, where the
+        # named columns hold only NOOP, FIRE, RIGHT and LEFT
+        "0422_parity_q_values",
+        "ALTER TABLE parity_q ADD COLUMN q_values DOUBLE[]",
+    ),
 ]
 
 REPORT_CAVEAT = (
@@ -102,34 +108,43 @@ REPORT_CAVEAT = (
     "change how the agent plays. Whether a converted model may be deployed rests on the closed loop and the games "
     "(closed_loop, episodes), not on this table.")
 
-# the Q-values of NOOP, FIRE, RIGHT and LEFT (contract.minimal_outputs): under full_action_space the other
-# 14 are not stored, so |dQ| and the top-2 margins read these four, while `action` is the greedy one of all 18
+# the Q-values of NOOP, FIRE, RIGHT and LEFT (contract.minimal_outputs), named for the report's chart
 _Q = ("q_noop", "q_fire", "q_right", "q_left")
-_D = ", ".join(f"CASE WHEN isfinite(c.{q}) THEN abs(c.{q} - b.{q}) ELSE 'inf'::DOUBLE END AS d{i}"
-               for i, q in enumerate(_Q))
-_PASS = " + ".join(f"(isfinite(c.{q}) AND abs(c.{q} - b.{q}) <= t.atol + t.rtol * abs(b.{q}))::INTEGER" for q in _Q)
+
+
+def _all_q(row: str) -> str:
+    """Every Q-value of a parity_q row: `q_values`, or the four named ones of rows stored before it."""
+    return f"coalesce({row}.q_values, [{', '.join(f'{row}.{q}' for q in _Q)}])"
+
 
 VIEWS = [
     f"""
     CREATE OR REPLACE VIEW parity_state_pairs AS
     WITH pairs AS (
         SELECT c.run_id, c.measurement, c.runtime AS candidate, b.runtime AS baseline, c.batch_size, c.state,
-               {_D}, {_PASS} AS elements_pass, t.atol, t.rtol, t.decisive_margin,
+               list_zip({_all_q("c")}, {_all_q("b")}) AS cb, t.atol, t.rtol, t.decisive_margin,
                c.action AS candidate_action, b.action AS baseline_action,
-               list_sort([b.q_noop, b.q_fire, b.q_right, b.q_left], 'DESC') AS b_sorted
+               list_sort({_all_q("b")}, 'DESC') AS b_sorted
         FROM parity_q c
         JOIN parity_q b ON b.run_id = c.run_id AND b.measurement = c.measurement AND b.batch_size = c.batch_size
              AND b.state = c.state AND b.runtime <> c.runtime
         JOIN parity_settings t ON t.run_id = c.run_id AND t.measurement = c.measurement AND t.runtime = c.runtime
+    ), elements AS (
+        SELECT *,
+               list_transform(cb, lambda p: CASE WHEN isfinite(p[1]) THEN abs(p[1] - p[2]) ELSE 'inf'::DOUBLE END)
+                   AS d,
+               len(list_filter(cb, lambda p: isfinite(p[1]) AND abs(p[1] - p[2]) <= atol + rtol * abs(p[2])))
+                   AS elements_pass
+        FROM pairs
     )
     SELECT run_id, measurement, candidate, baseline, batch_size, state,
-           greatest(d0, d1, d2, d3) AS max_abs_dq, (d0 + d1 + d2 + d3) / 4 AS mean_abs_dq,
-           elements_pass, 4 - elements_pass AS elements_fail, atol, rtol,
+           list_max(d) AS max_abs_dq, list_avg(d) AS mean_abs_dq,
+           elements_pass, len(d) - elements_pass AS elements_fail, atol, rtol,
            candidate_action, baseline_action, candidate_action = baseline_action AS agree,
            b_sorted[1] - b_sorted[2] AS baseline_top2_margin,
-           b_sorted[1] - b_sorted[2] < greatest(d0, d1, d2, d3) AS near_tie,
+           b_sorted[1] - b_sorted[2] < list_max(d) AS near_tie,
            b_sorted[1] - b_sorted[2] > decisive_margin AS decisive, decisive_margin
-    FROM pairs
+    FROM elements
     """,
     """
     CREATE OR REPLACE VIEW parity_summary AS
@@ -165,7 +180,8 @@ VIEWS = [
     WITH first AS (SELECT run_id, measurement, runtime, min(batch_size) AS batch_size FROM parity_q
                    GROUP BY run_id, measurement, runtime)
     SELECT c.run_id, c.measurement, c.runtime, f.batch_size AS reference_batch_size, c.batch_size,
-           max(greatest({", ".join(f"abs(c.{q} - b.{q})" for q in _Q)})) AS max_abs_dq,
+           max(list_max(list_transform(list_zip({_all_q("c")}, {_all_q("b")}), lambda p: abs(p[1] - p[2]))))
+               AS max_abs_dq,
            count(*) FILTER (WHERE c.action <> b.action) AS action_changes
     FROM parity_q c
     JOIN first f ON f.run_id = c.run_id AND f.measurement = c.measurement AND f.runtime = c.runtime
@@ -202,13 +218,14 @@ def execute(m: ParityMeasurement, ctx: RunContext) -> None:
             continue
         with open_runtime(ctx, m.name, name) as runtime:
             if runtime is not None:
-                columns: dict[str, list] = {k: [] for k in ("batch_size", "state", *_Q, "action")}
+                columns: dict[str, list] = {k: [] for k in ("batch_size", "state", *_Q, "q_values", "action")}
                 for batch in m.batch_sizes:
                     q = infer_in_batches(runtime, obs, batch).astype(np.float64)
                     columns["batch_size"] += [batch] * n
                     columns["state"] += list(range(n))
                     for j, key in zip(ctx.contract.minimal_outputs(), _Q):
                         columns[key] += q[:, j].tolist()
+                    columns["q_values"] += q.tolist()
                     columns["action"] += greedy(q).tolist()
                 table = pa.table({"run_id": [ctx.run_id] * len(columns["state"]),
                                   "measurement": [m.name] * len(columns["state"]),
@@ -317,7 +334,7 @@ def compare_parity(con, a: RunSide, b: RunSide, m_a: dict, m_b: dict) -> list[Ro
         rows.append(Row(name, subject, "action_agreement", va[0], vb[0], False, "any change is a change (no noise)",
                         va[0] != vb[0], uses_factor=False, problem=problem))
         atol, rtol, scale = con.execute(
-            "SELECT t.atol, t.rtol, max(greatest(abs(q.q_noop), abs(q.q_fire), abs(q.q_right), abs(q.q_left))) "
+            f"SELECT t.atol, t.rtol, max(list_max(list_transform({_all_q('q')}, lambda v: abs(v)))) "
             "FROM parity_settings t JOIN parity_q q ON q.run_id = t.run_id AND q.measurement = t.measurement "
             "AND q.runtime = ? AND q.batch_size = ? WHERE t.run_id = ? AND t.measurement = ? AND t.runtime = ? "
             "GROUP BY ALL", [baseline, batch, b.run_id, name, candidate]).fetchone()
