@@ -232,3 +232,19 @@ def test_runner_convert_takes_an_18_action_model_under_the_option(tmp_path, full
 
     out = onnx.load(str(written)).graph.output[0].type.tensor_type.shape.dim
     assert out[-1].dim_value == 18
+
+
+def test_runner_play_takes_an_18_action_model_under_its_flag_and_refuses_a_width_that_does_not_fit(tmp_path):
+    from breakout_core.conversion.input_convention import InputConvention, write_adapted
+
+    full18 = cleanrl_onnx(tmp_path / "full18.onnx", dynamic_batch=True, actions=18)
+    model = write_adapted(full18, InputConvention.parse("float32:0-255:nchw"), tmp_path / "full18_uint8.onnx",
+                          np.zeros((1, 4, 84, 84), np.uint8)).path
+    common = ("--port", "0", "--db", "play.duckdb")
+    refused = cli("play", "--model", str(model), *common, cwd=tmp_path)
+    assert_one_line_usage_error(refused, f"--model {model}: it gives 18 Q-values, ALE's full action space",
+                                "judge it under the contract option --full-action-space")
+    four = cli("play", "--model", str(REFERENCE_ONNX), "--full-action-space", *common, cwd=tmp_path)
+    assert_one_line_usage_error(four, "it gives 4 Q-values, Breakout's minimal action set, and breakout-v3 with "
+                                "full_action_space plays ALE's 18 actions")
+    assert not (tmp_path / "play.duckdb").exists()

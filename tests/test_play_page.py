@@ -1,14 +1,17 @@
 """The play page in headless Chromium: Start pressed three times during a game leaves one step
 loop and no game lost silently; a page before its first game; a key tapped between two steps;
-the Q-value bars' scale; and the person's game over while the agent plays on."""
+the Q-value bars' scale; the person's game over while the agent plays on; and an 18-action model
+under full_action_space, with a bar per action and keys mapped by the actions' names."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from breakout_core.game.contract import Contract
+from breakout_core.game.contract import FULL_ACTION_NAMES, Contract
 from runner.play.server import PlayServer
 from runner.store.database import Store
 
@@ -127,3 +130,32 @@ def test_the_page_says_the_agent_plays_on_after_the_persons_game_ends(tmp_path, 
     assert not errors
     assert last["human"]["ended_by"] == "game_over" and not last["agent"]["done"]
     assert banner and "the agent is still playing" in status
+
+
+def test_an_18_action_model_plays_with_a_bar_per_action_and_keys_by_name(tmp_path, browser):
+    from user_exports import cleanrl_onnx
+
+    from breakout_core.conversion.input_convention import InputConvention, write_adapted
+
+    full18 = cleanrl_onnx(tmp_path / "full18.onnx", dynamic_batch=True, actions=18)  # float input, as CleanRL's
+    model = write_adapted(full18, InputConvention.parse("float32:0-255:nchw"), tmp_path / "full18_uint8.onnx",
+                          np.zeros((1, 4, 84, 84), np.uint8)).path
+    store = Store(tmp_path / "play.duckdb")
+    with PlayServer(store, model, Contract(full_action_space=True), port=0) as server:
+        page, errors = _open(browser, server, 100)
+        page.click("#start")
+        page.wait_for_function("window.playPage.steps > 3", timeout=60_000)
+        page.keyboard.down("ArrowLeft")
+        page.wait_for_function("window.playPage.humanActions.LEFT > 2", timeout=60_000)
+        page.keyboard.up("ArrowLeft")
+        names = page.evaluate("[...document.querySelectorAll('#q > span:not(.track):not(.value)')]"
+                              ".map((s) => s.textContent)")
+        counted = page.evaluate("Object.keys(window.playPage.humanActions)")
+        page.click("#start")  # the game is retired and stored as abandoned, with its counts
+        page.wait_for_function("window.playPage.games.length > 0", timeout=60_000)
+        page.close()
+    assert not errors
+    assert names == list(FULL_ACTION_NAMES) and counted == list(FULL_ACTION_NAMES)
+    with store.reader() as con:
+        human, unlike = con.execute("SELECT human_actions, agent_actions_unlike_cpu FROM play_games").fetchone()
+    assert json.loads(human)["LEFT"] > 2 and unlike == 0  # the page's 18-way argmax is the CPU model's

@@ -126,12 +126,13 @@ def onnx_file_problem(path: Path, contract=None) -> str | None:
     return file_problem(path, "onnx") or interface_problem(path, contract)
 
 
-def interface_problem(path: Path, contract=None) -> str | None:
+def interface_problem(path: Path, contract=None, full_action_option: str | None = None) -> str | None:
     """Why the model in `path` cannot play `contract` (default: the default contract): it must take one
     input (B, 4, 84, 84), or channels last (B, 84, 84, 4), and give one output (B, the contract's
-    actions); a named dimension fits any size."""
+    actions); a named dimension fits any size. `full_action_option`: how the command asking turns
+    full_action_space on, where not with --set."""
     from breakout_core.conversion.export import inspect_onnx
-    from breakout_core.conversion.model_prechecks import output_problem
+    from breakout_core.conversion.model_prechecks import FULL_ACTION_OPTION, output_problem
     from breakout_core.game.contract import DEFAULT_CONTRACT, contract_by_name
     from breakout_core.runtimes.base import OBS_SHAPE
 
@@ -149,7 +150,8 @@ def interface_problem(path: Path, contract=None) -> str | None:
             or not (fits(info.inputs[0].shape, OBS_SHAPE) or fits(info.inputs[0].shape, (84, 84, 4))):
         return f"{path}: the agent's model takes {wanted}; this one has {shown}"
     actions = info.outputs[0].shape[1]
-    problem = output_problem(actions, contract) if isinstance(actions, int) and actions > 0 else None
+    option = full_action_option or FULL_ACTION_OPTION
+    problem = output_problem(actions, contract, option) if isinstance(actions, int) and actions > 0 else None
     return f"{path}: {problem}" if problem else None
 
 

@@ -384,21 +384,27 @@ def compare(run_a: str | None, run_b: str | None, spec_name: str | None, factor:
               help="ms between agent steps (66.7: 15 steps a second, the game's real speed)")
 @click.option("--contract", "contract_name", default=DEFAULT_CONTRACT, show_default=True,
               type=click.Choice(sorted(CONTRACTS)), help="the game both sides play")
+@click.option("--full-action-space", is_flag=True,
+              help="ALE's 18 actions (the contract option full_action_space), for a model with 18 outputs")
 @db_option
 def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contract_name: str,
-         db: Path | None) -> None:
+         full_action_space: bool, db: Path | None) -> None:
     """Serve a page where a person plays Breakout beside the agent (same seed); games go to DuckDB."""
     import time
 
     from breakout_core.browser.server import web_files_missing
     from breakout_core.conversion.export import onnx_contract
+    from runner.cli.check_inputs import interface_problem
     from runner.play.server import PlayServer
     from runner.spec.file_checks import file_problem
 
+    contract = CONTRACTS[contract_name].replace(**({"full_action_space": True} if full_action_space else {}))
     missing = web_files_missing() or file_problem(model, "onnx")
     if missing:
         fail(missing, ExitCode.BAD_INPUT)
-    contract = CONTRACTS[contract_name]
+    problem = interface_problem(model, contract, full_action_option="--full-action-space")
+    if problem:
+        fail(f"--model {problem}", ExitCode.BAD_INPUT)
     try:
         server = PlayServer(_store(db), model, contract, provider=provider, seed=seed, port=port,
                             pace_ms=pace_ms).start()
