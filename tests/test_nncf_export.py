@@ -222,10 +222,7 @@ def test_a_run_stores_both_files_from_the_same_states_and_openvino_runs_nncfs(tm
 
 def test_a_run_without_nncf_fails_in_one_line_before_any_calibration_game(tmp_path):
     (tmp_path / "nncf.yaml").write_text(SPEC)
-    code = ("import sys; sys.modules['nncf'] = None\n"
-            "from runner.cli.commands import main\n"
-            "main(['run', 'nncf.yaml', '--db', 'r.duckdb', '--no-report'])\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = _run_without_nncf(tmp_path, "nncf.yaml")
     assert done.returncode == 3, done.stderr[-2000:]  # the environment lacks a package: not the user's spec
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines == [lines[0]] and "measurements[files].int8[1].quantizer: nncf is unavailable here: nncf cannot " \
@@ -256,9 +253,9 @@ def test_the_repair_search_keeps_layers_in_float_through_nncf(tmp_path, states):
     assert {node for node, _ in found.order} >= set(found.chosen.excluded)
 
 
-def test_a_repair_that_asks_nncf_for_tensor_scales_is_one_line(tmp_path):
-    spec = tmp_path / "repair.yaml"
-    spec.write_text(f"""name: nncf_repair
+def _repair_spec(path: Path, methods: str, extra: str = "") -> Path:
+    """A repair search of the shipped FP32 file through `methods`, 16 calibration states."""
+    path.write_text(f"""name: nncf_repair
 artifacts:
   fp32: {{path: {FP32}}}
   states: {{path: {MODELS / "fixed_states_60.npz"}}}
@@ -269,9 +266,21 @@ measurements:
     source: fp32
     check_states: states
     output: out
-    per_channel: false
-    calibration: {{methods: [minmax, nncf], n_states: 16, capture: {{episode_seeds: [9100, 9101]}}}}
+{extra}    calibration: {{methods: [{methods}], n_states: 16, capture: {{episode_seeds: [9100, 9101]}}}}
 """)
+    return path
+
+
+def _run_without_nncf(folder: Path, spec: str) -> subprocess.CompletedProcess:
+    """`runner run spec` in a process where `import nncf` fails."""
+    code = ("import sys; sys.modules['nncf'] = None\n"
+            "from runner.cli.commands import main\n"
+            f"main(['run', {spec!r}, '--db', 'r.duckdb', '--no-report'])\n")
+    return subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=300)
+
+
+def test_a_repair_that_asks_nncf_for_tensor_scales_is_one_line(tmp_path):
+    spec = _repair_spec(tmp_path / "repair.yaml", "minmax, nncf", "    per_channel: false\n")
     with pytest.raises(SpecError) as refused:
         load_spec(spec)
     assert refused.value.problems == [f"{spec}:12: measurements[0].per_channel: nncf's CPU preset gives each output "
@@ -279,23 +288,8 @@ measurements:
 
 
 def test_a_repair_search_without_nncf_fails_in_one_line_before_any_calibration_game(tmp_path):
-    (tmp_path / "repair.yaml").write_text(f"""name: nncf_repair
-artifacts:
-  fp32: {{path: {FP32}}}
-  states: {{path: {MODELS / "fixed_states_60.npz"}}}
-  out: {{path: out/int8.onnx, made_by: nncf_repair, precision: int8}}
-measurements:
-  - kind: repair
-    name: search
-    source: fp32
-    check_states: states
-    output: out
-    calibration: {{methods: [nncf], n_states: 16, capture: {{episode_seeds: [9100, 9101]}}}}
-""")
-    code = ("import sys; sys.modules['nncf'] = None\n"
-            "from runner.cli.commands import main\n"
-            "main(['run', 'repair.yaml', '--db', 'r.duckdb', '--no-report'])\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    _repair_spec(tmp_path / "repair.yaml", "nncf")
+    done = _run_without_nncf(tmp_path, "repair.yaml")
     assert done.returncode == 3, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines == [lines[0]] and "measurements[search].calibration.methods: nncf is unavailable here: nncf " \
