@@ -37,7 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
-from breakout_core.conversion.onnx_checks import ModelCheckError, one_line, read_source_model, save_checked
+from breakout_core.conversion.onnx_checks import (
+    ModelCheckError,
+    has_preprocessing,
+    one_line,
+    read_source_model,
+    save_checked,
+)
 from breakout_core.conversion.quantize import (
     INPUT_SCALE,
     Int8Artifact,
@@ -131,7 +137,7 @@ def quantize_nncf(fp32_path: str | Path, out_path: str | Path, *, calibration: n
             "int8_nodes_quantized": ",".join(quantized),
             "int8_quantizer": quantizer,
             "int8_source_sha256": source_sha256,
-        }, preprocessing=scaled_input is not None, verify=_opens_in_onnxruntime)
+        }, preprocessing=has_preprocessing(source), verify=_opens_in_onnxruntime)
     except ModelCheckError as exc:
         raise QuantizeError(f"{out_path}: {exc}") from None
     return Int8Artifact(

@@ -109,23 +109,57 @@ def has_preprocessing(model) -> bool:
     return True
 
 
-def check_preprocessing(model) -> str:
-    """The input goes through Cast(uint8 -> float) [-> Cast(float -> float16)] then Div by 255."""
-    import onnx
-    from onnx import numpy_helper
-
+def _consumers(model) -> dict[str, list]:
     consumers: dict[str, list] = {}
     for node in model.graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
+    return consumers
+
+
+def _constants(model) -> dict[str, np.ndarray]:
+    """Initializers, Constant nodes and Casts of either (as the FP16 converter makes), by tensor name."""
+    import onnx
+    from onnx import numpy_helper
+
     constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    for node in model.graph.node:  # in graph order: a Cast of a constant (as the FP16 converter makes) is one too
+    for node in model.graph.node:  # in graph order: a Cast of a constant is one too
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
         elif node.op_type == "Cast" and node.input[0] in constants:
             to = next(a.i for a in node.attribute if a.name == "to")
             constants[node.output[0]] = constants[node.input[0]].astype(onnx.helper.tensor_dtype_to_np_dtype(to))
+    return constants
 
+
+def _scaling_by_255(node, tensor: str, constants: dict[str, np.ndarray]) -> tuple[bool, object]:
+    """Whether `node` divides `tensor` by 255 (or multiplies it by 1/255), and the constant it uses."""
+    other = [n for n in node.input if n != tensor]
+    value = constants.get(other[0]) if other else None
+    wanted = 255.0 if node.op_type == "Div" else 1.0 / 255.0
+    ok = node.op_type in ("Div", "Mul") and value is not None and value.size == 1 and np.isclose(
+        float(value.reshape(-1)[0]), wanted, rtol=1e-3)
+    return ok, value
+
+
+def scaled_float_input(model) -> str | None:
+    """The tensor that holds a float input's 0-255 pixels as 0-1, where the input's one consumer
+    divides it by 255 (CleanRL's and Stable-Baselines3's exports); None otherwise."""
+    import onnx
+
+    graph_input = model.graph.input[0]
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(graph_input.type.tensor_type.elem_type))
+    users = _consumers(model).get(graph_input.name, [])
+    if dtype.kind != "f" or len(users) != 1 or not _scaling_by_255(users[0], graph_input.name, _constants(model))[0]:
+        return None
+    return users[0].output[0]
+
+
+def check_preprocessing(model) -> str:
+    """The input goes through Cast(uint8 -> float) [-> Cast(float -> float16)] then Div by 255."""
+    import onnx
+
+    consumers, constants = _consumers(model), _constants(model)
     chain = []
     tensor = model.graph.input[0].name
     users = consumers.get(tensor, [])
@@ -141,10 +175,9 @@ def check_preprocessing(model) -> str:
         raise ModelCheckError(f"the cast input is not scaled by 1/255 inside the graph "
                               f"(next: {[u.op_type for u in users]})")
     scale = users[0]
-    other = [n for n in scale.input if n != tensor]
-    value = constants.get(other[0]) if other else None
-    wanted = 255.0 if scale.op_type == "Div" else 1.0 / 255.0
-    if value is None or value.size != 1 or not np.isclose(float(value.reshape(-1)[0]), wanted, rtol=1e-3):
+    ok, value = _scaling_by_255(scale, tensor, constants)
+    if not ok:
+        wanted = 255.0 if scale.op_type == "Div" else 1.0 / 255.0
         raise ModelCheckError(f"the input scaling is {scale.op_type} by {value}, expected {scale.op_type} by {wanted}")
     return (f"preprocessing in graph: Cast uint8 -> {' -> '.join(chain)}, "
             f"{scale.op_type} by {float(value.reshape(-1)[0]):g}")

@@ -58,10 +58,12 @@ from breakout_core.common.cpu_flags import cpu_flags, cpu_model
 from breakout_core.conversion.onnx_checks import (
     ModelCheckError,
     check_preprocessing,
+    has_preprocessing,
     not_a_node,
     one_line,
     read_source_model,
     save_checked,
+    scaled_float_input,
 )
 
 if TYPE_CHECKING:
@@ -210,7 +212,7 @@ def quantize_int8(
             "int8_nodes_quantized": ",".join(quantized),
             "int8_quantizer": quantizer,
             "int8_source_sha256": source_sha256,
-        }, preprocessing=scaled_input is not None)
+        }, preprocessing=has_preprocessing(source))
     except ModelCheckError as exc:
         raise QuantizeError(f"{out_path}: {exc}") from None
     checks += written_checks + saved.checks
@@ -259,7 +261,7 @@ def _checked_output(source: ModelProto, fp32_path: Path, quantized_path: Path, o
         checks.append(f"input {scaled_input!r} quantized with scale 1/255, zero point 0: every pixel exact")
     else:
         raise QuantizeError(f"{out_path}: the scaled input {scaled_input!r} is quantized with scale {scale:.6g}, "
-                            "not 1/255: some uint8 pixels would not survive")
+                            "not 1/255: some pixels would not survive")
     return model, quantized, scale, checks
 
 
@@ -338,11 +340,13 @@ def checked_exclusions(model, nodes_to_exclude: Sequence[str], path: Path) -> tu
 
 
 def scaled_input_tensor(model) -> str | None:
-    """The tensor that holds the uint8 input as float / 255, when the graph begins so."""
+    """The tensor that holds the input's pixels / 255, when the graph begins so: a uint8 input cast
+    to float and scaled (the project's exports), or a float input in 0-255 scaled at once (CleanRL's
+    and Stable-Baselines3's). Its quantization is pinned to 1/255, so every pixel stays exact."""
     try:
         check_preprocessing(model)
     except ModelCheckError:
-        return None
+        return scaled_float_input(model)
     consumers: dict[str, list] = {}
     for node in model.graph.node:
         for name in node.input:
