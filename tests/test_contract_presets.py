@@ -12,7 +12,7 @@ from test_cli_inputs import assert_one_line_usage_error, cli
 from breakout_core.game.contract import CONTRACTS, DEFAULT_CONTRACT, FIRE
 from breakout_core.game.driver import NOOP, EpisodeDriver, play_seeds
 from runner.cli.check import CHECK_SPEC
-from runner.cli.check_contract import contract_sets, unlabelled_line
+from runner.cli.check_contract import contract_sets, played_contract, unlabelled_line
 from runner.spec.document import SpecError, load_spec
 
 V2, V3 = CONTRACTS["breakout-v2"], CONTRACTS["breakout-v3"]
@@ -61,15 +61,14 @@ def test_under_the_v5_preset_nothing_serves_for_the_agent():
     assert not any(r.life_lost[0] for r in results) and not any(r.forced[0] for r in results)
 
 
-def test_a_spec_names_a_preset_and_the_check_spec_plays_the_one_given():
-    def played(*overrides: str):
-        return load_spec(CHECK_SPEC, overrides=overrides, check_files=False).spec.contract.build()
-
-    assert played() == V3
-    assert played("contract.name=deepmind-noframeskip-v4") == DEEPMIND
-    assert played("contract.name=ale-breakout-v5", "contract.noop_start_max=5") == V5.replace(noop_start_max=5)
-    with pytest.raises(SpecError, match="contract.name: unknown contract 'pong'"):
-        played("contract.name=pong")
+def test_a_spec_names_a_preset_and_the_check_spec_plays_the_one_given(capsys):
+    assert played_contract(CHECK_SPEC, ()) == V3
+    assert played_contract(CHECK_SPEC, ("contract.name=deepmind-noframeskip-v4",)) == DEEPMIND
+    tweaked = played_contract(CHECK_SPEC, ("contract.name=ale-breakout-v5", "contract.noop_start_max=5"))
+    assert tweaked == V5.replace(noop_start_max=5)
+    with pytest.raises(SystemExit) as refused:  # said as the run says it
+        played_contract(CHECK_SPEC, ("contract.name=pong",))
+    assert refused.value.code == 2 and "contract.name: unknown contract 'pong'" in capsys.readouterr().err
     assert contract_sets(V3, None) == []  # the shipped fixed states are breakout-v3's
     own = ("artifacts.fixed_states.path=/somewhere/mine.npz",)
     assert contract_sets(DEEPMIND, None, own) == ["contract.other_contracts=deliberate"]  # nothing captured

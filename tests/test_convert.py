@@ -57,6 +57,16 @@ def test_convert_refuses_an_unknown_contract_and_stores_nothing(tmp_path):
     assert not (tmp_path / "r.duckdb").exists()
 
 
+def test_convert_refuses_an_out_that_a_shipped_spec_reads_before_any_game(tmp_path):
+    cleanrl_onnx(tmp_path / "cleanrl.onnx", dynamic_batch=True)
+    shipped = MODELS / "dqn_breakout_fp16.onnx"
+    result = cli("convert", "int8", "cleanrl.onnx", "--input", "float32:0-255:nchw", "--out", str(shipped),
+                 "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, f"artifacts.int8.path: {shipped} is read by the shipped spec",
+                                "an output may not replace it")
+    assert result.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["cleanrl.onnx"]
+
+
 def test_convert_refuses_to_write_over_the_model_itself(tmp_path):
     model = tmp_path / "m.onnx"
     model.write_bytes((MODELS / "dqn_breakout.onnx").read_bytes())

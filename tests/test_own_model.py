@@ -228,6 +228,23 @@ def test_a_bad_games_plan_is_refused_before_the_baselines_states_are_captured(tm
     assert result.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == []  # no runs/baseline_states
 
 
+TENSORRT_FP32 = "runtimes.{}={{runtime: tensorrt, precision: fp32, artifact: {}}}"
+
+
+def test_the_set_arguments_are_judged_with_the_users_files_in_the_spec(tmp_path):
+    """A TensorRT FP32 runtime needs an FP32 file: MODEL, an FP32 file, passes where the spec's own
+    FP16 candidate would not, so the one problem said is the real one; an FP16 --baseline under it
+    is refused before its fixed states are captured."""
+    fp32 = str(REPO / "models" / "reference" / "dqn_breakout.onnx")
+    result = cli("check", fp32, "--set", TENSORRT_FP32.format("candidate", "candidate"), "--set",
+                 "measurements.games.stages.margin_fraction=2", "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, "measurements[3].stages.margin_fraction: Input should be less than 1")
+    result = cli("check", fp32, "--baseline", str(FP16_ONNX), "--set", TENSORRT_FP32.format("baseline", "baseline"),
+                 "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, "an fp32 TensorRT engine needs an fp32 ONNX file", "dqn_breakout_fp16.onnx")
+    assert result.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_check_rejects_a_model_whose_decisions_changed(tmp_path):
     model = perturbed_onnx(tmp_path / "perturbed.onnx")

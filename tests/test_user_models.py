@@ -145,17 +145,17 @@ def test_another_agent_without_a_baseline_is_told_how_to_give_its_own(tmp_path, 
     """The breakout-v2 agent's weights exported as a user would: no metadata, so no contract to
     refuse it by; it decides otherwise than the reference on most fixed states."""
     from runner.cli.check import CHECK_SPEC
+    from runner.cli.check_contract import played_contract
     from runner.cli.check_inputs import prepare_models
-    from runner.spec.document import load_spec
 
-    spec = load_spec(CHECK_SPEC).spec
+    contract = played_contract(CHECK_SPEC, ())
     other = cleanrl_onnx(tmp_path / "other_agent.onnx", dynamic_batch=True, checkpoint=REFERENCE_V2)
-    sets = prepare_models([("MODEL", other, "candidate", "float32:0-255:nchw")], (), CHECK_SPEC, spec)
+    sets = prepare_models([("MODEL", other, "candidate", "float32:0-255:nchw")], (), CHECK_SPEC, contract)
     out = capsys.readouterr().out
     assert "it looks like another agent" in out and "--baseline YOUR_FP32.onnx" in out
     assert json.loads(sets[0].split("=", 1)[1])["input"] == "float32:0-255:nchw"
     same = cleanrl_onnx(tmp_path / "same_agent.onnx", dynamic_batch=True)
-    prepare_models([("MODEL", same, "candidate", "float32:0-255:nchw")], (), CHECK_SPEC, spec)
+    prepare_models([("MODEL", same, "candidate", "float32:0-255:nchw")], (), CHECK_SPEC, contract)
     assert "another agent" not in capsys.readouterr().out
 
 

@@ -74,17 +74,15 @@ def _check(ctx: click.Context, model: Path, baseline: Path | None, model_input: 
            db: Path | None, reports_dir: Path, take_document=None) -> bool:
     """The check, said on stdout; whether every verdict is deployment-worthy. The run's --json
     document goes to `take_document` where one is given."""
-    from runner.cli.check_contract import contract_sets, unlabelled_line
+    from runner.cli.check_contract import contract_sets, played_contract, unlabelled_line
     from runner.cli.check_inputs import prepare_models
-    from runner.cli.spec_loading import load_or_exit
 
     chosen = [f"contract.name={contract_name}"] if contract_name else []
-    # the spec and the user's --set arguments are checked before any file is read or game played
-    spec = load_or_exit(CHECK_SPEC, (*chosen, *overrides), check_files=False).spec
-    contract = spec.contract.build()
+    contract = played_contract(CHECK_SPEC, (*chosen, *overrides))
     sets = [*prepare_models([("MODEL", model, "candidate", model_input),
                              ("--baseline", baseline, "baseline", baseline_input)], (*chosen, *overrides), CHECK_SPEC,
-                            spec, announce=lambda: click.echo(f"check {model} under contract {contract.described()}")),
+                            contract, announce=lambda: click.echo(f"check {model} under contract "
+                                                                  f"{contract.described()}")),
             *chosen]
     note = unlabelled_line({"MODEL": model, "--baseline": baseline}, contract)
     if note:

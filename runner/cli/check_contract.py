@@ -21,6 +21,24 @@ from runner.cli.exit_codes import ExitCode, fail
 REFERENCE_ONNX = Path(__file__).resolve().parents[2] / "models" / "reference" / "dqn_breakout.onnx"
 
 
+def played_contract(spec_path: Path, overrides: tuple[str, ...]) -> Contract:
+    """The contract `spec_path` plays with `overrides` laid on it, read before any file is. Where they
+    do not make one, the spec's problems are said as `runner run` says them, and exit 2."""
+    from pydantic import ValidationError
+
+    from runner.cli.spec_loading import load_or_exit
+    from runner.spec.extends import resolve_extends
+    from runner.spec.fields import ContractSpec
+    from runner.spec.overrides import apply_overrides
+    from runner.spec.yaml_source import SpecSourceError, load_yaml
+
+    try:
+        data = apply_overrides(resolve_extends(load_yaml(spec_path)), overrides).data
+        return ContractSpec.model_validate(data.get("contract") or {}).build()
+    except (SpecSourceError, ValidationError, AttributeError):
+        return load_or_exit(spec_path, overrides, check_files=False).spec.contract.build()
+
+
 def contract_sets(contract: Contract, baseline: Path | None, overrides: tuple[str, ...] = ()) -> list[str]:
     """The `--set` arguments a check under `contract` needs besides the contract itself.
 

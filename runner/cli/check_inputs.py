@@ -22,6 +22,7 @@ import click
 import numpy as np
 
 from runner.cli.exit_codes import ExitCode, fail
+from runner.cli.spec_loading import load_or_exit
 
 STATES_FOLDER = Path("runs") / "baseline_states"
 CAPTURE_BATCH = 6  # games a baseline's fixed states are captured from, played side by side
@@ -29,10 +30,11 @@ ANOTHER_AGENT = 0.5  # agreement with the reference below which a candidate look
 
 
 def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overrides: tuple[str, ...],
-                   check_spec: Path, spec, plays: str = "baseline", announce=None) -> list[str]:
+                   check_spec: Path, contract, plays: str = "baseline", announce=None) -> list[str]:
     """The `--set` arguments that make the spec's artifacts these files, after every check before
-    the run; each `(label, path, artifact, declared input)` with a path. `spec` is `check_spec` with
-    `overrides`, validated but for its files; its contract is the game played. The fixed states come from
+    the run; each `(label, path, artifact, declared input)` with a path, played under `contract`.
+    The spec, with these files and `overrides`, is validated (but for the files it reads) before
+    any game is played: a bad `--set` is said as the run says it. The fixed states come from
     the games of the file given for artifact `plays` (unless it is the spec's own file). A file
     that fails ends the command with one line and exit 2; `announce()`, where given, is called
     once every file passed, before any game is played; notes are printed as they come."""
@@ -44,7 +46,6 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
     conventions: dict[str, InputConvention] = {}
     models = {}  # each file's graph, read once for its convention and its adapter
     sets = []
-    contract = spec.contract.build()
     for label, path, artifact, declared in given:
         problem = onnx_file_problem(path, contract)
         if problem:
@@ -62,6 +63,7 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
         except ValueError as exc:
             fail(f"{label} {path}: {exc}", ExitCode.BAD_INPUT)
         sets.append(artifact_override(artifact, path, conventions[artifact]))
+    spec = load_or_exit(check_spec, (*sets, *overrides), check_files=False).spec
     from breakout_core.conversion.model_prechecks import spec_batch_sizes
     from breakout_core.evaluation.fixed_states import load_fixed_states
     from breakout_core.game.envs import NUM_ACTIONS
@@ -132,7 +134,7 @@ def interface_problem(path: Path, contract=None, full_action_option: str | None 
     actions); a named dimension fits any size. `full_action_option`: how the command asking turns
     full_action_space on, where not with --set."""
     from breakout_core.conversion.export import inspect_onnx
-    from breakout_core.conversion.model_prechecks import FULL_ACTION_OPTION, output_problem
+    from breakout_core.conversion.model_prechecks import output_problem
     from breakout_core.game.contract import DEFAULT_CONTRACT, contract_by_name
     from breakout_core.runtimes.base import OBS_SHAPE
 
@@ -150,8 +152,8 @@ def interface_problem(path: Path, contract=None, full_action_option: str | None 
             or not (fits(info.inputs[0].shape, OBS_SHAPE) or fits(info.inputs[0].shape, (84, 84, 4))):
         return f"{path}: the agent's model takes {wanted}; this one has {shown}"
     actions = info.outputs[0].shape[1]
-    option = full_action_option or FULL_ACTION_OPTION
-    problem = output_problem(actions, contract, option) if isinstance(actions, int) and actions > 0 else None
+    problem = output_problem(actions, contract, full_action_option) if isinstance(actions, int) and actions > 0 \
+        else None
     return f"{path}: {problem}" if problem else None
 
 

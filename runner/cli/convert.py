@@ -55,16 +55,13 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
     from breakout_core.conversion.input_convention import InputConvention, convention_of
     from breakout_core.conversion.input_convention import model_input as input_of
     from breakout_core.conversion.onnx_checks import ModelCheckError, check_preprocessing
-    from runner.cli.check_contract import contract_sets
-    from runner.cli.spec_loading import load_or_exit
+    from runner.cli.check_contract import contract_sets, played_contract
 
     out = out or model.with_name(f"{model.stem}_{precision}.onnx")
     spec = SPECS / f"convert_{precision}.yaml"
     sets = [f"artifacts.{precision}.path={out.resolve()}", *([f"contract.name={contract_name}"] if contract_name
                                                             else [])]
-    # the spec and the user's --set arguments are checked before any file is read or game played
-    checked = load_or_exit(spec, (*sets, *overrides), check_files=False).spec
-    contract = checked.contract.build()
+    contract = played_contract(spec, (*sets, *overrides))
     problem = onnx_file_problem(model, contract)  # its width against the actions of the game it plays
     if problem:
         fail(f"MODEL {problem}", ExitCode.BAD_INPUT)
@@ -81,7 +78,7 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
         fail(f"--out {out}: that is MODEL itself; name another file", ExitCode.BAD_INPUT)
     announce = lambda: click.echo(f"convert {model} to {precision.upper()}, checked on states under contract "  # noqa: E731
                                   f"{contract.described()}")
-    sets += prepare_models([("MODEL", model, SOURCE, model_input)], (*sets, *overrides), spec, checked,
+    sets += prepare_models([("MODEL", model, SOURCE, model_input)], (*sets, *overrides), spec, contract,
                            plays=SOURCE, announce=announce)
     sets += contract_sets(contract, model, (*sets, *overrides))  # MODEL's own states, if any, stand
     convention = convention_of(source, InputConvention.parse(model_input) if model_input else None)

@@ -42,7 +42,8 @@ def deploy_problems(spec, context: dict | None = None) -> list[tuple[tuple, str]
     return (_artifact_problems(spec, context, {n for written in outputs for n in written})
             + _runtime_problems(spec) + _reference_problems(spec, kinds, outputs) + _metric_problems(spec)
             + _held_out_problems(spec, kinds, check_files) + own
-            + (output_path_problems(spec) if check_files else []))
+            # output paths read no file: judged wherever they resolve against the spec's folder
+            + (output_path_problems(spec) if check_files or context.get("base_dir") is not None else []))
 
 
 def _artifact_problems(spec, context: dict, outputs: set[str]) -> list[tuple[tuple, str]]:
@@ -55,7 +56,7 @@ def _artifact_problems(spec, context: dict, outputs: set[str]) -> list[tuple[tup
         if own and name not in outputs:
             problems.append((("artifacts", name, "made_by"),
                              f"made_by names this spec, but none of its export measurements writes {name!r}"))
-        if check_files and artifact.type == "onnx" and path.is_file():
+        if check_files and artifact.type == "onnx" and path.is_file() and not own:  # an output is not read
             problem = _input_problem(path, artifact.input)
             if problem:
                 problems.append((("artifacts", name, "input"), f"{path.name} {problem}"))
