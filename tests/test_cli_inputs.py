@@ -98,7 +98,10 @@ def test_a_real_process_exits_2_with_one_line_and_no_traceback(tmp_path, write_s
     (["runs", "--status", "finished"], "runner runs: Invalid value for '--status': 'finished' is not one of"),
     (["bogus"], "runner: No such command 'bogus'"),
     (["--bogus"], "runner: No such option '--bogus'"),
-], ids=["missing-argument", "unknown-option", "bad-choice", "unknown-command", "unknown-top-option"])
+    (["play", "--model"], "runner play: Option '--model' requires an argument."),
+    (["convert"], "runner convert: Missing argument '{fp16|int8}'. Choose from: fp16, int8 ('"),
+], ids=["missing-argument", "unknown-option", "bad-choice", "unknown-command", "unknown-top-option",
+        "option-without-value", "choices-listed"])
 def test_a_command_line_mistake_is_one_line(tmp_path, args, mention):
     assert_one_line_usage_error(runner(*args, cwd=tmp_path), mention, "--help' lists what it takes)")
 

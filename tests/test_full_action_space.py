@@ -243,8 +243,11 @@ def test_runner_play_takes_an_18_action_model_under_its_flag_and_refuses_a_width
     common = ("--port", "0", "--db", "play.duckdb")
     refused = cli("play", "--model", str(model), *common, cwd=tmp_path)
     assert_one_line_usage_error(refused, f"--model {model}: it gives 18 Q-values, ALE's full action space",
-                                "judge it under the contract option --full-action-space")
+                                "judge it under --full-action-space")
     four = cli("play", "--model", str(REFERENCE_ONNX), "--full-action-space", *common, cwd=tmp_path)
     assert_one_line_usage_error(four, "it gives 4 Q-values, Breakout's minimal action set, and breakout-v3 with "
-                                "full_action_space plays ALE's 18 actions")
+                                "full_action_space plays ALE's 18 actions", "leave out --full-action-space")
+    floats = cli("play", "--model", str(full18), "--full-action-space", *common, cwd=tmp_path)
+    assert_one_line_usage_error(floats, f"--model {full18}: takes float32 ('batch', 4, 84, 84); the play page feeds "
+                                "the agent's uint8 observations (B, 4, 84, 84)")
     assert not (tmp_path / "play.duckdb").exists()

@@ -83,9 +83,10 @@ def fp16_cast_fix(path: str | Path) -> str | None:
             f"float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=[{casts[0].name!r}])")
 
 
-def output_problem(actions: int, contract: Contract, option: str = FULL_ACTION_OPTION) -> str | None:
+def output_problem(actions: int, contract: Contract, option: str | None = None) -> str | None:
     """Why a model giving `actions` Q-values cannot play `contract`'s game: it needs one per action of
-    the contract's set. `option`: how the command asking turns full_action_space on."""
+    the contract's set. `option`: how the command asking turns full_action_space on (default: the
+    contract option, as a spec and --set name it)."""
     wanted = contract.num_actions
     if actions == wanted:
         return None
@@ -93,10 +94,10 @@ def output_problem(actions: int, contract: Contract, option: str = FULL_ACTION_O
               else f"{contract.name} plays Breakout's minimal {wanted} actions")
     if actions == len(FULL_ACTION_NAMES):
         return (f"it gives {actions} Q-values, ALE's full action space (full_action_space=True), and {played}; "
-                f"judge it under the contract option {option}")
+                f"judge it under {option or f'the contract option {FULL_ACTION_OPTION}'}")
     if actions == len(MINIMAL_ACTION_NAMES):
-        return (f"it gives {actions} Q-values, Breakout's minimal action set, and {played}; leave out the "
-                f"contract option full_action_space")
+        return (f"it gives {actions} Q-values, Breakout's minimal action set, and {played}; leave out "
+                f"{option or 'the contract option full_action_space'}")
     return f"it gives {actions} Q-values, and {played}"
 
 

@@ -50,10 +50,18 @@ def _store(db: Path | None):
     return Store(db)
 
 
-def _usage_line(exc: click.UsageError) -> str:
-    """A command-line mistake click found, on one line: the command, what is wrong, where help is."""
-    command = exc.ctx.command_path if exc.ctx is not None else "runner"
-    return f"{command}: {exc.format_message()} ('{command} --help' lists what it takes)"
+def _usage_line(exc: click.UsageError, ctx: click.Context | None = None) -> str:
+    """A command-line mistake click found, on one line: the command, what is wrong, where help is.
+    `ctx`: the group's context, for a mistake click raised without the subcommand's own (an option
+    missing its value)."""
+    if exc.ctx is not None:
+        command = exc.ctx.command_path
+    elif ctx is not None:
+        command = " ".join(filter(None, (ctx.command_path, ctx.invoked_subcommand)))
+    else:
+        command = "runner"
+    message = " ".join(exc.format_message().split())  # click lists a choice on lines of its own
+    return f"{command}: {message} ('{command} --help' lists what it takes)"
 
 
 class RunnerCommands(click.Group):
@@ -73,7 +81,7 @@ class RunnerCommands(click.Group):
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:
-            fail(_usage_line(exc), ExitCode.BAD_INPUT)
+            fail(_usage_line(exc, ctx), ExitCode.BAD_INPUT)
         except OSError as exc:
             if not is_no_space(exc):
                 raise
@@ -392,8 +400,11 @@ def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contr
     """Serve a page where a person plays Breakout beside the agent (same seed); games go to DuckDB."""
     import time
 
+    import onnx
+
     from breakout_core.browser.server import web_files_missing
     from breakout_core.conversion.export import onnx_contract
+    from breakout_core.conversion.input_convention import model_input
     from runner.cli.check_inputs import interface_problem
     from runner.play.server import PlayServer
     from runner.spec.file_checks import file_problem
@@ -405,6 +416,10 @@ def play(model: Path, provider: str, seed: int, port: int, pace_ms: float, contr
     problem = interface_problem(model, contract, full_action_option="--full-action-space")
     if problem:
         fail(f"--model {problem}", ExitCode.BAD_INPUT)
+    _, dtype, shape = model_input(onnx.load(model, load_external_data=False))
+    if dtype != "uint8" or tuple(shape[1:]) == (84, 84, 4):  # the page feeds the observations as they are
+        fail(f"--model {model}: takes {dtype} {shape}; the play page feeds the agent's uint8 observations "
+             "(B, 4, 84, 84), so it plays a file that takes them (as the project's exports do)", ExitCode.BAD_INPUT)
     try:
         server = PlayServer(_store(db), model, contract, provider=provider, seed=seed, port=port,
                             pace_ms=pace_ms).start()
