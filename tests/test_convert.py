@@ -4,6 +4,7 @@ then `runner check` judging what it wrote against that file, with the command co
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -117,6 +118,20 @@ def _converted_then_checked(tmp_path: Path, precision: str, *overrides: str, dec
 
 
 @pytest.mark.slow
+def test_convert_names_the_file_a_set_of_the_artifacts_path_made_it_write(tmp_path):
+    export_cleanrl_shaped(tmp_path / "cleanrl.onnx")
+    (tmp_path / "elsewhere").mkdir()
+    written = tmp_path / "elsewhere" / "mine.onnx"
+    made = cli("convert", "fp16", "cleanrl.onnx", *set_args("measurements.search.latency_runs=64",
+                                                            f"artifacts.fp16.path={written}"),
+               "--db", "r.duckdb", "--reports", "reports", cwd=tmp_path)
+    assert made.exit_code == 0, (made.output, made.exception)
+    lines = made.stdout.splitlines()
+    assert lines[-2].startswith(f"recommended: {written} (") and f"runner check {written} --baseline" in lines[-1]
+    assert written.is_file() and not (tmp_path / "cleanrl_fp16.onnx").exists()
+
+
+@pytest.mark.slow
 def test_convert_fp16_writes_a_file_that_check_judges_against_the_users_fp32_file(tmp_path):
     _, said = _converted_then_checked(tmp_path, "fp16")
     assert "verdict fp16_same_decisions_on_the_fixed_states: deployment-worthy" in said
@@ -208,3 +223,34 @@ def test_a_float_input_in_0_255_is_quantized_as_the_projects_uint8_input_is(tmp_
         return np.concatenate([session.run(None, {name: obs[i:i + 1]})[0] for i in range(len(obs))]).argmax(1)
 
     assert (actions(made.path, fixed.astype(np.float32)) == actions(own.path, fixed)).all()
+
+
+def test_a_float_input_that_is_not_whole_pixels_keeps_its_calibrated_range(tmp_path):
+    """Divided by 255 inside the graph, yet fed values in 0-1: pinning at 1/255 would leave two
+    levels, so the calibrated range stands and no check claims exact pixels."""
+    import numpy as np
+
+    from breakout_core.conversion.quantize import fixed_input_scale, quantize_int8, scaled_input_tensor
+
+    source = cleanrl_onnx(tmp_path / "cleanrl.onnx", dynamic_batch=True)
+    states = (load_fixed_states(MODELS / "fixed_states_60.npz").obs[::3][:16] / 255.0).astype(np.float32)
+    made = quantize_int8(source, tmp_path / "int8.onnx", calibration=states)
+    scale = fixed_input_scale(onnx.load(made.path), scaled_input_tensor(onnx.load(source)))
+    assert scale is not None and scale < 1 / 255 / 100 and not any("every pixel" in c for c in made.checks)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("nncf") is None, reason="nncf is not installed (pip install -e "
+                    "'.[openvino]')")
+def test_nncf_takes_a_float_inputs_states_and_pins_its_division_by_255(tmp_path):
+    import numpy as np
+
+    from breakout_core.conversion.nncf_quantize import quantize_nncf
+    from breakout_core.conversion.quantize import INPUT_SCALE, fixed_input_scale, scaled_input_tensor
+
+    source = cleanrl_onnx(tmp_path / "cleanrl.onnx", dynamic_batch=True)
+    states = load_fixed_states(MODELS / "fixed_states_60.npz").obs[::3][:16]
+    with pytest.raises(Exception, match="calibration states are uint8; cleanrl.onnx takes float32"):
+        quantize_nncf(source, tmp_path / "refused.onnx", calibration=states)
+    made = quantize_nncf(source, tmp_path / "int8.onnx", calibration=states.astype(np.float32))
+    scale = fixed_input_scale(onnx.load(made.path), scaled_input_tensor(onnx.load(source)))
+    assert scale == pytest.approx(INPUT_SCALE, rel=1e-6) and any("every pixel exact" in c for c in made.checks)

@@ -48,9 +48,10 @@ from breakout_core.conversion.quantize import (
     INPUT_SCALE,
     Int8Artifact,
     QuantizeError,
+    calibration_fits,
     checked_exclusions,
     fixed_input_scale,
-    scaled_input_tensor,
+    pinned_input,
 )
 
 # min/max ranges need states that reach the extremes play reaches, as for ONNX Runtime's minmax
@@ -89,8 +90,9 @@ def quantize_nncf(fp32_path: str | Path, out_path: str | Path, *, calibration: n
                   nodes_to_exclude: Sequence[str] = ()) -> Int8Artifact:
     """Write an INT8 (QDQ) copy of an FP32 ONNX model with `nncf.quantize`.
 
-    `calibration`: uint8 observations (N, 4, 84, 84), at least NNCF_MIN_CALIBRATION_STATES,
-    the same states the ONNX Runtime path would be given. `nodes_to_exclude`: node names of
+    `calibration`: observations as the model's input takes them (the agent's uint8 (N, 4, 84, 84), or
+    a float input's values), at least NNCF_MIN_CALIBRATION_STATES, the same states the ONNX Runtime
+    path would be given. `nodes_to_exclude`: node names of
     the FP32 graph NNCF leaves in float. Raises QuantizerUnavailable where NNCF is missing.
     """
     ok, reason = nncf_available()
@@ -103,8 +105,9 @@ def quantize_nncf(fp32_path: str | Path, out_path: str | Path, *, calibration: n
     fp32_path, out_path = Path(fp32_path), Path(out_path)
     states = _states(calibration)
     source, data, source_sha256 = read_source_model(fp32_path, QuantizeError)
+    calibration_fits(source, states, fp32_path)
     excluded = checked_exclusions(source, nodes_to_exclude, fp32_path)
-    scaled_input = scaled_input_tensor(source)
+    scaled_input = pinned_input(source, states)
     input_name = source.graph.input[0].name
     dataset = nncf.Dataset([states[i:i + 1] for i in range(len(states))], lambda batch: {input_name: batch})
     scope = nncf.IgnoredScope(names=list(excluded)) if excluded else None
@@ -154,8 +157,9 @@ def _states(calibration: np.ndarray | None) -> np.ndarray:
     if calibration is None or len(calibration) == 0:
         raise QuantizeError("nncf quantization needs calibration states; none were given")
     states = np.ascontiguousarray(calibration)
-    if states.dtype != np.uint8 or states.ndim != 4:
-        raise QuantizeError(f"calibration states must be uint8 (N, stack, H, W), got {states.dtype} {states.shape}")
+    if states.dtype not in (np.uint8, np.float32, np.float16) or states.ndim != 4:
+        raise QuantizeError(f"calibration states must be 4-D observations as the model takes them (uint8, float32 "
+                            f"or float16), got {states.dtype} {states.shape}")
     if len(states) < NNCF_MIN_CALIBRATION_STATES:
         raise QuantizeError(f"nncf calibration needs at least {NNCF_MIN_CALIBRATION_STATES} states, got {len(states)}")
     return states

@@ -138,7 +138,7 @@ def _scaling_by_255(node, tensor: str, constants: dict[str, np.ndarray]) -> tupl
     value = constants.get(other[0]) if other else None
     wanted = 255.0 if node.op_type == "Div" else 1.0 / 255.0
     ok = node.op_type in ("Div", "Mul") and value is not None and value.size == 1 and np.isclose(
-        float(value.reshape(-1)[0]), wanted, rtol=1e-3)
+        float(value.reshape(-1)[0]), wanted, rtol=1e-3) and (node.op_type == "Mul" or node.input[0] == tensor)
     return ok, value
 
 

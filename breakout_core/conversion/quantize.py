@@ -135,7 +135,6 @@ def quantize_int8(
     `nodes_to_exclude`: node names of the FP32 graph to keep in float. The provenance is
     returned and also written into the model's metadata (`breakout.*`).
     """
-    import onnx
     import onnxruntime as ort
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -149,12 +148,9 @@ def quantize_int8(
         raise QuantizeError("dynamic quantization takes its activation ranges at run time: give no calibration states")
     source, data, source_sha256 = read_source_model(fp32_path, QuantizeError)
     if method == "static":
-        takes = onnx.helper.tensor_dtype_to_np_dtype(source.graph.input[0].type.tensor_type.elem_type)
-        if states.dtype != takes:
-            raise QuantizeError(f"calibration states are {states.dtype}; {fp32_path.name} takes {np.dtype(takes)}: "
-                                "give them as its input takes them")
+        calibration_fits(source, states, fp32_path)
     excluded = checked_exclusions(source, nodes_to_exclude, fp32_path)
-    scaled_input = scaled_input_tensor(source)
+    scaled_input = pinned_input(source, states) if method == "static" else scaled_input_tensor(source)
     checks = []
 
     # the quantizer writes only in this folder; the checked file is then written whole at out_path
@@ -339,10 +335,31 @@ def checked_exclusions(model, nodes_to_exclude: Sequence[str], path: Path) -> tu
     return excluded
 
 
+def pinned_input(model, states: np.ndarray) -> str | None:
+    """The scaled input whose quantization is pinned to 1/255 on these calibration states, so that
+    every pixel stays exact: a uint8 input's, or a float input's whose states are whole pixels in
+    0-255 (a float input holding other values keeps its calibrated range); None without one."""
+    scaled = scaled_input_tensor(model)
+    if scaled is None or has_preprocessing(model):
+        return scaled
+    whole_pixels = states.min() >= 0 and states.max() <= 255 and np.array_equal(states, np.round(states))
+    return scaled if whole_pixels else None
+
+
+def calibration_fits(model, states: np.ndarray, path: Path) -> None:
+    """Raise QuantizeError unless the calibration states have the dtype the model's input takes."""
+    import onnx
+
+    takes = onnx.helper.tensor_dtype_to_np_dtype(model.graph.input[0].type.tensor_type.elem_type)
+    if states.dtype != takes:
+        raise QuantizeError(f"calibration states are {states.dtype}; {path.name} takes {np.dtype(takes)}: "
+                            "give them as its input takes them")
+
+
 def scaled_input_tensor(model) -> str | None:
     """The tensor that holds the input's pixels / 255, when the graph begins so: a uint8 input cast
     to float and scaled (the project's exports), or a float input in 0-255 scaled at once (CleanRL's
-    and Stable-Baselines3's). Its quantization is pinned to 1/255, so every pixel stays exact."""
+    and Stable-Baselines3's)."""
     try:
         check_preprocessing(model)
     except ModelCheckError:

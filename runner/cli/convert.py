@@ -90,7 +90,8 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
     chosen = _chosen(db, verdicts[0]["run_id"]) if verdicts else None
     if chosen is None:
         fail("the search stored no chosen file", ExitCode.ENVIRONMENT)
-    met, method, kept, agreement, ratio = chosen
+    written, met, method, kept, agreement, ratio = chosen
+    out = _as_given(written, out)  # a --set of the artifact's path wins over --out
     how = f"{method} calibration, " if method else ""
     kept_words = f"{len(kept)} layer(s) kept in float ({', '.join(kept)})" if kept else "no layer kept in float"
     said = (f"{how}{kept_words}; FP32's action on {agreement:.0%} of the fixed states; batch-1 P50 {ratio:.2f}x "
@@ -106,16 +107,21 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
     sys.exit(ExitCode.OK if met else ExitCode.SAID_NO)
 
 
+def _as_given(written: str, out: Path) -> Path:
+    """The file the run wrote, named as the user named --out where it is that file."""
+    return out if Path(written).resolve() == out.resolve() else Path(written)
+
+
 def _chosen(db: Path | None, run_id: str) -> tuple | None:
-    """(met target, calibration method, layers kept in float, agreement, P50 ratio) of the step the
-    run's search chose."""
+    """(file written, met target, calibration method, layers kept in float, agreement, P50 ratio) of
+    the step the run's search chose."""
     import json
 
     from runner.store.database import Store
 
     with Store(db).reader() as con:
         row = con.execute(
-            "SELECT r.met_target, r.calibrate_method, s.kept_float, s.agreement, s.latency_ratio "
+            "SELECT r.path, r.met_target, r.calibrate_method, s.kept_float, s.agreement, s.latency_ratio "
             "FROM repair_results r JOIN repair_steps s ON s.run_id = r.run_id AND s.measurement = r.measurement "
             "AND s.chosen WHERE r.run_id = ? AND r.measurement = ?", [run_id, MEASUREMENT]).fetchone()
-    return None if row is None else (bool(row[0]), row[1], json.loads(row[2]), row[3], row[4])
+    return None if row is None else (row[0], bool(row[1]), row[2], json.loads(row[3]), row[4], row[5])
