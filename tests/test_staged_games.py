@@ -4,6 +4,7 @@ is stored; bad stages are one-line errors naming their line."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -295,3 +296,44 @@ def test_a_decision_one_game_carries_says_so_in_its_reason(tmp_path):
                            "(+90) -> inconclusive, seed 98 (+95) -> inconclusive, seed 99 (+100) -> inconclusive")
     assert evidence["metrics"]["identical_games_share"] == 0.0
     assert evidence["metrics"]["paired_diff_median"] == pytest.approx(float(np.median(diffs)))
+
+
+UNAVAILABLE_SPEC = f"""\
+name: staged_unavailable
+contract: {{max_episode_frames: 240, other_contracts: deliberate}}
+artifacts:
+  fp32: {{path: {REPO / "models" / "reference" / "dqn_breakout.onnx"}, precision: fp32}}
+runtimes:
+  ort: {{runtime: onnxruntime, provider: cpu, artifact: fp32}}
+  ort_b: {{runtime: onnxruntime, provider: cpu, artifact: fp32}}
+  trt: {{runtime: tensorrt, precision: fp32, artifact: fp32}}
+measurements:
+  - kind: episodes
+    name: games
+    runtimes: [ort, {{runtimes}}]
+    seeds: {{start: 10, count: 6}}
+    batch_size: 2
+    stages: {{games: 2}}
+verdicts:
+  - name: trt_keeps
+    measurement: games
+    candidate: trt
+    baseline: ort
+    deployment_worthy_when: {{diff_plus_margin_ci_low: "> 0"}}
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="TensorRT is installed here")
+@pytest.mark.parametrize("others", [["trt"], ["trt", "ort_b"]], ids=["alone", "beside-another"])
+def test_a_candidate_unavailable_here_plays_no_game_and_the_others_go_on(tmp_path, write_spec, others):
+    """Every runtime is opened before a game is played: an unavailable candidate plays nothing, and
+    no game is played at all where no candidate can be judged."""
+    spec = write_spec(UNAVAILABLE_SPEC.replace("{runtimes}", ", ".join(others)))
+    done = cli("run", str(spec), "--db", "r.duckdb", "--no-report", cwd=tmp_path)
+    assert done.exit_code == 0, (done.output, done.exception)
+    assert "verdict trt_keeps: unavailable — runtime trt (tensorrt) unavailable here" in done.output
+    with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
+        played = dict(con.execute("SELECT policy, count(*) FROM episodes GROUP BY policy").fetchall())
+        looks = {c for (c,) in con.execute("SELECT DISTINCT candidate FROM episode_looks").fetchall()}
+    assert "trt" not in played and "trt" not in looks
+    assert played == ({} if others == ["trt"] else {"ort": 2, "ort_b": 2})  # the same file: non-inferior at once

@@ -120,16 +120,15 @@ def play_in_stages(m, ctx: "RunContext", seeds: list[int], play: PlayStage) -> N
     candidates = [r for r in m.ordered_runtimes()[1:] if not found_unavailable(ctx, m.name, r)]
     tests = {c: SequentialTest(plan) for c in candidates}
     stored_games, stored_looks = _stored(ctx, m.name)
-    task = ctx.progress.add_task(f"{m.name} · games in stages of {stages.games}",
-                                 total=len(seeds) * (1 + len(candidates)), unit="games")
     with contextlib.ExitStack() as stack:
-        loaded: dict[str, object] = {}
-
-        def runtime(name: str):
-            if name not in loaded:
-                loaded[name] = stack.enter_context(open_runtime(ctx, m.name, name))
-            return loaded[name]
-
+        # every runtime is opened before a game is played: one unavailable here (recorded in
+        # runtime_status) plays nothing, and no stage is played for a test that cannot be made
+        loaded = {name: stack.enter_context(open_runtime(ctx, m.name, name)) for name in [baseline, *candidates]}
+        candidates = [c for c in candidates if loaded[c] is not None]
+        if loaded[baseline] is None or not candidates:
+            return
+        task = ctx.progress.add_task(f"{m.name} · games in stages of {stages.games}",
+                                     total=len(seeds) * (1 + len(candidates)), unit="games")
         for stage, start in enumerate(range(0, len(seeds), stages.games), start=1):
             block = seeds[start:start + stages.games]
             active = [c for c in candidates if tests[c].decision == CONTINUE]
@@ -139,13 +138,7 @@ def play_in_stages(m, ctx: "RunContext", seeds: list[int], play: PlayStage) -> N
                 if stored_games.get(name, set()).issuperset(block):
                     ctx.progress.advance(task, len(block))
                     continue
-                if runtime(name) is None:  # unavailable here: recorded in runtime_status
-                    if name == baseline:
-                        return
-                    active.remove(name)
-                    del tests[name]
-                    continue
-                play(name, runtime(name), block, task)
+                play(name, loaded[name], block, task)
             for candidate in active:
                 look = _look(ctx, m, tests[candidate], candidate, baseline, seeds[:start + len(block)], block)
                 if (candidate, stage) not in stored_looks:
