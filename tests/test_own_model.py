@@ -228,6 +228,26 @@ def test_a_bad_games_plan_is_refused_before_the_baselines_states_are_captured(tm
     assert result.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == []  # no runs/baseline_states
 
 
+@pytest.mark.parametrize("command, override, mention", [
+    ("check", "artifacts.candidate.path=/nowhere/mine.onnx", "/nowhere/mine.onnx: no such file"),
+    ("check", "artifacts.fixed_states.path=/nowhere/states.npz", "/nowhere/states.npz: no such file"),
+    ("check", "artifacts.candidate.path={full18}", "{full18}: it gives 18 Q-values, ALE's full action space"),
+    ("convert", "artifacts.onnx_fp32.path=/nowhere/mine.onnx", "/nowhere/mine.onnx: no such file"),
+], ids=["missing-model", "missing-states", "width", "convert-missing-source"])
+def test_a_file_a_set_names_is_checked_before_any_game(tmp_path, command, override, mention):
+    """As MODEL is: with a --baseline of the user's own, its fixed states would be captured first."""
+    from user_exports import cleanrl_onnx
+
+    fp32 = str(REPO / "models" / "reference" / "dqn_breakout.onnx")
+    full18 = cleanrl_onnx(tmp_path / "full18.onnx", actions=18)
+    override, mention = override.format(full18=full18), mention.format(full18=full18)
+    args = (["check", fp32, "--baseline", str(FP16_ONNX)] if command == "check"
+            else ["convert", "fp16", fp32, "--out", "out.onnx"])
+    result = cli(*args, "--set", override, "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, f"--set {override}: {mention}")
+    assert result.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["full18.onnx"]
+
+
 TENSORRT_FP32 = "runtimes.{}={{runtime: tensorrt, precision: fp32, artifact: {}}}"
 
 

@@ -64,6 +64,7 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
             fail(f"{label} {path}: {exc}", ExitCode.BAD_INPUT)
         sets.append(artifact_override(artifact, path, conventions[artifact]))
     spec = load_or_exit(check_spec, (*sets, *overrides), check_files=False).spec
+    _check_set_files(spec, overrides, contract)
     from breakout_core.conversion.model_prechecks import spec_batch_sizes
     from breakout_core.evaluation.fixed_states import load_fixed_states
     from breakout_core.game.envs import NUM_ACTIONS
@@ -97,6 +98,28 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
         elif baseline is None and "candidate" in runnable:
             _note_another_agent(runnable["candidate"], reference, reference_states, files[0][1])
     return sets
+
+
+def _check_set_files(spec, overrides: tuple[str, ...], contract) -> None:
+    """The input files the user's `--set` arguments put in the spec, checked as MODEL is, before
+    any game: missing, not what their type says, or a played model that does not fit `contract`.
+    (The spec's own files are checked by the run; its fixed states may yet be replaced by the
+    baseline's own.)"""
+    from runner.spec.file_checks import file_problem
+
+    played = {config.artifact for config in spec.runtimes.values()}
+    for text in overrides:
+        keys = text.split("=", 1)[0].split(".")
+        artifact = spec.artifacts.get(keys[1]) if len(keys) > 1 and keys[0] == "artifacts" else None
+        if artifact is None or artifact.made_by == spec.name:  # not an artifact, or one this spec writes
+            continue
+        path = Path(artifact.path)
+        if keys[1] in played:
+            problem = onnx_file_problem(path, contract)
+        else:
+            problem = f"{path}: no such file" if not path.is_file() else file_problem(path, artifact.type)
+        if problem:
+            fail(f"--set {text}: {problem}", ExitCode.BAD_INPUT)
 
 
 def _same_file(a: Path, b: Path) -> bool:
