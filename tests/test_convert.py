@@ -68,6 +68,18 @@ def test_convert_refuses_an_out_that_a_shipped_spec_reads_before_any_game(tmp_pa
     assert result.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["cleanrl.onnx"]
 
 
+@pytest.mark.parametrize("given, mention", [
+    (["--out", "a.onnx", "--set", "artifacts.int8.path=b.onnx"],
+     "--out and --set artifacts.int8.path=b.onnx both say artifacts.int8.path: give one of them"),
+    (["--contract", "breakout-v3", "--set", "contract.name=breakout-v2"],
+     "--contract and --set contract.name=breakout-v2 both say contract.name: give one of them"),
+], ids=["out", "contract"])
+def test_convert_refuses_a_value_given_by_an_option_and_a_set_alike(tmp_path, given, mention):
+    result = cli("convert", "int8", str(MODELS / "dqn_breakout.onnx"), *given, "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, mention)
+    assert result.stdout == "" and list(tmp_path.iterdir()) == []
+
+
 def test_convert_refuses_to_write_over_the_model_itself(tmp_path):
     model = tmp_path / "m.onnx"
     model.write_bytes((MODELS / "dqn_breakout.onnx").read_bytes())

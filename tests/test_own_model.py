@@ -248,6 +248,13 @@ def test_a_file_a_set_names_is_checked_before_any_game(tmp_path, command, overri
     assert result.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["full18.onnx"]
 
 
+def test_check_refuses_a_contract_given_by_the_option_and_a_set_alike(tmp_path):
+    result = cli("check", str(FP16_ONNX), "--contract", "breakout-v3", "--set", "contract.name=breakout-v2",
+                 "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, "--contract and --set contract.name=breakout-v2 both say contract.name")
+    assert result.stdout == "" and list(tmp_path.iterdir()) == []
+
+
 TENSORRT_FP32 = "runtimes.{}={{runtime: tensorrt, precision: fp32, artifact: {}}}"
 
 

@@ -14,7 +14,7 @@ import click
 from breakout_core.game.contract import CONTRACTS
 from runner.cli.exit_codes import ExitCode
 from runner.cli.json_output import check_document, emit_json, json_option
-from runner.cli.options import confirm_option, db_option, reports_option, set_option
+from runner.cli.options import confirm_option, db_option, refuse_both, reports_option, set_option
 
 CHECK_SPEC = Path(__file__).resolve().parents[2] / "specs" / "check_onnx.yaml"
 WORTHY = "deployment-worthy"
@@ -77,6 +77,8 @@ def _check(ctx: click.Context, model: Path, baseline: Path | None, model_input: 
     from runner.cli.check_contract import contract_sets, played_contract, unlabelled_line
     from runner.cli.check_inputs import prepare_models
 
+    if contract_name:
+        refuse_both("--contract", overrides, ("contract.name", "contract"))
     chosen = [f"contract.name={contract_name}"] if contract_name else []
     contract = played_contract(CHECK_SPEC, (*chosen, *overrides))
     sets = [*prepare_models([("MODEL", model, "candidate", model_input),

@@ -20,7 +20,7 @@ import click
 from breakout_core.game.contract import CONTRACTS
 from runner.cli.check_inputs import onnx_file_problem, prepare_models
 from runner.cli.exit_codes import ExitCode, fail
-from runner.cli.options import db_option, reports_option, set_option
+from runner.cli.options import db_option, refuse_both, reports_option, set_option
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 SOURCE = "onnx_fp32"  # the check and convert specs' FP32 artifact, set to the user's file
@@ -57,6 +57,10 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
     from breakout_core.conversion.onnx_checks import ModelCheckError, check_preprocessing
     from runner.cli.check_contract import contract_sets, played_contract
 
+    if out is not None:
+        refuse_both("--out", overrides, (f"artifacts.{precision}.path", f"artifacts.{precision}"))
+    if contract_name:
+        refuse_both("--contract", overrides, ("contract.name", "contract"))
     out = out or model.with_name(f"{model.stem}_{precision}.onnx")
     spec = SPECS / f"convert_{precision}.yaml"
     sets = [f"artifacts.{precision}.path={out.resolve()}", *([f"contract.name={contract_name}"] if contract_name

@@ -17,3 +17,13 @@ set_option = click.option("--set", "overrides", multiple=True, metavar="PATH=VAL
 confirm_option = click.option("--confirm", is_flag=True,
                               help="seeds a spec draws (`seeds: {drawn: N}`) come from the confirmation range, "
                                    "which no spec may name, instead of the check range")
+
+
+def refuse_both(option: str, overrides: tuple[str, ...], paths: tuple[str, ...]) -> None:
+    """Exit 2 in one line where a `--set` argument sets what `option`, also given, says: a value
+    given twice would otherwise be decided by which one the command lays on last."""
+    from runner.cli.exit_codes import ExitCode, fail
+
+    for text in overrides:
+        if text.split("=", 1)[0].strip() in paths:
+            fail(f"{option} and --set {text} both say {paths[0]}: give one of them", ExitCode.BAD_INPUT)
