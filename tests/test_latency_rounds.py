@@ -121,6 +121,29 @@ def test_a_rule_the_rounds_cannot_carry_is_one_line_and_stores_nothing(tmp_path,
     assert not (tmp_path / "r.duckdb").exists()
 
 
+def test_too_few_calls_a_round_names_every_rules_need_in_one_pass(tmp_path):
+    """Rounds of 20 calls are short of a P50's 64 and of a P95's 100: both are said at once, not
+    the floor first and the P95's need only once the floor is met."""
+    spec = tmp_path / "aa.yaml"
+    spec.write_text(SPEC.replace("iterations: 256", "iterations: 80").replace(
+        '      cpu_time_p50_ratio_ci_high: "<= 100"', '      cpu_time_p95_ratio_ci_high: "<= 1.1"'))
+    result = cli("validate", str(spec), cwd=tmp_path)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert [line.split(": ", 3)[3] for line in result.stderr.strip().splitlines()] == [
+        "verdict 'not_slower' judges latency_p50_ratio_ci_high: each round needs >= 64 timed calls for its P50, "
+        "iterations / rounds = 20",
+        "verdict 'not_slower' judges cpu_time_p95_ratio_ci_high: each round needs >= 100 timed calls for its P95, "
+        "iterations / rounds = 20"]
+
+
+def test_a_round_below_the_floor_is_refused_with_no_rule_on_it(tmp_path):
+    spec = tmp_path / "aa.yaml"
+    spec.write_text(SPEC.replace("iterations: 256", "iterations: 80").split("verdicts:")[0])
+    result = cli("validate", str(spec), cwd=tmp_path)
+    assert_one_line_usage_error(result, "aa.yaml:16: ", "measurements[0].iterations: each round needs >= 64 timed "
+                                                        "calls: iterations / rounds = 20")
+
+
 def test_too_few_rounds_for_a_tail_is_refused(tmp_path):
     spec = tmp_path / "aa.yaml"
     spec.write_text(SPEC.replace("iterations: 256", "iterations: 400").replace(

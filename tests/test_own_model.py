@@ -76,9 +76,9 @@ def test_a_bad_value_is_a_validation_error_naming_the_argument(tmp_path, given, 
 
 
 def test_an_error_about_a_part_holding_an_override_names_the_line_and_the_override(tmp_path):
-    result = cli("validate", str(DAY24), "--set", "measurements.0.iterations=100", cwd=tmp_path)
-    assert_one_line_usage_error(result, "day24_ort_latency.yaml:17 (with --set measurements.0.iterations=100): "
-                                        "measurements[0]: each round needs >= 64 timed calls")
+    result = cli("validate", str(DAY24), "--set", "measurements.0.batch_sizes=[0]", cwd=tmp_path)
+    assert_one_line_usage_error(result, "day24_ort_latency.yaml:17 (with --set measurements.0.batch_sizes=[0]): "
+                                        "measurements[0]: batch_sizes must be distinct, each 1..4096")
 
 
 def test_run_with_a_bad_override_stores_nothing(tmp_path):

@@ -71,9 +71,6 @@ class LatencyMeasurement(RuntimeMeasurement):
             raise ValueError("batch_sizes must be distinct, each 1..4096")
         if self.iterations % self.rounds:
             raise ValueError(f"iterations ({self.iterations}) must be a multiple of rounds ({self.rounds})")
-        if self.iterations // self.rounds < MIN_TIMED_CALLS:
-            raise ValueError(f"each round needs >= {MIN_TIMED_CALLS} timed calls: iterations / rounds = "
-                             f"{self.iterations // self.rounds}")
         if self.verdict_batch_size is not None and self.verdict_batch_size not in self.batch_sizes:
             raise ValueError(f"verdict_batch_size {self.verdict_batch_size} is not one of batch_sizes")
         return self
@@ -95,7 +92,8 @@ class LatencyMeasurement(RuntimeMeasurement):
 def spec_problems(m: LatencyMeasurement, spec, context: dict) -> list[tuple[tuple, str]]:
     """Rules that judge this measurement's interval of a statistic (its own verdicts', and those of a
     measurement that names it as its `latency:`) that its rounds cannot carry: each round needs
-    min_calls_per_round calls of the statistic, the interval min_rounds rounds."""
+    min_calls_per_round calls of the statistic, the interval min_rounds rounds; and, rules or
+    none, a round of fewer than MIN_TIMED_CALLS calls."""
     names = {other.name for other in spec.measurements
              if other.name == m.name or getattr(other, "latency", None) == m.name}
     per_round = m.iterations // m.rounds
@@ -115,6 +113,10 @@ def spec_problems(m: LatencyMeasurement, spec, context: dict) -> list[tuple[tupl
             elif m.rounds < rounds:
                 problems.append((("rounds",), f"verdict {verdict.name!r} judges {metric}: its interval needs "
                                               f"rounds >= {rounds}, got {m.rounds}"))
+    if per_round < MIN_TIMED_CALLS and not any(loc == ("iterations",) for loc, _ in problems):
+        # said here, beside the rules' own needs, so that one pass names the largest
+        problems.append((("iterations",), f"each round needs >= {MIN_TIMED_CALLS} timed calls: iterations / rounds = "
+                                          f"{per_round}"))
     return problems
 
 
