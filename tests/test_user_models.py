@@ -117,13 +117,14 @@ def test_a_fixed_batch_is_fed_in_calls_of_it_and_said(tmp_path, exports):
     ("nhwc", (), ["takes float32 ('batch', 84, 84, 4)", "e.g. --input float32:0-255:nhwc"]),
     ("fp16_io", (), ["takes float16", "e.g. --input float16:0-255:nchw"]),
     ("cleanrl", ("--input", "float32:0-1"), ["--input 'float32:0-1' is not DTYPE:RANGE:LAYOUT"]),
+    ("cleanrl", ("--input", ""), ["--input '' is not DTYPE:RANGE:LAYOUT"]),
     ("cleanrl", ("--input", "float16:0-255:nchw"), ["takes float32 (1, 4, 84, 84), declared float16:0-255:nchw"]),
     ("nhwc", ("--input", "float32:0-255:nchw"), ["declared NCHW: (B, 4, 84, 84)"]),
     ("full_action_space", ("--input", "float32:0-255:nchw"),
      ["it gives 18 Q-values, ALE's full action space", "contract option full_action_space"]),
     ("uint8_fp16_converted", (), ["ONNX Runtime cannot load it", "onnxconverter-common's FP16 converter",
                                   "node_block_list=["]),
-], ids=["undeclared-float32", "undeclared-nhwc", "undeclared-float16", "bad-syntax", "wrong-dtype",
+], ids=["undeclared-float32", "undeclared-nhwc", "undeclared-float16", "bad-syntax", "empty", "wrong-dtype",
         "wrong-layout", "18-actions", "fp16-converter-bug"])
 def test_a_file_check_cannot_measure_is_one_line_and_nothing_runs(tmp_path, exports, name, given, mentions):
     model = tmp_path / exports[name].name

@@ -52,7 +52,7 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
             fail(f"{label} {problem}", ExitCode.BAD_INPUT)
         option = "--baseline-input" if artifact == "baseline" else "--input"
         try:
-            convention = InputConvention.parse(declared) if declared else None
+            convention = InputConvention.parse(declared) if declared is not None else None
         except ValueError as exc:
             fail(f"{option} {exc}", ExitCode.BAD_INPUT)
         model = models[artifact] = onnx.load(path, load_external_data=False)

@@ -85,7 +85,7 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
     sets += prepare_models([("MODEL", model, SOURCE, model_input)], (*sets, *overrides), spec, contract,
                            plays=SOURCE, announce=announce)
     sets += contract_sets(contract, model, (*sets, *overrides))  # MODEL's own states, if any, stand
-    convention = convention_of(source, InputConvention.parse(model_input) if model_input else None)
+    convention = convention_of(source, InputConvention.parse(model_input) if model_input is not None else None)
     if not convention.native:  # the file written takes MODEL's input: its runtimes feed it so
         sets.append(f"artifacts.{precision}.input={convention}")
     run = ctx.find_root().command.get_command(ctx, "run")
