@@ -142,7 +142,7 @@ def _scaling_by_255(node, tensor: str, constants: dict[str, np.ndarray]) -> tupl
     return ok, value
 
 
-def scaled_float_input(model) -> str | None:
+def _scaled_float_input(model) -> str | None:
     """The tensor that holds a float input's 0-255 pixels as 0-1, where the input's one consumer
     divides it by 255 (CleanRL's and Stable-Baselines3's exports); None otherwise."""
     import onnx
@@ -155,8 +155,9 @@ def scaled_float_input(model) -> str | None:
     return users[0].output[0]
 
 
-def check_preprocessing(model) -> str:
-    """The input goes through Cast(uint8 -> float) [-> Cast(float -> float16)] then Div by 255."""
+def _uint8_scaling(model) -> tuple[list[str], object, object]:
+    """(the casts' dtypes, the scaling node, its constant) of a graph whose input goes through
+    Cast(uint8 -> float) [-> Cast(float -> float16)] then Div by 255; ModelCheckError otherwise."""
     import onnx
 
     consumers, constants = _consumers(model), _constants(model)
@@ -179,5 +180,21 @@ def check_preprocessing(model) -> str:
     if not ok:
         wanted = 255.0 if scale.op_type == "Div" else 1.0 / 255.0
         raise ModelCheckError(f"the input scaling is {scale.op_type} by {value}, expected {scale.op_type} by {wanted}")
+    return chain, scale, value
+
+
+def check_preprocessing(model) -> str:
+    """The input goes through Cast(uint8 -> float) [-> Cast(float -> float16)] then Div by 255."""
+    chain, scale, value = _uint8_scaling(model)
     return (f"preprocessing in graph: Cast uint8 -> {' -> '.join(chain)}, "
             f"{scale.op_type} by {float(value.reshape(-1)[0]):g}")
+
+
+def scaled_input_tensor(model) -> str | None:
+    """The tensor that holds the input's pixels / 255, when the graph begins so: a uint8 input cast
+    to float and scaled (the project's exports), or a float input in 0-255 scaled at once (CleanRL's
+    and Stable-Baselines3's)."""
+    try:
+        return _uint8_scaling(model)[1].output[0]
+    except ModelCheckError:
+        return _scaled_float_input(model)

@@ -57,13 +57,12 @@ import numpy as np
 from breakout_core.common.cpu_flags import cpu_flags, cpu_model
 from breakout_core.conversion.onnx_checks import (
     ModelCheckError,
-    check_preprocessing,
     has_preprocessing,
     not_a_node,
     one_line,
     read_source_model,
     save_checked,
-    scaled_float_input,
+    scaled_input_tensor,
 )
 
 if TYPE_CHECKING:
@@ -354,24 +353,6 @@ def calibration_fits(model, states: np.ndarray, path: Path) -> None:
     if states.dtype != takes:
         raise QuantizeError(f"calibration states are {states.dtype}; {path.name} takes {np.dtype(takes)}: "
                             "give them as its input takes them")
-
-
-def scaled_input_tensor(model) -> str | None:
-    """The tensor that holds the input's pixels / 255, when the graph begins so: a uint8 input cast
-    to float and scaled (the project's exports), or a float input in 0-255 scaled at once (CleanRL's
-    and Stable-Baselines3's)."""
-    try:
-        check_preprocessing(model)
-    except ModelCheckError:
-        return scaled_float_input(model)
-    consumers: dict[str, list] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    tensor = model.graph.input[0].name
-    while consumers[tensor][0].op_type == "Cast":  # the check passed: Cast(s), then the scaling
-        tensor = consumers[tensor][0].output[0]
-    return consumers[tensor][0].output[0]
 
 
 def fixed_input_scale(model, scaled_input: str) -> float | None:
