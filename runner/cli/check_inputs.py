@@ -105,8 +105,6 @@ def _check_set_files(spec, overrides: tuple[str, ...], contract) -> None:
     any game: missing, not what their type says, or a played model that does not fit `contract`.
     (The spec's own files are checked by the run; its fixed states may yet be replaced by the
     baseline's own.)"""
-    from runner.spec.file_checks import file_problem
-
     played = {config.artifact for config in spec.runtimes.values()}
     for text in overrides:
         keys = text.split("=", 1)[0].split(".")
@@ -114,10 +112,7 @@ def _check_set_files(spec, overrides: tuple[str, ...], contract) -> None:
         if artifact is None or artifact.made_by == spec.name:  # not an artifact, or one this spec writes
             continue
         path = Path(artifact.path)
-        if keys[1] in played:
-            problem = onnx_file_problem(path, contract)
-        else:
-            problem = f"{path}: no such file" if not path.is_file() else file_problem(path, artifact.type)
+        problem = onnx_file_problem(path, contract) if keys[1] in played else input_file_problem(path, artifact.type)
         if problem:
             fail(f"--set {text}: {problem}", ExitCode.BAD_INPUT)
 
@@ -142,13 +137,19 @@ def onnx_file_problem(path: Path, contract=None) -> str | None:
     """Why `path` cannot be checked: missing, not a file, not an ONNX model, or one that does not
     map the agent's observations to one Q-value per action of `contract` (default: the default
     contract's)."""
+    return input_file_problem(path, "onnx") or interface_problem(path, contract)
+
+
+def input_file_problem(path: Path, kind: str) -> str | None:
+    """Why `path` cannot be read as a `kind` file (onnx, fixed_states, checkpoint): missing, not a
+    file, or not what its kind says."""
     from runner.spec.file_checks import file_problem
 
     if not path.exists():
         return f"{path}: no such file"
     if not path.is_file():
         return f"{path}: not a file"
-    return file_problem(path, "onnx") or interface_problem(path, contract)
+    return file_problem(path, kind)
 
 
 def interface_problem(path: Path, contract=None, full_action_option: str | None = None) -> str | None:
