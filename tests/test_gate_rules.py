@@ -55,7 +55,7 @@ def test_a_rule_a_gate_cannot_trust_is_refused_when_the_spec_loads(spec, setting
 def test_every_deployment_spec_judges_its_games_in_stages_with_drawn_seeds_and_stalls(spec):
     """Each games measurement a deployment verdict reads plays drawn seeds in stages of 50 at a
     margin of 10% of the baseline's mean, and each candidate judged on its scores is judged on
-    its stalls too, against the same baseline."""
+    its stalls too, against the same baseline, by the one rule at the tolerance."""
     from runner.spec.document import load_spec
 
     loaded = load_spec(SPECS / f"{spec}.yaml").spec
@@ -70,6 +70,7 @@ def test_every_deployment_spec_judges_its_games_in_stages_with_drawn_seeds_and_s
             scored.add((verdict.measurement, verdict.candidate, verdict.baseline))
         if "stall_excess_ci_high" in rules:
             stalled.add((verdict.measurement, verdict.candidate, verdict.baseline))
+        assert "stall_excess_ci_low" not in rules, f"{verdict.name}: stalls are one hypothesis, at the tolerance"
     assert scored and scored <= stalled, scored - stalled
     for name, _, baseline in scored:
         m = games[name]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from breakout_core.statistics.stalls import stall_test
+from breakout_core.statistics.stalls import share_high, share_low, stall_rule_rates, stall_test
 from runner.kinds.shared.stalls import stall_metrics
 from runner.run.verdicts import decide
 from runner.spec.document import load_spec
@@ -26,14 +26,15 @@ def paired(n: int, only_candidate: int, only_baseline: int, both: int = 0) -> tu
     return candidate, baseline
 
 
-def test_the_p_value_is_the_exact_binomial_tail_and_the_low_bound_has_its_sign():
+def test_the_bounds_are_exact_shares_and_the_p_value_the_exact_binomial_tail():
     for b in range(9):
         for c in range(9):
             test = stall_test(*paired(40, b, c, both=2))
             d = b + c
             exact = sum(comb(d, k) for k in range(b, d + 1)) / 2 ** d if d else 1.0
             assert test.p_value == pytest.approx(exact, rel=1e-12)
-            assert (test.excess_low > 0) == (exact < 0.05)
+            assert test.excess_high == pytest.approx(share_high(b, 40, 0.05))
+            assert test.excess_low == pytest.approx(share_low(b, 40, 0.025) - share_high(c, 40, 0.025))
             assert test.excess_low < test.excess_high
             assert (test.only_candidate, test.only_baseline, test.candidate_stalls, test.baseline_stalls) == \
                 (b, c, b + 2, c + 2)
@@ -65,6 +66,41 @@ def test_both_bounds_hold_their_error_over_every_outcome_of_30_games():
     assert worst_high > 0.02 and worst_low > 0.01  # exact, not vacuous: some true rates come near the bound
 
 
+def test_the_exact_rates_are_those_of_the_verdict_over_every_outcome():
+    """stall_rule_rates, which the benchmark and the rates below use, sums the rule the runner
+    decides by: checked against stall_test on each outcome of 40 games."""
+    n, only_candidate, only_baseline = 40, 0.15, 0.05
+    worthy = rejected = 0.0
+    for b in range(n + 1):
+        for c in range(n + 1 - b):
+            p = comb(n, b) * comb(n - b, c) * only_candidate ** b * only_baseline ** c * \
+                (1 - only_candidate - only_baseline) ** (n - b - c)
+            test = stall_test(*paired(n, b, c))
+            worthy += p if test.excess_high <= 0.1 else 0.0
+            rejected += p if test.excess_low > 0.1 else 0.0
+    rates = stall_rule_rates(n, only_candidate, only_baseline)
+    assert rates.deployment_worthy == pytest.approx(worthy, abs=1e-12)
+    assert rates.rejected == pytest.approx(rejected, abs=1e-12)
+    assert worthy > 0 and rejected > 0
+
+
+@pytest.mark.parametrize("games", [30, 50, 100, 200, 400])
+def test_one_hypothesis_at_the_tolerance_errs_at_most_five_percent_either_way(games):
+    """An excess exactly at 10 points: passed at most 5%, and never more often rejected; a small
+    excess is not rejected, however many games; equal models pass by the games the staged test
+    plays for them."""
+    for only_candidate, only_baseline in ((0.10, 0.0), (0.11, 0.01), (0.12, 0.02), (0.15, 0.05), (0.3, 0.2)):
+        at_tolerance = stall_rule_rates(games, only_candidate, only_baseline)
+        assert at_tolerance.deployment_worthy <= 0.05
+        assert at_tolerance.rejected <= 0.05
+    for only_candidate, only_baseline in ((0.04, 0.02), (0.06, 0.02), (0.08, 0.0)):
+        assert stall_rule_rates(games, only_candidate, only_baseline).rejected <= 0.005
+    if games >= 200:
+        assert stall_rule_rates(games, 0.03, 0.03).deployment_worthy >= 0.99
+        assert stall_rule_rates(games, 0.04, 0.02).deployment_worthy >= 0.9  # 2 points more passes
+        assert stall_rule_rates(games, 0.25, 0.05).rejected >= 0.5  # 20 points more is rejected
+
+
 def test_bad_pairs_are_refused():
     with pytest.raises(ValueError, match="paired by seed"):
         stall_test(np.zeros(3, dtype=bool), np.zeros(4, dtype=bool))
@@ -88,8 +124,9 @@ def no_more_stalls():
 
 @pytest.mark.parametrize("only_candidate, only_baseline, outcome", [
     (0, 0, "deployment-worthy"),  # 30 games alike bound the excess at 9.5%
-    (6, 0, "rejected"),  # p = 1/64
-    (2, 0, "inconclusive"),  # p = 1/4: not more stalls shown, nor at most 10 points more
+    (15, 0, "rejected"),  # half the candidate's games stall, none of the baseline's alone: above 10 points
+    (6, 0, "inconclusive"),  # more stalls (McNemar's p = 1/64), but not shown above 10 points
+    (2, 0, "inconclusive"),
     (4, 3, "inconclusive"),
 ])
 def test_the_shipped_stalls_verdict_on_rows_of_a_real_store(tmp_path, no_more_stalls, only_candidate, only_baseline,
@@ -106,6 +143,6 @@ def test_the_shipped_stalls_verdict_on_rows_of_a_real_store(tmp_path, no_more_st
     assert decided == outcome, reason
     assert found["candidate_time_limit_games"] == only_candidate + 1
     assert found["time_limit_only_baseline"] == only_baseline
-    assert "exact one-sided McNemar" in found["stall_method"]
+    assert "Clopper-Pearson" in found["stall_method"]
     if outcome == "inconclusive":
         assert "straddles" in reason
