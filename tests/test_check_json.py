@@ -19,6 +19,7 @@ from breakout_core.common.hashing import file_sha256
 from breakout_core.game.contract import CONTRACTS
 
 REFERENCE_ONNX = Path(__file__).resolve().parents[1] / "models" / "reference" / "dqn_breakout.onnx"
+FP16_ONNX = REFERENCE_ONNX.with_name("dqn_breakout_fp16.onnx")
 
 
 def runner(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -40,6 +41,9 @@ def test_check_json_names_the_run_the_contract_each_files_input_the_seeds_and_ev
     assert document["exit_status"]["code"] == done.returncode
     assert document["exit_status"]["meaning"].startswith("passed" if done.returncode == 0 else "failed")
     assert document["model"] == "cleanrl.onnx" and document["baseline"] is None
+    assert document["modified_gate"] == list(SMALL_CHECK)  # cut to seconds: not the shipped gate, and said
+    assert document["question"]["asked"] == "identical" and len(document["question"]["gating"]) == 5
+    assert "modified gate: --set measurements.games.seeds=" in done.stderr
     files = {f["runtime"]: f for f in document["files"]}
     assert files["candidate"]["input"] == "float32:0-255:nchw"
     assert files["candidate"]["input_adapter"] == "Cast uint8->float32" and files["candidate"]["static_batch"] == 1
@@ -59,6 +63,25 @@ def test_check_json_names_the_run_the_contract_each_files_input_the_seeds_and_ev
                                "SELECT spec_name FROM runs WHERE run_id = '" + document["run_id"] + "'"],
                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert json.loads(with_run.stdout)["rows"] == [["check_onnx"]]
+
+
+@pytest.mark.slow
+def test_a_converted_file_is_asked_whether_it_is_as_good_and_exits_by_the_gating_verdicts(tmp_path):
+    """The shipped FP16 file against the FP32 one: its decisions and 256 steps are shown beside
+    the games, stalls and latency, which alone decide the exit status."""
+    done = runner("check", str(FP16_ONNX), *set_args(*SMALL_CHECK), "--json", "--db", "r.duckdb", "--reports",
+                  "reports", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    document = json.loads(done.stdout)
+    assert_documented(document, "check")
+    question = document["question"]
+    assert question["asked"] == "as-good" and question["why"] == "the file computes in fp16, its baseline in fp32"
+    assert question["diagnostics"] == ["same_decisions", "plays_the_same_256_steps"]
+    assert question["gating"] == ["not_slower_at_batch_1", "keeps_the_score", "no_more_stalls"]
+    outcomes = {v["verdict"]: v["outcome"] for v in document["verdicts"]}
+    assert done.returncode == (0 if all(outcomes[v] == "deployment-worthy" for v in question["gating"]) else 1)
+    assert "question: is it as good and not slower?" in done.stderr
+    assert "diagnostics, not gating: same_decisions " in done.stderr
 
 
 def test_check_json_refusal_is_one_line_on_stderr_and_no_document(tmp_path):

@@ -5,6 +5,7 @@ puts a former or tempting rule back into a shipped spec through `runner validate
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,43 @@ def test_every_deployment_spec_judges_its_games_in_stages_with_drawn_seeds_and_s
         m = games[name]
         assert m.baseline_runtime == baseline and m.seeds.drawn == 400, name
         assert (m.stages.games, m.stages.fraction) == (50, 0.1), name
+
+
+def test_a_set_that_changes_the_gates_rules_or_evidence_is_named_as_a_modified_gate():
+    """`runner check` says "modified gate" for each --set but those naming the files, their
+    runtimes and the game (its line, its last line and --json's `modified_gate`)."""
+    from small_check import SMALL_CHECK
+
+    from runner.spec.overrides import gate_changes
+
+    neutral = ('artifacts.candidate={"path": "mine.onnx", "precision": "fp32"}', "contract.name=breakout-v2",
+               "contract.full_action_space=true", "runtimes.candidate.runtime=openvino")
+    changing = (*SMALL_CHECK, "measurements.games.stages.margin_fraction=0.5",
+                'verdicts.keeps_the_score.deployment_worthy_when={diff_plus_margin_ci_low: "> -100"}')
+    assert gate_changes(neutral) == []
+    assert gate_changes((*neutral, *changing)) == list(changing)
+
+
+def test_the_question_follows_the_file():
+    """A file in its baseline's precision on its runtime is asked whether it is identical (every
+    verdict gates); a converted file, or another runtime, whether it is as good (the decisions and
+    the 256 steps are shown, not gating); --question overrides and says what the files would ask."""
+    from runner.spec.document import load_spec
+    from runner.spec.questions import question_for
+
+    fp32 = json.dumps({"path": str(REPO / "models" / "reference" / "dqn_breakout.onnx"), "precision": "fp32"})
+    shipped = load_spec(SPECS / "check_onnx.yaml", check_files=False).spec  # its own candidate: the FP16 file
+    re_export = load_spec(SPECS / "check_onnx.yaml", overrides=(f"artifacts.candidate={fp32}",),
+                          check_files=False).spec
+    threads = load_spec(SPECS / "check_onnx.yaml", overrides=(f"artifacts.candidate={fp32}",
+                                                              "runtimes.candidate.intra_op_threads=2"),
+                        check_files=False).spec
+    fp16 = question_for(shipped)
+    assert (fp16.question, fp16.why) == ("as-good", "the file computes in fp16, its baseline in fp32")
+    assert question_for(re_export).question == "identical"
+    assert question_for(threads).question == "as-good" and "intra_op_threads" in question_for(threads).why
+    forced = question_for(shipped, asked="identical")
+    assert forced.question == "identical" and forced.why.startswith("--question identical (the files alone would "
+                                                                     "ask as-good")
+    assert fp16.gating(shipped) == ["not_slower_at_batch_1", "keeps_the_score", "no_more_stalls"]
+    assert forced.gating(shipped) == [v.name for v in shipped.verdicts]

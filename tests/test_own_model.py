@@ -280,6 +280,7 @@ def test_check_rejects_a_model_whose_decisions_changed(tmp_path):
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.output, result.exception)
     assert "verdict same_decisions: rejected" in result.stdout
     assert "check failed:" in result.stdout.splitlines()[-1]
+    assert result.stdout.splitlines()[-1].endswith(f"; modified gate: {' '.join(set_args(*SMALL_CHECK))})")
     with Store(tmp_path / "r.duckdb").reader() as con:
         overrides, text = con.execute("SELECT overrides, spec_text FROM runs").fetchone()
         outcomes = dict(con.execute("SELECT verdict, outcome FROM latest_verdicts").fetchall())
@@ -287,3 +288,32 @@ def test_check_rejects_a_model_whose_decisions_changed(tmp_path):
     assert json.loads(overrides) == [f"artifacts.candidate={candidate}", *SMALL_CHECK]
     assert read_spec_text(text)["artifacts"]["candidate"] == {"path": str(model.resolve()), "precision": "fp32"}
     assert outcomes["same_decisions"] == "rejected" and len(outcomes) == 5
+
+
+def test_check_fail_fast_stops_at_the_first_rejected_gating_verdict(tmp_path):
+    """The shipped gate, --fail-fast: a file whose decisions changed is asked whether it is
+    identical, its parity (the cheapest gating measurement, first) rejects it, and nothing after
+    it runs: no latency round, no closed loop, no game; the verdicts not reached are said."""
+    perturbed_onnx(tmp_path / "perturbed.onnx")
+    result = cli("check", "perturbed.onnx", "--fail-fast", "--db", "r.duckdb", "--reports", "reports", cwd=tmp_path)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.output, result.exception)
+    assert "--fail-fast: verdict same_decisions is rejected; the run stops here" in result.stderr
+    assert ("not reached (--fail-fast): not_slower_at_batch_1, plays_the_same_256_steps, keeps_the_score, "
+            "no_more_stalls") in result.stdout
+    assert result.stdout.splitlines()[-1].startswith("check failed: 1 rejected (identical; perturbed.onnx)")
+    with Store(tmp_path / "r.duckdb").reader() as con:
+        assert con.execute("SELECT verdict, outcome FROM verdicts").fetchall() == [("same_decisions", "rejected")]
+        assert con.execute("SELECT status FROM runs").fetchall() == [("done",)]
+        for table in ("episodes", "closed_loop_steps", "latency_samples"):
+            found = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
+                                [table]).fetchone()[0]
+            assert not found or con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table
+
+
+def test_fail_fast_runs_the_measurements_gating_verdicts_read_first_unless_the_spec_writes_files():
+    from runner.run.fail_fast import FailFast
+
+    spec = load_spec(REPO / "specs" / "check_onnx.yaml", check_files=False).spec
+    as_good = FailFast(frozenset({"not_slower_at_batch_1", "keeps_the_score", "no_more_stalls"}))
+    assert [m.name for m in as_good.order(spec, writes_files=False)] == ["latency", "games", "parity", "closed_loop"]
+    assert [m.name for m in as_good.order(spec, writes_files=True)] == ["parity", "latency", "closed_loop", "games"]

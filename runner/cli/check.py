@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -14,10 +15,17 @@ import click
 from breakout_core.game.contract import CONTRACTS
 from runner.cli.exit_codes import ExitCode
 from runner.cli.json_output import check_document, emit_json, json_option
-from runner.cli.options import confirm_option, db_option, refuse_both, reports_option, set_option
+from runner.cli.options import confirm_option, db_option, fail_fast_option, refuse_both, reports_option, set_option
+from runner.cli.spec_loading import load_or_exit
+from runner.spec.overrides import gate_changes
+from runner.spec.questions import QUESTION_WORDS, AskedQuestion, question_for
 
 CHECK_SPEC = Path(__file__).resolve().parents[2] / "specs" / "check_onnx.yaml"
 WORTHY = "deployment-worthy"
+
+
+def modified_gate_words(modified: list[str]) -> str:
+    return "modified gate: " + " ".join(f"--set {text}" for text in modified)
 
 
 def summary(verdicts: list[dict]) -> str:
@@ -38,21 +46,29 @@ def summary(verdicts: list[dict]) -> str:
 @click.option("--baseline-input", metavar="DTYPE:RANGE:LAYOUT", default=None, help="the same for --baseline")
 @click.option("--contract", "contract_name", type=click.Choice(sorted(CONTRACTS)), default=None,
               help="the game both models play: a shipped preset (docs/contracts.md); default breakout-v3")
+@click.option("--question", type=click.Choice(sorted(QUESTION_WORDS)), default=None,
+              help="what the check asks: identical (every verdict gates) or as-good (games, stalls and latency gate; "
+                   "decisions and the 256 steps are shown); default: identical for a file in the baseline's "
+                   "precision on its runtime, as-good for a converted file or another runtime")
 @set_option
 @confirm_option
+@fail_fast_option
 @db_option
 @reports_option
 @json_option
 @click.pass_context
 def check(ctx: click.Context, model: Path, baseline: Path | None, model_input: str | None,
-          baseline_input: str | None, contract_name: str | None, overrides: tuple[str, ...], confirm: bool,
-          db: Path | None, reports_dir: Path, as_json: bool) -> None:
+          baseline_input: str | None, contract_name: str | None, question: str | None, overrides: tuple[str, ...],
+          confirm: bool, fail_fast: bool, db: Path | None, reports_dir: Path, as_json: bool) -> None:
     """Check MODEL.onnx against the reference agent's FP32 ONNX (or --baseline) on ONNX Runtime's
     CPU: the same action on 60 fixed states, batch-1 latency at most 10% slower, the same score
     over a 256-step closed loop, and full games in stages until they show less than 10% of the
-    baseline's mean score lost (specs/check_onnx.yaml). Exit 0 when every verdict is deployment-worthy; 1 when any is
-    rejected, inconclusive or unavailable (a gate does not pass without evidence); 2 for a
-    model it cannot measure. A --baseline's fixed states come from its own games, under the
+    baseline's mean score lost (specs/check_onnx.yaml). A file in the baseline's precision on its
+    runtime is asked whether it is identical, and every verdict gates; a converted file (FP16,
+    INT8) or another runtime whether it is as good and not slower, and the decisions and the 256
+    steps are shown without gating (--question chooses). Exit 0 when every gating verdict is
+    deployment-worthy; 1 when any is rejected, inconclusive or unavailable (a gate does not pass
+    without evidence); 2 for a model it cannot measure. A --baseline's fixed states come from its own games, under the
     contract the check plays (--contract, said first).
 
     The games are played on seeds drawn for MODEL (keyed by its sha256: a new file, new games);
@@ -61,18 +77,43 @@ def check(ctx: click.Context, model: Path, baseline: Path | None, model_input: s
     documents: list[dict] = []
     said = io.StringIO()  # with --json, what the check says goes to stderr once it ran (a refusal: its line alone)
     with contextlib.redirect_stdout(said) if as_json else contextlib.nullcontext():
-        passed = _check(ctx, model, baseline, model_input, baseline_input, contract_name, overrides, confirm, db,
-                        reports_dir, documents.append if as_json else None)
+        outcome = _check(ctx, model, baseline, model_input, baseline_input, contract_name, question, overrides,
+                         confirm, fail_fast, db, reports_dir, documents.append if as_json else None)
     if as_json:
         click.echo(said.getvalue(), err=True, nl=False)
-        emit_json(check_document(documents[0], model, baseline, passed))
-    sys.exit(ExitCode.OK if passed else ExitCode.SAID_NO)
+        emit_json(check_document(documents[0], model, baseline, outcome.passed, gate_changes(overrides),
+                                 outcome.question_record()))
+    sys.exit(ExitCode.OK if outcome.passed else ExitCode.SAID_NO)
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    asked: AskedQuestion
+    gating_names: list[str]  # the verdicts that gate under the question, in the spec's order
+    verdicts: list[dict]  # the rows the run decided (a run --fail-fast stopped decides fewer)
+
+    @property
+    def gating(self) -> list[dict]:
+        return [v for v in self.verdicts if v["verdict"] in self.gating_names]
+
+    @property
+    def diagnostics(self) -> list[dict]:
+        return [v for v in self.verdicts if v["verdict"] not in self.gating_names]
+
+    @property
+    def passed(self) -> bool:
+        gating = self.gating
+        return len(gating) == len(self.gating_names) > 0 and all(v["outcome"] == WORTHY for v in gating)
+
+    def question_record(self) -> dict:
+        return {"asked": self.asked.question, "why": self.asked.why, "gating": self.gating_names,
+                "diagnostics": [v["verdict"] for v in self.diagnostics]}
 
 
 def _check(ctx: click.Context, model: Path, baseline: Path | None, model_input: str | None,
-           baseline_input: str | None, contract_name: str | None, overrides: tuple[str, ...], confirm: bool,
-           db: Path | None, reports_dir: Path, take_document=None) -> bool:
-    """The check, said on stdout; whether every verdict is deployment-worthy. The run's --json
+           baseline_input: str | None, contract_name: str | None, question: str | None, overrides: tuple[str, ...],
+           confirm: bool, fail_fast: bool, db: Path | None, reports_dir: Path, take_document=None) -> CheckOutcome:
+    """The check, said on stdout; its verdicts, split by the question it asked. The run's --json
     document goes to `take_document` where one is given."""
     from runner.cli.check_contract import contract_sets, played_contract, unlabelled_line
     from runner.cli.check_inputs import prepare_models
@@ -89,11 +130,21 @@ def _check(ctx: click.Context, model: Path, baseline: Path | None, model_input: 
     note = unlabelled_line({"MODEL": model, "--baseline": baseline}, contract)
     if note:
         click.echo(note)
+    modified = gate_changes(overrides)
+    if modified:
+        click.echo(f"{modified_gate_words(modified)}: its verdicts are not those of the shipped gate "
+                   f"({CHECK_SPEC.name}), and their stated error rates do not hold")
     sets += contract_sets(contract, baseline, (*sets, *overrides))  # the baseline's own states, if any, stand
+    spec = load_or_exit(CHECK_SPEC, (*sets, *overrides), check_files=False).spec
+    asked = question_for(spec, asked=question)
+    click.echo(f"question: {QUESTION_WORDS[asked.question]}; {asked.why}")
     run = ctx.find_root().command.get_command(ctx, "run")
     verdicts = ctx.invoke(run, spec_path=CHECK_SPEC, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,
-                          fail_on=frozenset(), as_json=take_document is not None, confirm=confirm,
-                          emit_document=take_document or emit_json)
-    passed = bool(verdicts) and all(v["outcome"] == WORTHY for v in verdicts)
-    click.echo(f"check {'passed' if passed else 'failed'}: {summary(verdicts)} ({model})")
-    return passed
+                          fail_on=frozenset(), fail_fast=fail_fast, as_json=take_document is not None, confirm=confirm,
+                          emit_document=take_document or emit_json, gating=frozenset(asked.gating(spec)))
+    outcome = CheckOutcome(asked, asked.gating(spec), verdicts)
+    shown = "; diagnostics, not gating: " + ", ".join(f"{v['verdict']} {v['outcome']}" for v in outcome.diagnostics)
+    gate = f"; {modified_gate_words(modified)}" if modified else ""
+    click.echo(f"check {'passed' if outcome.passed else 'failed'}: {summary(outcome.gating)}"
+               f"{shown if outcome.diagnostics else ''} ({asked.question}; {model}{gate})")
+    return outcome

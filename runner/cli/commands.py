@@ -19,7 +19,7 @@ from runner.cli.check import check
 from runner.cli.convert import convert
 from runner.cli.exit_codes import ExitCode, fail, store_error_code
 from runner.cli.json_output import emit_json, json_option, run_document
-from runner.cli.options import confirm_option, db_option, reports_option, set_option
+from runner.cli.options import confirm_option, db_option, fail_fast_option, reports_option, set_option
 from runner.cli.spec_loading import load_or_exit
 from runner.cli.specs_list import specs
 from runner.cli.verdict_listing import fail_on_outcomes
@@ -166,17 +166,21 @@ def schema() -> None:
               help="times a Ray task whose worker died is run again before its training is marked failed")
 @click.option("--fail-on", "fail_on", metavar="OUTCOMES", callback=fail_on_outcomes,
               help="exit 1 when a verdict ends in one of these (comma-separated: rejected,inconclusive,unavailable)")
+@fail_fast_option
 @json_option
 def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_dir: Path, report: bool, resume: bool,
         runs_dir: Path, executor: str, ray_address: str | None, ray_retries: int, fail_on: frozenset[str],
-        as_json: bool, confirm: bool = False, emit_document=emit_json) -> list[dict]:
+        fail_fast: bool, as_json: bool, confirm: bool = False, emit_document=emit_json,
+        gating: frozenset[str] | None = None) -> list[dict]:
     """Validate SPEC, execute its measurements, store every row, decide its verdicts (returned to
-    a command that invokes this one, which may take the --json document with `emit_document`)."""
+    a command that invokes this one, which may take the --json document with `emit_document`, and
+    name the verdicts that gate its --fail-fast with `gating`; default: every verdict)."""
     from runner.cli.terminal import log_console
     from runner.cli.verdict_listing import echo_run_verdicts
     from runner.kinds.train.executors import Executor
     from runner.run.errors import ArtifactBusy, ResumeRefused
     from runner.run.execute import run_spec
+    from runner.run.fail_fast import FailFast, not_reached
     from runner.store.database import Store
     from runner.store.errors import StoreError
 
@@ -192,8 +196,10 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
     store = Store(db, busy_timeout_s=None, on_wait=console.log)  # a slow reader delays a run, never fails it
     try:
         store.verify_readable()
+        stopping = FailFast(gating if gating is not None else frozenset(v.name for v in loaded.spec.verdicts))
         run_id, verdicts = run_spec(loaded, store, reports_dir, console, resume=resume, runs_dir=runs_dir,
-                                    executor=Executor(executor, ray_address, ray_retries), confirm=confirm)
+                                    executor=Executor(executor, ray_address, ray_retries), confirm=confirm,
+                                    fail_fast=stopping if fail_fast else None)
     except ResumeRefused as exc:
         fail(str(exc), ExitCode.BAD_INPUT)
     except ArtifactBusy as exc:  # refused before anything was stored
@@ -205,9 +211,12 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
         raise  # the group says it in one line, with its exit code
     except Exception as exc:  # noqa: BLE001 - the run row already records it as failed
         fail(str(exc) if is_no_space(exc) else f"run failed: {exc.__class__.__name__}: {exc}", ExitCode.ENVIRONMENT)
+    skipped = not_reached(loaded.spec, verdicts)
     if not as_json:
         click.echo(f"run {run_id} ({loaded.spec.name}) done; database {store.path}")
         echo_run_verdicts(verdicts)
+        if skipped:
+            click.echo(f"  not reached (--fail-fast): {', '.join(skipped)}")
     report_path = None
     if report:
         from runner.report.run_report import build_run_report
@@ -220,7 +229,7 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
             click.echo(f"  report {report_path}")
     failed = [v for v in verdicts if v["outcome"] in fail_on]
     if as_json:
-        emit_document(run_document(store, run_id, loaded.spec.name, report_path, verdicts, failed))
+        emit_document(run_document(store, run_id, loaded.spec.name, report_path, verdicts, failed, skipped))
     for v in failed:
         click.echo(f"--fail-on: verdict {v['verdict']} is {v['outcome']}", err=True)
     if failed:

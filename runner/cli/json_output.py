@@ -49,9 +49,10 @@ def emit_json(document: dict) -> None:
 
 
 def run_document(store, run_id: str, spec_name: str, report: str | None, verdicts: list[dict],
-                 failed: list[dict]) -> dict:
+                 failed: list[dict], not_reached: list[str]) -> dict:
     """`runner run --json`'s document (docs/json_output.md): the run, its contract, report,
-    verdicts, those --fail-on named, and the sha256 of the file each runtime ran."""
+    verdicts, those --fail-on named, those --fail-fast did not reach, and the sha256 of the file
+    each runtime ran."""
     from runner.cli.verdict_listing import run_verdict_record
     from runner.kinds.shared.runtime_status import runtimes_ran
 
@@ -60,6 +61,7 @@ def run_document(store, run_id: str, spec_name: str, report: str | None, verdict
     return {"run_id": run_id, "spec_name": spec_name, "status": "done", "database": str(store.path),
             "contract": run_contract_record(store, run_id), "report": report,
             "verdicts": [run_verdict_record(v) for v in verdicts], "failed_on": [v["verdict"] for v in failed],
+            "not_reached": not_reached,
             "runtimes": ran}
 
 
@@ -74,15 +76,17 @@ def run_contract_record(store, run_id: str) -> dict:
     return {"name": contract.name, "hash": stored_hash, "rules": contract.rules()}
 
 
-CHECK_EXIT_MEANING = {0: "passed: every verdict is deployment-worthy",
-                      1: "failed: a verdict is rejected, inconclusive or unavailable (a gate does not pass without "
-                         "evidence)"}
+CHECK_EXIT_MEANING = {0: "passed: every gating verdict is deployment-worthy",
+                      1: "failed: a gating verdict is rejected, inconclusive or unavailable (a gate does not pass "
+                         "without evidence)"}
 
 
-def check_document(document: dict, model, baseline, passed: bool) -> dict:
+def check_document(document: dict, model, baseline, passed: bool, modified_gate: list[str], question: dict) -> dict:
     """`runner check --json`'s document (docs/json_output.md): `runner run --json`'s for the check's
     run, with the files checked (each one's input convention and the adapter it was fed through),
-    the seeds its games were played on, and what the exit status means."""
+    the seeds its games were played on, what the exit status means, the question it asked with
+    the verdicts that gated and those shown, and the `--set` texts that changed the gate's rules
+    or evidence (empty for the shipped gate)."""
     from breakout_core.conversion.input_convention import InputConvention
     from runner.store.database import Store
 
@@ -102,7 +106,8 @@ def check_document(document: dict, model, baseline, passed: bool) -> dict:
     given = {"candidate": str(model), "baseline": None if baseline is None else str(baseline)}
     return {**document,
             "exit_status": {"code": code, "meaning": CHECK_EXIT_MEANING[code]},
-            "model": given["candidate"], "baseline": given["baseline"],
+            "model": given["candidate"], "baseline": given["baseline"], "question": question,
+            "modified_gate": modified_gate,
             "files": [{"runtime": runtime, "artifact": artifact, "artifact_sha256": sha256,
                        "input": convention or str(InputConvention()), "input_adapter": adapter or "none",
                        "static_batch": static_batch}

@@ -18,6 +18,10 @@ confirm_option = click.option("--confirm", is_flag=True,
                               help="seeds a spec draws (`seeds: {drawn: N}`) come from the confirmation range, "
                                    "which no spec may name, instead of the check range")
 
+fail_fast_option = click.option("--fail-fast", is_flag=True,
+                                help="run the measurements gating verdicts read first and stop at the first rejected "
+                                     "one; the verdicts not reached are said (exit status: the whole run's)")
+
 
 def refuse_both(option: str, overrides: tuple[str, ...], paths: tuple[str, ...]) -> None:
     """Exit 2 in one line where a `--set` argument sets what `option`, also given, says: a value

@@ -27,6 +27,7 @@ from runner.store.errors import no_space_left
 
 if TYPE_CHECKING:
     from runner.kinds.train.executors import Executor
+    from runner.run.fail_fast import FailFast
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -51,12 +52,13 @@ def new_run_id() -> str:
 
 def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: bool = False,
              runs_dir: Path = Path("runs"), executor: "Executor | None" = None,
-             confirm: bool = False) -> tuple[str, list[dict]]:
+             confirm: bool = False, fail_fast: "FailFast | None" = None) -> tuple[str, list[dict]]:
     """Execute every measurement of `loaded`; returns the run id and its verdict rows.
 
     With `resume`, the latest interrupted or failed run of the same spec text goes on under
     its own run id; each kind skips or continues the work that run already stored. With
-    `confirm`, seeds a spec draws come from the confirmation range. Every path
+    `confirm`, seeds a spec draws come from the confirmation range. With `fail_fast`, the run
+    stops at the first rejected gating verdict (runner.run.fail_fast). Every path
     the spec's measurements write is locked before anything is stored, until the run ends
     (runner.run.artifact_files)."""
     from runner.kinds.registry import KINDS
@@ -72,11 +74,13 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
     files = RunFiles(run_id, spec, store, Path(runs_dir) / run_id,
                      [name for m in spec.measurements for name in KINDS[m.kind].outputs(m)])
     with files.locked():  # a path another run writes refuses this one here (ArtifactBusy)
-        return _run_locked(loaded, store, reports_dir, console, run_id, files, resume, runs_dir, executor, confirm)
+        return _run_locked(loaded, store, reports_dir, console, run_id, files, resume, runs_dir, executor, confirm,
+                           fail_fast=fail_fast)
 
 
 def _run_locked(loaded: LoadedSpec, store, reports_dir: Path, console, run_id: str, files, resume: bool,
-                runs_dir: Path, executor: "Executor | None", confirm: bool) -> tuple[str, list[dict]]:
+                runs_dir: Path, executor: "Executor | None", confirm: bool, *,
+                fail_fast: "FailFast | None") -> tuple[str, list[dict]]:
     from runner.kinds.registry import KINDS
     from runner.run.context import RunContext
     from runner.run.progress import run_progress
@@ -115,10 +119,16 @@ def _run_locked(loaded: LoadedSpec, store, reports_dir: Path, console, run_id: s
     try:
         with Heartbeat(store, run_id):  # stopped before the run's status is set below
             files.record_inputs(resume)  # the sha256 of each file it reads, which every load is held to
+            measured: set[str] = set()
             with _sigterm_interrupts(), progress:
-                for measurement in spec.measurements:
+                for measurement in fail_fast.order(spec, bool(files.outputs)) if fail_fast else spec.measurements:
                     KINDS[measurement.kind].execute(measurement, ctx)
-            verdicts = evaluate_verdicts(store, run_id, spec)
+                    measured.add(measurement.name)
+                    if fail_fast and (rejected := fail_fast.stopped_by(store, run_id, spec, measured)):
+                        console.print(f"--fail-fast: verdict {rejected} is rejected; the run stops here",
+                                      highlight=False)
+                        break
+            verdicts = evaluate_verdicts(store, run_id, spec, measured)
     except KeyboardInterrupt as exc:
         reason = "interrupted by SIGTERM" if isinstance(exc, RunInterrupted) else "interrupted by the user (Ctrl-C)"
         store.finish_run(run_id, "interrupted", reason)

@@ -75,8 +75,17 @@ def _decide(verdict: VerdictSpec, found: dict, unavailable_reason: str | None) -
     return "deployment-worthy", passed_text, evidence
 
 
-def evaluate_verdicts(store, run_id: str, spec) -> list[dict]:
-    """Compute every verdict of a finished run's spec and append them to the store."""
+def evaluate_verdicts(store, run_id: str, spec, measured: set[str] | None = None) -> list[dict]:
+    """Compute the verdicts of a finished run's spec and append them to the store: every one, or
+    those on the measurements in `measured` (a run that --fail-fast stopped)."""
+    rows = decide_verdicts(store, run_id, spec, measured)
+    store.append_rows("verdicts", rows)
+    return rows
+
+
+def decide_verdicts(store, run_id: str, spec, measured: set[str] | None = None) -> list[dict]:
+    """The verdict rows of the spec's verdicts on the measurements in `measured` (all where
+    None), from the stored rows; nothing is stored."""
     from runner.kinds.registry import KINDS
     from runner.store.database import utcnow
 
@@ -84,6 +93,8 @@ def evaluate_verdicts(store, run_id: str, spec) -> list[dict]:
     rows = []
     with store.reader() as con:
         for verdict in spec.verdicts:
+            if measured is not None and verdict.measurement not in measured:
+                continue
             m = by_name[verdict.measurement]
             found = KINDS[m.kind].metrics(con, run_id, m, verdict.candidate, verdict.baseline)
             # unavailable_reason: set by a kind whose runtime could not run
@@ -94,5 +105,4 @@ def evaluate_verdicts(store, run_id: str, spec) -> list[dict]:
                 "candidate": verdict.candidate, "baseline": verdict.baseline or "",
                 "outcome": outcome, "reason": reason, "evidence": json.dumps(evidence), "decided_at": utcnow(),
             })
-    store.append_rows("verdicts", rows)
     return rows

@@ -208,6 +208,9 @@ Rule = Annotated[str, AfterValidator(_check_rule)]
 
 OUTCOMES = ("deployment-worthy", "rejected", "inconclusive", "unavailable")
 
+# What a check of one file against another asks (runner.spec.questions says which, and why)
+Question = Literal["identical", "as-good"]
+
 
 class VerdictSpec(StrictModel):
     name: Name
@@ -217,6 +220,9 @@ class VerdictSpec(StrictModel):
     deployment_worthy_when: dict[str, Rule] = Field(min_length=1)
     labels: dict[Literal["deployment-worthy", "rejected", "inconclusive", "unavailable"], str] = Field(
         default_factory=dict, description="words shown beside an outcome, e.g. {deployment-worthy: healthy}")
+    diagnostic_for: list[Question] = Field(
+        default_factory=list, description="the questions under which this verdict is shown and does not gate "
+                                          "(`runner check`: identical, as-good)")
 
     @model_validator(mode="after")
     def _distinct(self) -> "VerdictSpec":

@@ -130,3 +130,13 @@ def _overridden_text(source: YamlSource, data: dict, overrides: list[Override]) 
     given = ", ".join(json.dumps(o.text, ensure_ascii=False) for o in overrides)
     return (f"{head}# {source.path.name} with --set {given}\n"
             + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100, default_flow_style=None))
+
+
+GATE_NEUTRAL_KEYS = ("artifacts", "contract", "runtimes")  # what is checked, where and in which game
+
+
+def gate_changes(texts: tuple[str, ...]) -> list[str]:
+    """The `--set` texts that change a gate's rules or the evidence they are held to (its
+    measurements' games, seeds, stages, rounds and margins, its verdicts): every override but
+    those naming the files checked, the runtimes that load them and the game they play."""
+    return [text for text in texts if parse_override(text).keys[0] not in GATE_NEUTRAL_KEYS]
