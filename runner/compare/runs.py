@@ -18,7 +18,9 @@ significance:
                repeats is far too narrow); one value per run, or too few seeds, cannot show
                significance and is marked so
 Each verdict is shown as both runs decided it; one that went from deployment-worthy to
-rejected or inconclusive is a regression as a worse row is.
+rejected is a regression as a worse row is. One that went to inconclusive is shown as flipped
+and is no regression: the second run's data could not decide, which an unchanged pair's runs
+do often (a latency interval that straddles its threshold), and is no evidence of worse.
 A significant change is marked better or worse only when it is also beyond `factor`
 (asv's default 1.1); parity, which has no noise, is judged by its tolerance alone.
 
@@ -70,7 +72,7 @@ class CompareError(ValueError):
 
 
 WORTHY = "deployment-worthy"
-FLIPPED_WORSE = ("rejected", "inconclusive")  # a worthy verdict that became one of these is a regression
+FLIPPED_WORSE = ("rejected",)  # a worthy verdict that became one of these is a regression
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ class Comparison:
 
     def gate_failures(self, factor: float) -> list[str]:
         """Why `--fail-on-regression FACTOR` fails, one line each: a row worse beyond `factor`, or a
-        verdict that was deployment-worthy in A and is rejected or inconclusive in B."""
+        verdict that was deployment-worthy in A and is rejected in B."""
         rows = [f"regression: {r.measurement} {r.subject} {r.metric}: {r.value_a:.4g} → {r.value_b:.4g} ({r.test})"
                 for r in self.regressions(factor)]
         return rows + [f"verdict flipped: {v.verdict} ({v.candidate} vs {v.baseline}): {v.outcome_a} → {v.outcome_b}"
@@ -150,7 +152,7 @@ class Comparison:
         flipped = sum(v.flipped for v in self.verdicts)
         regressed = sum(v.regressed for v in self.verdicts)
         return (f"{rows}; verdicts: {flipped} of {len(self.verdicts)} flipped"
-                + (f" ({regressed} from {WORTHY})" if regressed else ""))
+                + (f" ({regressed} from {WORTHY} to rejected)" if regressed else ""))
 
 
 # -- choosing the runs ---------------------------------------------------------------------------
