@@ -16,6 +16,7 @@ from test_json_output import assert_documented
 from user_exports import cleanrl_onnx
 
 from breakout_core.common.hashing import file_sha256
+from breakout_core.conversion.model_content import model_content_sha256
 from breakout_core.game.contract import CONTRACTS
 
 REFERENCE_ONNX = Path(__file__).resolve().parents[1] / "models" / "reference" / "dqn_breakout.onnx"
@@ -43,6 +44,8 @@ def test_check_json_names_the_run_the_contract_each_files_input_the_seeds_and_ev
     assert document["model"] == "cleanrl.onnx" and document["baseline"] is None
     assert document["modified_gate"] == list(SMALL_CHECK)  # cut to seconds: not the shipped gate, and said
     assert document["question"]["asked"] == "identical" and len(document["question"]["gating"]) == 5
+    assert document["check_number"] == 1
+    assert document["model_content"] == model_content_sha256(tmp_path / "cleanrl.onnx")
     assert "modified gate: --set measurements.games.seeds=" in done.stderr
     files = {f["runtime"]: f for f in document["files"]}
     assert files["candidate"]["input"] == "float32:0-255:nchw"

@@ -203,3 +203,26 @@ verdicts:
     result = cli("run", str(spec), "--db", "r.duckdb", cwd=tmp_path)
     assert_one_line_usage_error(result, f"{spec}:9: measurements[0].gif.seed: gif.seed names a seed, and drawn "
                                         "seeds are known only once the run draws them")
+
+
+def test_a_resaved_onnx_model_with_renamed_nodes_draws_the_same_seeds(tmp_path):
+    """Seeds are keyed by an ONNX model's content: the FP16 file re-saved with every node renamed
+    (other bytes, the same graph and weights) draws the same games; a checkpoint by its sha256."""
+    import onnx
+
+    from runner.kinds.shared.drawn_seeds import seed_identity
+
+    fp16 = REPO / "models" / "reference" / "dqn_breakout_fp16.onnx"
+    model = onnx.load(str(fp16))
+    for i, node in enumerate(model.graph.node):
+        node.name = f"renamed_{i}"
+    onnx.save(model, str(tmp_path / "resaved.onnx"))
+    assert file_sha256(tmp_path / "resaved.onnx") != file_sha256(fp16)
+    same = [draw_seeds(draw_key([seed_identity(path)]), 400, pool) for path in (fp16, tmp_path / "resaved.onnx")
+            for pool in ("check", "confirmation")]
+    assert same[0] == same[2] and same[1] == same[3] and same[0] != same[1]
+    reference = REPO / "models" / "reference" / "dqn_breakout.onnx"
+    assert draw_seeds(draw_key([seed_identity(reference)]), 400, "check") != same[0]
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"weights")
+    assert seed_identity(checkpoint) == file_sha256(checkpoint)

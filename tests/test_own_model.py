@@ -317,3 +317,37 @@ def test_fail_fast_runs_the_measurements_gating_verdicts_read_first_unless_the_s
     as_good = FailFast(frozenset({"not_slower_at_batch_1", "keeps_the_score", "no_more_stalls"}))
     assert [m.name for m in as_good.order(spec, writes_files=False)] == ["latency", "games", "parity", "closed_loop"]
     assert [m.name for m in as_good.order(spec, writes_files=True)] == ["parity", "latency", "closed_loop", "games"]
+
+
+def test_a_second_confirmation_of_the_same_content_is_refused_unless_confirm_again(tmp_path):
+    """The ledger: a model whose content this database confirmed is refused a second --confirm in
+    one line, before any game (a re-save with other bytes is the same content); --confirm-again
+    goes on, says which check it is, and is recorded as such."""
+    import onnx
+
+    from breakout_core.conversion.model_content import model_content_sha256
+    from runner.run.check_attempts import record_attempt
+
+    model = perturbed_onnx(tmp_path / "perturbed.onnx")
+    graph = onnx.load(str(model))
+    for i, node in enumerate(graph.graph.node):
+        node.name = f"renamed_{i}"
+    onnx.save(graph, str(tmp_path / "resaved.onnx"))  # other bytes, the same content
+    assert (tmp_path / "resaved.onnx").read_bytes() != model.read_bytes()
+    content = model_content_sha256(model)
+    record_attempt(Store(tmp_path / "r.duckdb"), content=content, run_id="20261201-000000-aaaaaa",
+                   question="identical", confirm=True, confirm_again=False, modified_gate=[], passed=False)
+    result = cli("check", "resaved.onnx", "--confirm", "--db", "r.duckdb", cwd=tmp_path)
+    assert_one_line_usage_error(result, f"--confirm: this database confirmed MODEL resaved.onnx's content "
+                                        f"({content[:12]}) before")
+    assert "--confirm-again" in result.stderr
+    result = cli("check", "resaved.onnx", "--confirm-again", "--fail-fast", "--db", "r.duckdb", "--reports",
+                 "reports", cwd=tmp_path)
+    assert result.exit_code == 1, (result.output, result.exception)
+    assert f"check 2 of this model (content {content[:12]}) in this database: its games are the same drawn seeds " \
+           "each time" in result.stdout
+    assert "chance up to 4.9%, not 2.5%" in result.stdout
+    with Store(tmp_path / "r.duckdb").reader() as con:
+        rows = con.execute("SELECT model_content, confirm, confirm_again, passed FROM check_attempts "
+                           "ORDER BY checked_at").fetchall()
+    assert rows == [(content, True, False, False), (content, False, True, False)]  # stopped before its games

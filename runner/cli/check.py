@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from breakout_core.game.contract import CONTRACTS
-from runner.cli.exit_codes import ExitCode
+from runner.cli.exit_codes import ExitCode, fail
 from runner.cli.json_output import check_document, emit_json, json_option
 from runner.cli.options import confirm_option, db_option, fail_fast_option, refuse_both, reports_option, set_option
 from runner.cli.spec_loading import load_or_exit
@@ -52,6 +52,9 @@ def summary(verdicts: list[dict]) -> str:
                    "precision on its runtime, as-good for a converted file or another runtime")
 @set_option
 @confirm_option
+@click.option("--confirm-again", is_flag=True,
+              help="--confirm a model whose content this database confirmed before: the same confirmation games "
+                   "again, recorded as such")
 @fail_fast_option
 @db_option
 @reports_option
@@ -59,7 +62,8 @@ def summary(verdicts: list[dict]) -> str:
 @click.pass_context
 def check(ctx: click.Context, model: Path, baseline: Path | None, model_input: str | None,
           baseline_input: str | None, contract_name: str | None, question: str | None, overrides: tuple[str, ...],
-          confirm: bool, fail_fast: bool, db: Path | None, reports_dir: Path, as_json: bool) -> None:
+          confirm: bool, confirm_again: bool, fail_fast: bool, db: Path | None, reports_dir: Path,
+          as_json: bool) -> None:
     """Check MODEL.onnx against the reference agent's FP32 ONNX (or --baseline) on ONNX Runtime's
     CPU: the same action on 60 fixed states, batch-1 latency at most 10% slower, the same score
     over a 256-step closed loop, and full games in stages until they show less than 10% of the
@@ -71,19 +75,41 @@ def check(ctx: click.Context, model: Path, baseline: Path | None, model_input: s
     without evidence); 2 for a model it cannot measure. A --baseline's fixed states come from its own games, under the
     contract the check plays (--contract, said first).
 
-    The games are played on seeds drawn for MODEL (keyed by its sha256: a new file, new games);
-    --confirm draws them from the confirmation range, which no spec names. --json: one document on
-    stdout (docs/json_output.md); what the check says otherwise goes to stderr once it ran."""
+    The games are played on seeds drawn for MODEL (keyed by its content, graph and weights: a
+    re-save plays the same games); --confirm draws them from the confirmation range, which no spec
+    names, once per content in a database (--confirm-again plays them again, recorded). Each check
+    says which check of the model it is. --json: one document on stdout (docs/json_output.md); what
+    the check says otherwise goes to stderr once it ran."""
+    request = CheckRequest(model, baseline, model_input, baseline_input, contract_name, question, overrides,
+                           confirm or confirm_again, confirm_again, fail_fast, db, reports_dir)
     documents: list[dict] = []
     said = io.StringIO()  # with --json, what the check says goes to stderr once it ran (a refusal: its line alone)
     with contextlib.redirect_stdout(said) if as_json else contextlib.nullcontext():
-        outcome = _check(ctx, model, baseline, model_input, baseline_input, contract_name, question, overrides,
-                         confirm, fail_fast, db, reports_dir, documents.append if as_json else None)
+        outcome = _check(ctx, request, documents.append if as_json else None)
     if as_json:
         click.echo(said.getvalue(), err=True, nl=False)
         emit_json(check_document(documents[0], model, baseline, outcome.passed, gate_changes(overrides),
-                                 outcome.question_record()))
+                                 outcome.question_record(), {"model_content": outcome.model_content,
+                                                             "check_number": outcome.check_number}))
     sys.exit(ExitCode.OK if outcome.passed else ExitCode.SAID_NO)
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """What the user asked of `runner check`, as its options say it."""
+
+    model: Path
+    baseline: Path | None
+    model_input: str | None
+    baseline_input: str | None
+    contract_name: str | None
+    question: str | None
+    overrides: tuple[str, ...]
+    confirm: bool
+    confirm_again: bool
+    fail_fast: bool
+    db: Path | None
+    reports_dir: Path
 
 
 @dataclass(frozen=True)
@@ -91,6 +117,8 @@ class CheckOutcome:
     asked: AskedQuestion
     gating_names: list[str]  # the verdicts that gate under the question, in the spec's order
     verdicts: list[dict]  # the rows the run decided (a run --fail-fast stopped decides fewer)
+    model_content: str  # the model's content hash, which keys its seeds and its checks
+    check_number: int  # which check of that content in this database
 
     @property
     def gating(self) -> list[dict]:
@@ -110,23 +138,33 @@ class CheckOutcome:
                 "diagnostics": [v["verdict"] for v in self.diagnostics]}
 
 
-def _check(ctx: click.Context, model: Path, baseline: Path | None, model_input: str | None,
-           baseline_input: str | None, contract_name: str | None, question: str | None, overrides: tuple[str, ...],
-           confirm: bool, fail_fast: bool, db: Path | None, reports_dir: Path, take_document=None) -> CheckOutcome:
+def _check(ctx: click.Context, request: CheckRequest, take_document=None) -> CheckOutcome:
     """The check, said on stdout; its verdicts, split by the question it asked. The run's --json
     document goes to `take_document` where one is given."""
+    from breakout_core.conversion.model_content import model_content_sha256
     from runner.cli.check_contract import contract_sets, played_contract, unlabelled_line
     from runner.cli.check_inputs import prepare_models
+    from runner.run.check_attempts import earlier_attempts, record_attempt
+    from runner.run.fail_fast import not_reached
+    from runner.store.database import Store
 
-    if contract_name:
+    model, baseline, overrides = request.model, request.baseline, request.overrides
+    if request.contract_name:
         refuse_both("--contract", overrides, ("contract.name", "contract"))
-    chosen = [f"contract.name={contract_name}"] if contract_name else []
+    chosen = [f"contract.name={request.contract_name}"] if request.contract_name else []
     contract = played_contract(CHECK_SPEC, (*chosen, *overrides))
-    sets = [*prepare_models([("MODEL", model, "candidate", model_input),
-                             ("--baseline", baseline, "baseline", baseline_input)], (*chosen, *overrides), CHECK_SPEC,
-                            contract, announce=lambda: click.echo(f"check {model} under contract "
-                                                                  f"{contract.described()}")),
+    sets = [*prepare_models([("MODEL", model, "candidate", request.model_input),
+                             ("--baseline", baseline, "baseline", request.baseline_input)], (*chosen, *overrides),
+                            CHECK_SPEC, contract, announce=lambda: click.echo(f"check {model} under contract "
+                                                                              f"{contract.described()}")),
             *chosen]
+    content = model_content_sha256(model)
+    attempts = earlier_attempts(Store(request.db), content)
+    if request.confirm and attempts.confirmations and not request.confirm_again:
+        fail(f"--confirm: this database confirmed MODEL {model}'s content ({content[:12]}) before; its confirmation "
+             "games are drawn once per content and would be the same games: --confirm-again plays them again, "
+             "recorded as such", ExitCode.BAD_INPUT)
+    click.echo(attempts.words(content))
     note = unlabelled_line({"MODEL": model, "--baseline": baseline}, contract)
     if note:
         click.echo(note)
@@ -136,13 +174,18 @@ def _check(ctx: click.Context, model: Path, baseline: Path | None, model_input: 
                    f"({CHECK_SPEC.name}), and their stated error rates do not hold")
     sets += contract_sets(contract, baseline, (*sets, *overrides))  # the baseline's own states, if any, stand
     spec = load_or_exit(CHECK_SPEC, (*sets, *overrides), check_files=False).spec
-    asked = question_for(spec, asked=question)
+    asked = question_for(spec, asked=request.question)
     click.echo(f"question: {QUESTION_WORDS[asked.question]}; {asked.why}")
     run = ctx.find_root().command.get_command(ctx, "run")
-    verdicts = ctx.invoke(run, spec_path=CHECK_SPEC, overrides=(*sets, *overrides), db=db, reports_dir=reports_dir,
-                          fail_on=frozenset(), fail_fast=fail_fast, as_json=take_document is not None, confirm=confirm,
+    verdicts = ctx.invoke(run, spec_path=CHECK_SPEC, overrides=(*sets, *overrides), db=request.db,
+                          reports_dir=request.reports_dir, fail_on=frozenset(), fail_fast=request.fail_fast,
+                          as_json=take_document is not None, confirm=request.confirm,
                           emit_document=take_document or emit_json, gating=frozenset(asked.gating(spec)))
-    outcome = CheckOutcome(asked, asked.gating(spec), verdicts)
+    outcome = CheckOutcome(asked, asked.gating(spec), verdicts, content, attempts.checks + 1)
+    if verdicts:  # a confirmation --fail-fast stopped before its games played none of its seeds
+        record_attempt(Store(request.db), content=content, run_id=verdicts[0]["run_id"], question=asked.question,
+                       confirm=request.confirm and not not_reached(spec, verdicts),
+                       confirm_again=request.confirm_again, modified_gate=modified, passed=outcome.passed)
     shown = "; diagnostics, not gating: " + ", ".join(f"{v['verdict']} {v['outcome']}" for v in outcome.diagnostics)
     gate = f"; {modified_gate_words(modified)}" if modified else ""
     click.echo(f"check {'passed' if outcome.passed else 'failed'}: {summary(outcome.gating)}"

@@ -81,12 +81,14 @@ CHECK_EXIT_MEANING = {0: "passed: every gating verdict is deployment-worthy",
                          "without evidence)"}
 
 
-def check_document(document: dict, model, baseline, passed: bool, modified_gate: list[str], question: dict) -> dict:
+def check_document(document: dict, model, baseline, passed: bool, modified_gate: list[str], question: dict,
+                   ledger: dict) -> dict:
     """`runner check --json`'s document (docs/json_output.md): `runner run --json`'s for the check's
     run, with the files checked (each one's input convention and the adapter it was fed through),
     the seeds its games were played on, what the exit status means, the question it asked with
-    the verdicts that gated and those shown, and the `--set` texts that changed the gate's rules
-    or evidence (empty for the shipped gate)."""
+    the verdicts that gated and those shown, the `--set` texts that changed the gate's rules
+    or evidence (empty for the shipped gate), and the model's content and which check of it
+    this is (`ledger`)."""
     from breakout_core.conversion.input_convention import InputConvention
     from runner.store.database import Store
 
@@ -107,7 +109,7 @@ def check_document(document: dict, model, baseline, passed: bool, modified_gate:
     return {**document,
             "exit_status": {"code": code, "meaning": CHECK_EXIT_MEANING[code]},
             "model": given["candidate"], "baseline": given["baseline"], "question": question,
-            "modified_gate": modified_gate,
+            "modified_gate": modified_gate, **ledger,
             "files": [{"runtime": runtime, "artifact": artifact, "artifact_sha256": sha256,
                        "input": convention or str(InputConvention()), "input_adapter": adapter or "none",
                        "static_batch": static_batch}

@@ -15,7 +15,7 @@ from typing import Iterable
 
 # The modules whose import declares every part of the schema (runner.kinds imports each kind).
 OWNER_MODULES = ("runner.store.tables", "runner.kinds.shared.runtime_status", "runner.kinds.shared.episode_scores",
-                 "runner.kinds.registry", "runner.play.server")
+                 "runner.kinds.registry", "runner.play.server", "runner.run.check_attempts")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """The seeds a measurement plays, where its spec writes `seeds: {drawn: N}`: drawn when it
-starts from the reserved range (runner.spec.seed_pools), keyed by the sha256 of its candidate
-files, and stored in `drawn_seeds` with the pool, the key and each file's sha256, so the run
-records which games it played and why those. Explicit seeds are played as written.
+starts from the reserved range (runner.spec.seed_pools), keyed by its candidate files (an ONNX
+model by its content: graph and weights, not names or bytes, so a re-save draws the same games;
+any other file by its sha256), and stored in `drawn_seeds` with the pool, the key and each
+file's hash, so the run records which games it played and why those. Explicit seeds are played
+as written.
 
 Which files are the candidates is each kind's to say: the `episodes` kind's are the files its
 runtimes other than the baseline load; the `evaluate` kind's, the checkpoint files of its
@@ -13,6 +15,7 @@ policies. On --resume the seeds the run drew are played on, whatever the files h
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.spec.fields import DrawnSeeds, seed_list
@@ -40,7 +43,6 @@ schema.declare("drawn_seeds", MIGRATIONS)
 
 def played_seeds(ctx: "RunContext", measurement: str, seeds, files: dict[str, str]) -> list[int]:
     """The seeds `measurement` plays: as written, or drawn for `files` ({name: path}) and stored."""
-    from breakout_core.common.hashing import file_sha256
     from runner.spec.seed_pools import draw_key, draw_seeds
 
     if not isinstance(seeds, DrawnSeeds):
@@ -51,13 +53,22 @@ def played_seeds(ctx: "RunContext", measurement: str, seeds, files: dict[str, st
                                  [ctx.run_id, measurement]).fetchone()
         if stored is not None:
             return json.loads(stored[0])
-    sha256s = {name: file_sha256(path) for name, path in sorted(files.items())}
+    sha256s = {name: seed_identity(path) for name, path in sorted(files.items())}
     key = draw_key(sha256s.values())
     pool = "confirmation" if ctx.confirm else "check"
     drawn = draw_seeds(key, seeds.drawn, pool)
     ctx.store.append_rows("drawn_seeds", [{"run_id": ctx.run_id, "measurement": measurement, "pool": pool, "key": key,
                                            "files": json.dumps(sha256s), "seeds": json.dumps(drawn)}])
     return drawn
+
+
+def seed_identity(path: str | Path) -> str:
+    """What a file's seeds are drawn by: an ONNX model's content hash (its graph and weights, so a
+    re-save or renamed nodes draw the same games), any other file's sha256."""
+    from breakout_core.common.hashing import file_sha256
+    from breakout_core.conversion.model_content import model_content_sha256
+
+    return model_content_sha256(path) if Path(path).suffix == ".onnx" else file_sha256(path)
 
 
 def seeds_report(con, run_id: str, measurement: str) -> "list[Section]":
