@@ -61,6 +61,8 @@ def test_check_json_names_the_run_the_contract_each_files_input_the_seeds_and_ev
     verdicts = {v["verdict"]: v for v in document["verdicts"]}
     assert len(verdicts) == 5 and verdicts["same_decisions"]["outcome"] == "deployment-worthy"
     games = verdicts["keeps_the_score"]
+    assert games["in_words"].startswith("mean score ") and " games a runtime (" in games["in_words"]
+    assert verdicts["same_decisions"]["in_words"].startswith("60 of 60 fixed states take the same action")
     assert games["reason"] and set(games["games"]) >= {"paired_diff_median", "identical_games_share"}
     with_run = subprocess.run([sys.executable, "-m", "runner", "sql", "--json", "--db", "r.duckdb",
                                "SELECT spec_name FROM runs WHERE run_id = '" + document["run_id"] + "'"],

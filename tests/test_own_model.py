@@ -301,6 +301,7 @@ def test_check_fail_fast_stops_at_the_first_rejected_gating_verdict(tmp_path):
     assert ("not reached (--fail-fast): not_slower_at_batch_1, plays_the_same_256_steps, keeps_the_score, "
             "no_more_stalls") in result.stdout
     assert result.stdout.splitlines()[-1].startswith("check failed: 1 rejected (identical; perturbed.onnx)")
+    assert "of 60 fixed states take the same action" in result.stdout  # said in words, beside the rule
     with Store(tmp_path / "r.duckdb").reader() as con:
         assert con.execute("SELECT verdict, outcome FROM verdicts").fetchall() == [("same_decisions", "rejected")]
         assert con.execute("SELECT status FROM runs").fetchall() == [("done",)]

@@ -20,13 +20,18 @@ def run_verdict_record(row: dict) -> dict:
     games = {k: metrics.get(k) for k in ROBUST_FIGURES} if "paired_diff_median" in metrics else None
     return {"verdict": row["verdict"], "measurement": row["measurement"], "candidate": row["candidate"],
             "baseline": row["baseline"] or None, "outcome": row["outcome"], "label": evidence.get("label"),
-            "reason": row["reason"], "rules": evidence.get("rules", []), "games": games}
+            "reason": row["reason"], "in_words": evidence.get("in_words"), "rules": evidence.get("rules", []),
+            "games": games}
 
 
 def echo_run_verdicts(rows: list[dict]) -> None:
+    """Each verdict on one line: its outcome and label, what its figures show in words, and the
+    rule's figures it was decided by."""
     for v in rows:
-        label = json.loads(v["evidence"]).get("label")
-        click.echo(f"  verdict {v['verdict']}: {v['outcome']}{f' ({label})' if label else ''} — {v['reason']}")
+        evidence = json.loads(v["evidence"])
+        label, words = evidence.get("label"), evidence.get("in_words")
+        click.echo(f"  verdict {v['verdict']}: {v['outcome']}{f' ({label})' if label else ''} — "
+                   f"{f'{words}; by the rule: ' if words else ''}{v['reason']}")
 
 
 def latest_verdict_records(frame) -> list[dict]:

@@ -22,6 +22,7 @@ from runner.compare.rows import Row, RunSide, runtime_problem, samples_row, unav
 from runner.kinds.kind import Kind
 from runner.kinds.shared.runtime_lifecycle import greedy, open_runtime
 from runner.kinds.shared.runtime_status import found_unavailable, runtime_sections, with_unavailable
+from runner.kinds.shared.verdict_words import closed_loop_words
 from runner.report.section import Section
 from runner.run.context import RunContext
 from runner.spec.fields import EpisodeSeed, Name
@@ -210,4 +211,5 @@ KIND = Kind(
     # episode seed's game, so `seed` is every seed the loop plays
     episode_seeds=lambda m: [(("seed",), [m.seed])],
     not_settings=frozenset({"runtimes", "baseline"}),
+    in_words=closed_loop_words,
 )

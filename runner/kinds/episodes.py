@@ -51,6 +51,7 @@ from runner.kinds.shared.runtime_metrics import (
 from runner.kinds.shared.runtime_status import found_unavailable, runtime_sections, with_unavailable
 from runner.kinds.shared.staged_games import StagesSpec, looks_report, play_in_stages, staged_metrics, stages_problem
 from runner.kinds.shared.stalls import stall_metrics
+from runner.kinds.shared.verdict_words import games_words
 from runner.report.section import Section
 from runner.run.context import RunContext
 from runner.spec.fields import Name, PlayedSeeds, possible_seeds, seed_count
@@ -333,4 +334,5 @@ KIND = Kind(
     compare=compare_episodes,
     episode_seeds=lambda m: [(("seeds",), possible_seeds(m.seeds))],
     not_settings=frozenset({"runtimes", "baseline", "seeds", "batch_size", "bootstrap", "parity", "latency"}),
+    in_words=games_words,
 )

@@ -54,6 +54,10 @@ def no_resume_problem(measurement: Any, store: "Store", run_id: str) -> str | No
     return None
 
 
+def no_words(found: dict, ruled: set[str]) -> str | None:
+    return None
+
+
 def nothing_to_compare(con: "duckdb.DuckDBPyConnection", a: "RunSide", b: "RunSide", m_a: dict, m_b: dict
                        ) -> list["Row"]:
     return []
@@ -72,6 +76,8 @@ class Kind:
     metrics: Callable[["duckdb.DuckDBPyConnection", str, Any, str, str], dict[str, float]]
     report: Callable[["duckdb.DuckDBPyConnection", str, Any], list["Section"]]
     compare: Comparer = nothing_to_compare  # how `runner compare` judges two runs' rows of a measurement
+    # a verdict's metrics and the names its rules judge -> what they show, in a user's words (or None)
+    in_words: Callable[[dict, set[str]], str | None] = no_words
     # fields of its measurements that are not settings: a difference in them does not make
     # two runs not comparable (a GIF's seed, a progress batch)
     not_settings: frozenset[str] = frozenset()

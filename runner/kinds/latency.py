@@ -46,6 +46,7 @@ from runner.kinds.shared.runtime_metrics import (
     latency_rule_problem,
 )
 from runner.kinds.shared.runtime_status import runtime_sections, with_unavailable
+from runner.kinds.shared.verdict_words import latency_words
 from runner.report.section import Section
 from runner.run.context import RunContext
 from runner.spec.fields import Name
@@ -313,6 +314,7 @@ KIND = Kind(
     spec_problems=spec_problems,
     compare=compare_latency,
     not_settings=frozenset({"runtimes", "baseline", "batch_sizes", "verdict_batch_size"}),
+    in_words=latency_words,
 )
 
 

@@ -34,6 +34,7 @@ from runner.kinds.shared.runtime_lifecycle import greedy, infer_in_batches, load
 from runner.kinds.shared.runtime_metrics import PARITY_METRIC_NAMES as METRIC_NAMES
 from runner.kinds.shared.runtime_metrics import parity_pair_metrics
 from runner.kinds.shared.runtime_status import found_unavailable, runtime_sections, with_unavailable
+from runner.kinds.shared.verdict_words import parity_words
 from runner.report.section import Section
 from runner.run.context import RunContext
 from runner.spec.fields import Name, StrictModel
@@ -359,4 +360,5 @@ KIND = Kind(
     references=ParityMeasurement.references,
     compare=compare_parity,
     not_settings=frozenset({"runtimes", "baseline", "batch_sizes"}),
+    in_words=parity_words,
 )

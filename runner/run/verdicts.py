@@ -100,6 +100,7 @@ def decide_verdicts(store, run_id: str, spec, measured: set[str] | None = None) 
             # unavailable_reason: set by a kind whose runtime could not run
             outcome, reason, evidence = decide(verdict, found, found.get("unavailable_reason"))
             evidence["label"] = verdict.labels.get(outcome)
+            evidence["in_words"] = KINDS[m.kind].in_words(found, set(verdict.deployment_worthy_when))
             rows.append({
                 "run_id": run_id, "verdict": verdict.name, "measurement": m.name,
                 "candidate": verdict.candidate, "baseline": verdict.baseline or "",

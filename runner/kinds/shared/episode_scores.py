@@ -158,6 +158,11 @@ def score_metrics(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, 
         return {}
     interval = paired_bootstrap_ci(diffs, confidence=bootstrap.confidence, n_resamples=bootstrap.resamples,
                                    seed=bootstrap.seed)
+    distinct = con.execute(  # games that are one game played again (the same start, no sticky action) count once
+        "SELECT count(DISTINCT (c.score, c.steps, b.score, b.steps)) FROM episodes c JOIN episodes b "
+        "ON c.run_id = b.run_id AND c.measurement = b.measurement AND c.seed = b.seed "
+        "WHERE c.run_id = ? AND c.measurement = ? AND c.policy = ? AND b.policy = ?",
+        [run_id, measurement, candidate, baseline]).fetchone()[0]
     return {
         "candidate_mean_score": summary[candidate][0],
         "baseline_mean_score": summary[baseline][0],
@@ -166,6 +171,7 @@ def score_metrics(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, 
         "paired_score_diff_ci_high": interval.high,
         "candidate_time_limit_fraction": summary[candidate][2] / summary[candidate][1],
         "paired_episodes": float(len(diffs)),
+        "distinct_paired_games": float(distinct),
         "candidate_distinct_scores": float(summary[candidate][3]),
         "baseline_distinct_scores": float(summary[baseline][3]),
         **robust_figures(diffs),

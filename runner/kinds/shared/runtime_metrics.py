@@ -34,7 +34,7 @@ def parity_pair_metrics(con, run_id: str, measurement: str, candidate: str, base
     row = con.execute(
         "SELECT count(*), min(action_agreement_fraction), max(n_states - action_agreement), max(max_abs_dq), "
         "max(mean_abs_dq), bool_and(allclose), max(elements_fail), max(near_ties), "
-        "min(decisive_agreement_fraction), min(decisive_states) FROM parity_summary "
+        "min(decisive_agreement_fraction), min(decisive_states), max(n_states) FROM parity_summary "
         "WHERE run_id = ? AND measurement = ? AND candidate = ? AND baseline = ?",
         [run_id, measurement, candidate, baseline]).fetchone()
     if not row or not row[0]:
@@ -42,6 +42,7 @@ def parity_pair_metrics(con, run_id: str, measurement: str, candidate: str, base
     found = {
         "action_agreement": row[1], "action_disagreements": float(row[2]), "max_abs_dq": row[3],
         "mean_abs_dq": row[4], "allclose": float(row[5]), "elements_fail": float(row[6]), "near_ties": float(row[7]),
+        "parity_states": float(row[10]),
     }
     if row[8] is not None:  # none where no state is decisive, or the rows predate the margin
         found["decisive_action_agreement"] = row[8]
