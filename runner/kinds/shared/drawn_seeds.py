@@ -40,7 +40,7 @@ schema.declare("drawn_seeds", MIGRATIONS)
 
 def played_seeds(ctx: "RunContext", measurement: str, seeds, files: dict[str, str]) -> list[int]:
     """The seeds `measurement` plays: as written, or drawn for `files` ({name: path}) and stored."""
-    from breakout_core.common.hashing import file_sha256
+    from breakout_core.common.hashing import model_sha256
     from runner.spec.seed_pools import draw_key, draw_seeds
 
     if not isinstance(seeds, DrawnSeeds):
@@ -51,7 +51,7 @@ def played_seeds(ctx: "RunContext", measurement: str, seeds, files: dict[str, st
                                  [ctx.run_id, measurement]).fetchone()
         if stored is not None:
             return json.loads(stored[0])
-    sha256s = {name: file_sha256(path) for name, path in sorted(files.items())}
+    sha256s = {name: model_sha256(path) for name, path in sorted(files.items())}
     key = draw_key(sha256s.values())
     pool = "confirmation" if ctx.confirm else "check"
     drawn = draw_seeds(key, seeds.drawn, pool)
