@@ -1,6 +1,6 @@
 """ONNX models whose weights are external data (torch.onnx.export's default: `M.onnx` and
 `M.onnx.data`): hashed with their data files, held to that hash at every load, confined to their
-own folder.
+own folder, and checked and converted like any other model.
 
 A data file rewritten after the run recorded it is refused at load with both hashes, and no row
 about it is stored; drawn seeds and baseline games are keyed by the data too; a location that is
@@ -18,9 +18,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from small_check import SMALL_CHECK, set_args
 from test_artifact_files import _context, _query
 from test_cli_inputs import assert_one_line_usage_error
 from test_end_to_end import cli
+from user_exports import CleanRLQNetwork
 
 from breakout_core.common.external_data import data_files
 from breakout_core.common.files import FileReplaced, same_file, write_whole
@@ -177,3 +179,32 @@ def test_a_spec_artifact_with_external_data_outside_its_folder_is_refused_before
     assert_one_line_usage_error(result, f"artifacts.candidate.path: {model}: external data 'link.data' of tensor",
                                 "resolves to /etc/passwd, outside the model's folder")
     assert not (tmp_path / "r.duckdb").exists()
+
+
+@pytest.fixture(scope="module")
+def torch_default(tmp_path_factory) -> Path:
+    """CleanRL's network exported as torch.onnx.export writes it by default: M.onnx and M.onnx.data."""
+    import torch
+
+    path = tmp_path_factory.mktemp("torch") / "M.onnx"
+    torch.onnx.export(CleanRLQNetwork().eval(), (torch.zeros(1, 4, 84, 84),), str(path))
+    assert [p.name for p in data_files(path)] == ["M.onnx.data"]
+    return path
+
+
+@pytest.mark.slow
+def test_torch_default_export_is_checked_and_converted_to_files_with_their_weights_inside(tmp_path, torch_default):
+    shutil.copytree(torch_default.parent, tmp_path / "model")
+    declared = ("--input", "float32:0-255:nchw")
+    checked = cli("check", "model/M.onnx", *declared, *set_args(*SMALL_CHECK), "--db", "r.duckdb", cwd=tmp_path)
+    assert checked.exit_code in (0, 1), (checked.output, checked.exception)
+    assert "verdict same_decisions: deployment-worthy" in checked.stdout
+    for precision, overrides in [("fp16", ()), ("int8", (SMALL_CALIBRATION,))]:
+        made = cli("convert", precision, "model/M.onnx", *declared,
+                   *set_args("measurements.search.latency_runs=64", *overrides), "--db", "r.duckdb", cwd=tmp_path)
+        assert made.exit_code in (0, 1), (made.output, made.exception)
+        out = tmp_path / "model" / f"M_{precision}.onnx"
+        assert f"judge it in games: runner check model/M_{precision}.onnx --baseline model/M.onnx" in made.stdout
+        assert data_files(out) == ()  # a converted file holds its weights: nothing to keep beside it
+    files = _query(tmp_path / "r.duckdb", "SELECT DISTINCT sha256 FROM run_files WHERE path LIKE '%/M.onnx'")
+    assert files == [(model_sha256(tmp_path / "model" / "M.onnx"),)]
