@@ -65,6 +65,8 @@ def hostile(folder: Path, variant: str) -> tuple[Path, str]:
         os.symlink("/etc/passwd", model.parent / "link.data")
     elif variant == "too_long":
         entries["length"].value = str(2 << 30)
+    elif variant == "not_a_count":
+        entries["offset"].value = "-1"
     onnx.save_model(graph, model)
     if variant == "missing":
         (model.parent / "m.onnx.data").unlink()
@@ -159,8 +161,9 @@ def test_drawn_seeds_and_baseline_games_differ_when_only_the_data_file_differs(t
 
 
 VARIANTS = {"absolute": "is an absolute path", "parent": "leads out of the model's folder",
-            "symlink": "resolves to /etc/passwd, outside the model's folder", "missing": "is missing",
-            "too_long": "declares bytes 0 to 2147483648, but the file holds"}
+            "symlink": "resolves to '/etc/passwd', outside the model's folder", "missing": "is missing",
+            "too_long": "declares bytes 0 to 2147483648, but the file holds",
+            "not_a_count": "has an offset or length that is not a byte count"}
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -177,7 +180,7 @@ def test_a_spec_artifact_with_external_data_outside_its_folder_is_refused_before
     given = f"artifacts.candidate={json.dumps({'path': str(model)})}"
     result = cli("run", str(REPO / "specs" / "check_onnx.yaml"), "--set", given, "--db", "r.duckdb", cwd=tmp_path)
     assert_one_line_usage_error(result, f"artifacts.candidate.path: {model}: external data 'link.data' of tensor",
-                                "resolves to /etc/passwd, outside the model's folder")
+                                "resolves to '/etc/passwd', outside the model's folder")
     assert not (tmp_path / "r.duckdb").exists()
 
 
