@@ -137,6 +137,8 @@ def test_a_data_file_rewritten_mid_run_is_refused_at_load_with_both_hashes_and_n
     message = str(refused.value)
     assert "\n" not in message and message.startswith(f"artifacts.onnx_fp32 ({model}): runtime ort_fp32 loaded")
     assert f"sha256 {model_sha256(model)[:12]}, but this run recorded at its start sha256 {recorded[:12]}" in message
+    assert message.endswith("another file was put at that path, or other external data beside it; no row about it "
+                            "is stored")
     stored = _query(tmp_path / "r.duckdb", "SELECT measurement, artifact_sha256 FROM runtime_status "
                                            "WHERE runtime = 'ort_fp32'")
     assert stored == [("before", recorded)]

@@ -131,7 +131,7 @@ class RunFiles:
             where = name if name.startswith("policies.") else f"artifacts.{name}"
             raise ArtifactChanged(
                 f"{where} ({path}): {what} loaded sha256 {sha256[:12]}, but this run {role} sha256 {expected[:12]}: "
-                "another file was put at that path; no row about it is stored")
+                "another file was put at that path, or other external data beside it; no row about it is stored")
 
     @contextlib.contextmanager
     def loaded(self, name: str, what: str) -> Iterator[tuple[Path, str]]:
