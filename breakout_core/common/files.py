@@ -121,16 +121,23 @@ def file_identity(path: str | Path) -> tuple[int, int, int, int]:
 
 @contextlib.contextmanager
 def same_file(path: str | Path) -> Iterator[None]:
-    """Raise `FileReplaced` when the file at `path` after the block is not the one before it:
-    what the block read (a hash, then a load) came from one file."""
-    before = file_identity(path)
+    """Raise `FileReplaced` when the file at `path`, or one of the external data files of the
+    ONNX model there, after the block is not the one before it: what the block read (a hash, then
+    a load) came from those files."""
+    from breakout_core.common.external_data import data_files
+
+    files = [Path(path)]
+    before = [file_identity(path)]  # before the model is read for its data files: a later one is told
+    files += data_files(path)
+    before += [file_identity(file) for file in files[1:]]
     yield
-    try:
-        after = file_identity(path)
-    except FileNotFoundError:
-        after = None
-    if after != before:
-        raise FileReplaced(path)
+    for file, identity in zip(files, before):
+        try:
+            after = file_identity(file)
+        except FileNotFoundError:
+            after = None
+        if after != identity:
+            raise FileReplaced(file)
 
 
 def torch_bytes(payload: Any) -> bytes:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from breakout_core.common.hashing import file_sha256
+from breakout_core.common.hashing import model_sha256
 from breakout_core.conversion.onnx_checks import ModelCheckError, check_model, one_line, set_metadata
 
 METADATA_KEY = "breakout.input"  # a file's own declaration of its input convention
@@ -237,7 +237,7 @@ def write_adapted(source: str | Path, convention: InputConvention, path: str | P
     except Exception as exc:  # noqa: BLE001 -- onnx.compose's checks raise several types
         raise ModelCheckError(f"the input adapter could not be put in front of the graph ({one_line(exc)})") from None
     adapter = convention.adapter(float16_output)
-    sha = file_sha256(source)
+    sha = model_sha256(source)
     set_metadata(adapted, {"input": "uint8:0-255:nchw", "input_adapter": adapter, "input_source": str(convention),
                            "input_source_sha256": sha})
     check_model(adapted)

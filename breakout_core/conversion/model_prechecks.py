@@ -68,7 +68,7 @@ def fp16_cast_fix(path: str | Path) -> str | None:
     float32 for this reason)."""
     import onnx
 
-    model = onnx.load(path)
+    model = onnx.load(path, load_external_data=False)
     graph = model.graph
     if not graph.input or graph.input[0].type.tensor_type.elem_type != onnx.TensorProto.UINT8:
         return None

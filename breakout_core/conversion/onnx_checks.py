@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from breakout_core.common.files import write_whole
+from breakout_core.common.files import same_file, write_whole
+from breakout_core.common.hashing import model_sha256
 
 META_PREFIX = "breakout."
 NODES_SHOWN = 8  # graph nodes a "not a node" message lists
@@ -28,16 +29,23 @@ def one_line(exc: BaseException) -> str:
 
 
 def read_source_model(path: Path, error: type[Exception]):
-    """(the ONNX model, its bytes, their sha256) from one read of `path`, so that the model a
-    converter works on is the one hashed; `error` with one line where it is not a readable model."""
+    """(the ONNX model, its bytes with every weight inside, their content sha256) of `path` and
+    its external data files, read while none of them is replaced, so that the model a converter
+    works on is the one hashed; `error` with one line where it is not a readable model."""
     import onnx
 
+    from breakout_core.common.external_data import ExternalDataRefused
+
     try:
-        data = path.read_bytes()
-        model = onnx.load_from_string(data)
+        with same_file(path):
+            sha256 = model_sha256(path)
+            model = onnx.load(path)  # its external data read from its own folder
+        data = model.SerializeToString()
+    except ExternalDataRefused as exc:
+        raise error(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
         raise error(f"{path}: not a readable ONNX model ({one_line(exc)})") from None
-    return model, data, hashlib.sha256(data).hexdigest()
+    return model, data, sha256
 
 
 def not_a_node(name: str, nodes: list[str], model: str) -> str:

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from breakout_core.common.files import write_whole
-from breakout_core.common.hashing import file_sha256
+from breakout_core.common.hashing import file_sha256, model_sha256
 from breakout_core.evaluation.policies import Policy, check_fits
 from breakout_core.game.contract import Contract
 from breakout_core.game.driver import STOPPED, EpisodeDriver, play_seeds
@@ -269,7 +269,7 @@ def capture_from_onnx(onnx_path: str | Path, contract: Contract, *, n_states: in
     finally:
         policy.close()
     source = Path(source or onnx_path)
-    states.meta.update(onnx_path=str(source.resolve()), onnx_sha256=file_sha256(source))
+    states.meta.update(onnx_path=str(source.resolve()), onnx_sha256=model_sha256(source))
     return states
 
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from breakout_core.common.files import FileReplaced, same_file
-from breakout_core.common.hashing import file_sha256
+from breakout_core.common.hashing import model_sha256
 from breakout_core.runtimes.actual import ActualRun
 
 OBS_SHAPE = (4, 84, 84)
@@ -148,7 +148,7 @@ class Runtime(ABC):
         self.artifact = path
         try:
             with same_file(path):  # the file hashed is the file loaded, or FileReplaced
-                self.artifact_sha256 = file_sha256(path)
+                self.artifact_sha256 = model_sha256(path)
                 self._load(path)
         except FileReplaced:
             with contextlib.suppress(Exception):  # it loaded, but what it loaded is unknown

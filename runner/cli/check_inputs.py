@@ -118,9 +118,9 @@ def _check_set_files(spec, overrides: tuple[str, ...], contract) -> None:
 
 
 def _same_file(a: Path, b: Path) -> bool:
-    from breakout_core.common.hashing import file_sha256
+    from breakout_core.common.hashing import model_sha256
 
-    return b.is_file() and file_sha256(a) == file_sha256(b)
+    return b.is_file() and model_sha256(a) == model_sha256(b)
 
 
 def _same_as_candidate(model, candidate):
@@ -221,10 +221,10 @@ def baseline_states(runnable: Path, baseline: Path, convention, contract, label:
     """The fixed states of the baseline's own games under `contract`: captured once, kept under
     runs/baseline_states/ by the baseline file's sha256 and the contract, reused while both are
     the same."""
-    from breakout_core.common.hashing import file_sha256
+    from breakout_core.common.hashing import model_sha256
     from breakout_core.evaluation.fixed_states import capture_from_onnx, load_fixed_states, save_fixed_states
 
-    sha = file_sha256(baseline)
+    sha = model_sha256(baseline)
     path = STATES_FOLDER / f"{baseline.stem}-{sha[:12]}-{contract.hash[:12]}.npz"
     if path.is_file():
         kept = load_fixed_states(path)

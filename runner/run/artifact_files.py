@@ -9,6 +9,9 @@
 - Inputs: as the run starts, the sha256 of every artifact it reads and does not write, and
   of every checkpoint policy's file (as `policies.NAME`), is recorded (the store's
   `run_files`; a resumed run goes on with the hashes its first start recorded).
+- An ONNX model with external data is one row: its content hash over the model file and every
+  data file beside it (breakout_core.common.hashing.model_sha256), its bytes theirs together;
+  a data file rewritten is that artifact's hash changed.
 - Loads: every load of an artifact is checked against the hash this run recorded for it
   (an output's when it was published, an input's at the start); another file is refused
   before any row about it is stored, and the run fails with one line naming both hashes.
@@ -26,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from breakout_core.common.files import NoSpaceLeft, is_no_space, publish, same_file
-from breakout_core.common.hashing import file_sha256
+from breakout_core.common.hashing import model_sha256
 from runner.run.errors import ArtifactBusy, ArtifactChanged
 
 
@@ -94,11 +97,11 @@ class RunFiles:
         bytes written) is what every later load of it is held to."""
         if name not in self.outputs:
             raise ValueError(f"artifacts.{name} is not an output of this spec: it is not written")
-        if (now := file_sha256(written)) != sha256:
+        if (now := model_sha256(written)) != sha256:
             raise ArtifactChanged(f"artifacts.{name}: {written} has sha256 {now[:12]}, not the {sha256[:12]} this "
                                   "run wrote; nothing is published")
         target = publish(written, self.spec.artifacts[name].path)
-        self._record(name, "output", target, sha256, Path(written).stat().st_size)
+        self._record(name, "output", target, sha256, _bytes(written))
         return target
 
     # -- inputs and loads ---------------------------------------------------------------------
@@ -113,8 +116,8 @@ class RunFiles:
             if name in self.outputs or name in self.expected or not path.is_file():
                 continue
             with same_file(path):
-                sha256 = file_sha256(path)
-            self._record(name, "input", path, sha256, path.stat().st_size)
+                sha256, size = model_sha256(path), _bytes(path)
+            self._record(name, "input", path, sha256, size)
 
     def check(self, name: str, sha256: str, what: str) -> None:
         """Refuse `sha256`, what `what` loaded for artifact `name`, unless it is the one this run
@@ -122,13 +125,13 @@ class RunFiles:
         run started) is held from now on to the first file loaded."""
         expected, path = self.expected.get(name), self._files()[name]
         if expected is None:
-            self._record(name, "input", path, sha256, path.stat().st_size if path.is_file() else 0)
+            self._record(name, "input", path, sha256, _bytes(path) if path.is_file() else 0)
         elif expected != sha256:
             role = "wrote" if name in self.outputs else "recorded at its start"
             where = name if name.startswith("policies.") else f"artifacts.{name}"
             raise ArtifactChanged(
                 f"{where} ({path}): {what} loaded sha256 {sha256[:12]}, but this run {role} sha256 {expected[:12]}: "
-                "another file was put at that path; no row about it is stored")
+                "another file was put at that path, or other external data beside it; no row about it is stored")
 
     @contextlib.contextmanager
     def loaded(self, name: str, what: str) -> Iterator[tuple[Path, str]]:
@@ -136,7 +139,7 @@ class RunFiles:
         that one file (breakout_core.common.files.FileReplaced otherwise)."""
         path = self.readable_path(name) if name in self.spec.artifacts else self._files()[name]
         with same_file(path):
-            sha256 = file_sha256(path)
+            sha256 = model_sha256(path)
             self.check(name, sha256, what)
             yield path, sha256
 
@@ -154,6 +157,13 @@ class RunFiles:
         self.store.append_rows("run_files", [{"run_id": self.run_id, "artifact": name, "role": role,
                                               "path": str(path), "sha256": sha256, "bytes": size,
                                               "recorded_at": utcnow()}])
+
+
+def _bytes(path: Path) -> int:
+    """The size of a file with its external data files, if any."""
+    from breakout_core.common.external_data import data_files
+
+    return sum(file.stat().st_size for file in (Path(path), *data_files(path)))
 
 
 def _holder(fd: int) -> str:

@@ -1,6 +1,7 @@
 """A spec's model and data files, looked at when the spec loads: an empty, truncated or
-foreign file is one line naming it and what is wrong, before anything runs (and before a
-reader deep in torch, numpy or onnx fails with its own words)."""
+foreign file, or an ONNX model whose external data is missing or outside its folder, is one
+line naming it and what is wrong, before anything runs (and before a reader deep in torch,
+numpy or onnx fails with its own words)."""
 
 from __future__ import annotations
 
@@ -55,4 +56,10 @@ def _onnx_problem(path: Path) -> str | None:
         return f"{path}: not an ONNX model ({described(exc, 'unparsable')})"
     if not model.graph.node:
         return f"{path}: not an ONNX model (no graph in it)"
+    from breakout_core.common.external_data import ExternalDataRefused, data_files
+
+    try:
+        data_files(path)
+    except ExternalDataRefused as exc:
+        return str(exc)
     return None

@@ -52,12 +52,12 @@ def _cpu() -> dict:
 
 def game_key(ctx: "RunContext", runtime: str, batch_size: int) -> tuple[str, dict]:
     """(key, what it is the sha256 of) for the games `runtime` plays in batches of `batch_size`."""
-    from breakout_core.common.hashing import file_sha256
+    from breakout_core.common.hashing import model_sha256
     from runner.store.provenance import package_versions
 
     config = ctx.spec.runtimes[runtime]
     keyed_by = {"contract": ctx.contract.hash, "backend": config.runtime, "options": config.options(),
-                "file_sha256": file_sha256(ctx.spec.artifacts[config.artifact].path), "batch_size": batch_size,
+                "file_sha256": model_sha256(ctx.spec.artifacts[config.artifact].path), "batch_size": batch_size,
                 "cpu": _cpu(), "packages": json.loads(package_versions())}
     text = json.dumps(keyed_by, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest(), json.loads(text)

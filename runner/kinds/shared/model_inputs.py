@@ -19,7 +19,7 @@ def runtime_file(ctx, name: str) -> Path:
     """The path a runtime loads for artifact `name` (adapted once per run, then reused)."""
     import onnx
 
-    from breakout_core.common.hashing import file_sha256
+    from breakout_core.common.hashing import model_sha256
     from breakout_core.conversion import input_convention as inputs
 
     artifact = ctx.spec.artifacts[name]
@@ -38,7 +38,7 @@ def runtime_file(ctx, name: str) -> Path:
     target = Path(ctx.artifacts_dir) / ADAPTED_FOLDER / f"{name}.onnx"
     if target.is_file():
         meta = _metadata(target)
-        if meta.get("breakout.input_source_sha256") == file_sha256(path) \
+        if meta.get("breakout.input_source_sha256") == model_sha256(path) \
                 and meta.get("breakout.input_source") == str(convention):
             return target
     inputs.write_adapted(path, convention, target, check_states(ctx))
