@@ -147,7 +147,7 @@ def test_a_data_file_rewritten_mid_run_is_refused_at_load_with_both_hashes_and_n
 
 def test_drawn_seeds_and_baseline_games_differ_when_only_the_data_file_differs(tmp_path):
     from runner.kinds.shared.baseline_games import game_key
-    from runner.kinds.shared.drawn_seeds import played_seeds
+    from runner.kinds.shared.drawn_seeds import played_seeds, seed_identity
     from runner.spec.fields import DrawnSeeds
 
     ctx, _ = _context(tmp_path, _spec(tmp_path), "r1")
@@ -159,7 +159,7 @@ def test_drawn_seeds_and_baseline_games_differ_when_only_the_data_file_differs(t
     assert played_seeds(ctx, "games", DrawnSeeds(drawn=5), {"candidate": model}) != drawn
     assert game_key(ctx, "ort_fp32", 1)[0] != key
     stored = [json.loads(row[0]) for row in _query(tmp_path / "r.duckdb", "SELECT files FROM drawn_seeds")]
-    assert stored[-1] == {"candidate": model_sha256(model)}
+    assert stored[-1] == {"candidate": seed_identity(model)}  # its content: graph and every weight, wherever stored
 
 
 VARIANTS = {"absolute": "is an absolute path", "parent": "leads out of the model's folder",
