@@ -169,10 +169,17 @@ def used_artifacts(spec: Spec) -> set[str]:
                    if what.startswith("artifact")}
 
 
+MAX_PROBLEMS = 20  # a spec's problems told, the rest counted (a 10,000-trial sweep's each fail alike)
+
+
 class SpecError(ValueError):
-    """One or more problems in a spec file, each a line 'file:line: field: message'."""
+    """One or more problems in a spec file, each a line 'file:line: field: message'; past
+    MAX_PROBLEMS, the rest are counted in one last line."""
 
     def __init__(self, problems: list[str]):
+        if len(problems) > MAX_PROBLEMS:
+            more = len(problems) - MAX_PROBLEMS
+            problems = [*problems[:MAX_PROBLEMS], f"... and {more:,} more problems in this spec"]
         super().__init__("\n".join(problems))
         self.problems = problems
 
