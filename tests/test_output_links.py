@@ -103,17 +103,19 @@ def _plant(kind: str, at: Path, target: Path) -> None:
     at.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     if kind == "fifo":
         os.mkfifo(at)
+    elif kind == "hard link":
+        os.link(target, at)
     else:
         at.symlink_to(target)
 
 
 # -- fast: the lock and the publish themselves -----------------------------------------------------
-@pytest.mark.parametrize("kind", ["link", "dangling", "fifo"])
+@pytest.mark.parametrize("kind", ["link", "dangling", "fifo", "hard link"])
 def test_a_link_or_fifo_planted_at_a_lock_file_is_refused_in_one_line_and_followed_never(site, kind):
     loaded = load_spec(site / "spec.yaml")
     output = site.resolve() / "out" / "dyn.onnx"
     lock = lock_file(output)
-    _plant(kind, lock, site / ("victim.onnx" if kind == "link" else "made.onnx"))
+    _plant(kind, lock, site / ("made.onnx" if kind == "dangling" else "victim.onnx"))
     before = _snapshot(site.parent)
     files = RunFiles("r1", loaded.spec, Store(site / "r.duckdb"), site / "runs" / "r1", ["int8"], loaded.folders)
     with pytest.raises(ArtifactBusy) as refused, files.locked():
@@ -121,7 +123,8 @@ def test_a_link_or_fifo_planted_at_a_lock_file_is_refused_in_one_line_and_follow
     told = str(refused.value)
     assert "\n" not in told and told.startswith(f"artifacts.int8: cannot lock {site / 'out' / 'dyn.onnx'} for "
                                                 f"writing ({lock}: ")
-    assert told.endswith("a symbolic link, not a lock file)" if kind != "fifo" else "not a plain file)")
+    assert told.endswith({"fifo": "not a plain file)", "hard link": "a hard link to another file)"}.get(
+        kind, "a symbolic link, not a lock file)"))
     assert _snapshot(site.parent) == before, "nothing outside the run's outputs changed"
     assert not (site / "made.onnx").exists(), "a dangling link's target is never made"
 

@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,13 @@ LOCK_DIR_ENV = "RUNNER_LOCK_DIR"
 
 def lock_folder() -> Path:
     """The folder of this user's output locks."""
-    return Path(os.environ.get(LOCK_DIR_ENV) or Path.home() / ".cache" / "breakout-runner" / "locks")
+    if os.environ.get(LOCK_DIR_ENV):
+        return Path(os.environ[LOCK_DIR_ENV])
+    try:
+        home = Path.home()
+    except RuntimeError:  # no home to be found: a folder of this user's own in the temporary folder
+        return Path(tempfile.gettempdir()) / f"breakout-runner-{os.geteuid()}" / "locks"
+    return home / ".cache" / "breakout-runner" / "locks"
 
 
 def lock_file(resolved: Path) -> Path:
@@ -102,9 +109,11 @@ def _open(name: str, path: Path, lock: Path) -> int:
             raise NoSpaceLeft(lock) from None
         why = "a symbolic link, not a lock file" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
         raise ArtifactBusy(f"artifacts.{name}: cannot lock {path} for writing ({lock}: {why})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:  # a hard link's other name is another file
         os.close(fd)
-        raise ArtifactBusy(f"artifacts.{name}: cannot lock {path} for writing ({lock}: not a plain file)")
+        why = "not a plain file" if not stat.S_ISREG(info.st_mode) else "a hard link to another file"
+        raise ArtifactBusy(f"artifacts.{name}: cannot lock {path} for writing ({lock}: {why})")
     return fd
 
 
