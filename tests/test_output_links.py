@@ -139,6 +139,16 @@ def test_a_lock_folder_another_user_could_write_is_refused(site, tmp_path):
         pass
 
 
+def test_an_output_folder_that_cannot_be_made_refuses_the_run_before_it_works(site):
+    (site / "out").rmdir()
+    (site / "out").write_text("a plain file where the output's folder goes\n")
+    loaded = load_spec(site / "spec.yaml")
+    files = RunFiles("r1", loaded.spec, Store(site / "r.duckdb"), site / "runs" / "r1", ["int8"], loaded.folders)
+    with pytest.raises(ArtifactBusy, match=rf"^artifacts\.int8: cannot write {site / 'out' / 'dyn.onnx'} \(its folder "
+                                           rf"{site.resolve() / 'out'}: File exists\)$"), files.locked():
+        pass
+
+
 def test_a_folder_swapped_for_a_link_after_it_was_checked_has_nothing_published_through_it(site):
     checked = (site / "out").resolve()
     written = site / "written.onnx"

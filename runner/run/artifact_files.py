@@ -18,12 +18,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from breakout_core.common.files import publish, same_file
+from breakout_core.common.files import NoSpaceLeft, is_no_space, publish, same_file
 from breakout_core.common.hashing import file_sha256
-from runner.run.errors import ArtifactChanged
+from runner.run.errors import ArtifactBusy, ArtifactChanged
 from runner.run.output_locks import HeldLock, hold
 
 
@@ -45,12 +46,27 @@ class RunFiles:
         try:
             for name in self.outputs:
                 path = Path(self.spec.artifacts[name].path)
+                self._made_folder(name, path)
                 self._locks.append(hold(name, path, self.folders[name] / path.name, self.run_id))
             yield self
         finally:
             for lock in self._locks:
                 lock.release()
             self._locks.clear()
+
+    def _made_folder(self, name: str, path: Path) -> None:
+        """Make the folder output `path` is published to (as it resolved when the spec was
+        checked): one that cannot be made or written refuses the run before it stores anything."""
+        folder = self.folders[name]
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if is_no_space(exc):
+                raise NoSpaceLeft(folder) from None
+            raise ArtifactBusy(f"artifacts.{name}: cannot write {path} (its folder {folder}: "
+                               f"{exc.strerror or exc})") from None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ArtifactBusy(f"artifacts.{name}: cannot write {path} (its folder {folder}: not writable)")
 
     def output_path(self, name: str) -> Path:
         """Where this run writes artifact `name` before publishing it: under its own folder."""
