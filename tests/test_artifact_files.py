@@ -31,9 +31,10 @@ from breakout_core.common.files import FileReplaced, same_file, write_whole, wri
 from breakout_core.common.hashing import file_sha256
 from breakout_core.conversion.quantize import QuantizeError, quantize_int8
 from runner.kinds.shared.runtime_status import runtime_sections
-from runner.run.artifact_files import RunFiles, lock_path
+from runner.run.artifact_files import RunFiles
 from runner.run.context import RunContext
 from runner.run.errors import ArtifactBusy, ArtifactChanged
+from runner.run.output_locks import lock_file
 from runner.spec.document import load_spec
 from runner.store.database import Store
 
@@ -147,10 +148,10 @@ def _query(db: Path, sql: str) -> list[tuple]:
 
 
 def test_a_lock_on_an_output_path_refuses_a_second_holder_by_name_until_it_is_released(tmp_path):
-    spec = load_spec(_spec(tmp_path, "a.yaml")).spec
-    store = Store(tmp_path / "r.duckdb")
-    first = RunFiles("run-a", spec, store, tmp_path / "runs" / "run-a", ["int8"])
-    second = RunFiles("run-b", spec, store, tmp_path / "runs" / "run-b", ["int8"])
+    loaded = load_spec(_spec(tmp_path, "a.yaml"))
+    spec, store = loaded.spec, Store(tmp_path / "r.duckdb")
+    first = RunFiles("run-a", spec, store, tmp_path / "runs" / "run-a", ["int8"], loaded.folders)
+    second = RunFiles("run-b", spec, store, tmp_path / "runs" / "run-b", ["int8"], loaded.folders)
     with first.locked():
         with pytest.raises(ArtifactBusy) as refused, second.locked():
             pass
@@ -158,14 +159,16 @@ def test_a_lock_on_an_output_path_refuses_a_second_holder_by_name_until_it_is_re
                                       f"run-a (pid {os.getpid()} on {socket.gethostname()}); wait for it to end, or "
                                       "give this artifact another path")
     with second.locked():  # released when the first run ended
-        assert json.loads(lock_path(tmp_path / "out" / "int8.onnx").read_text())["run_id"] == "run-b"
+        assert json.loads(lock_file(tmp_path.resolve() / "out" / "int8.onnx").read_text())["run_id"] == "run-b"
+    assert not lock_file(tmp_path.resolve() / "out" / "int8.onnx").exists(), "a released lock leaves no file"
+    assert list((tmp_path / "out").iterdir()) == [], "nothing is written beside the output"
 
 
 @pytest.mark.slow
 def test_a_second_run_on_a_path_another_run_writes_is_refused_in_one_line(tmp_path):
     first = _runner("run", str(_spec(tmp_path, "a.yaml")), "--db", "a.duckdb", "--no-report", "--json",
                     cwd=tmp_path)
-    lock = lock_path(tmp_path / "out" / "int8.onnx")
+    lock = lock_file(tmp_path.resolve() / "out" / "int8.onnx")
     deadline = time.monotonic() + 120
     while not (lock.exists() and lock.read_text()) and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -197,10 +200,11 @@ def test_a_second_run_on_a_path_another_run_writes_is_refused_in_one_line(tmp_pa
 
 
 def _context(tmp_path: Path, spec_path: Path, run_id: str) -> tuple[RunContext, RunFiles]:
-    spec = load_spec(spec_path).spec
-    store = Store(tmp_path / "r.duckdb")
+    loaded = load_spec(spec_path)
+    spec, store = loaded.spec, Store(tmp_path / "r.duckdb")
     store.begin_run({"run_id": run_id, "spec_name": spec.name, "spec_hash": "h", "spec_text": "t", "host": "h"})
-    files = RunFiles(run_id, spec, store, tmp_path / "runs" / run_id, [n for n in ("int8",) if n in spec.artifacts])
+    files = RunFiles(run_id, spec, store, tmp_path / "runs" / run_id, [n for n in ("int8",) if n in spec.artifacts],
+                     loaded.folders)
     ctx = RunContext(run_id=run_id, spec=spec, contract=spec.contract.build(), store=store,
                      reports_dir=tmp_path / "reports", progress=Progress(console=Console(quiet=True)),
                      artifacts_dir=tmp_path / "runs" / run_id, files=files)
@@ -276,7 +280,7 @@ def test_a_resumed_run_holds_its_inputs_to_the_hashes_its_first_start_recorded(t
     states = tmp_path / "fixed_states.npz"
     recorded = file_sha256(states)
     write_whole(states, states.read_bytes() + b"\0")  # changed between the interruption and the resume
-    resumed = RunFiles("r1", ctx.spec, ctx.store, tmp_path / "runs" / "r1", ["int8"])
+    resumed = RunFiles("r1", ctx.spec, ctx.store, tmp_path / "runs" / "r1", ["int8"], files.folders)
     resumed.record_inputs(resume=True)
     assert resumed.expected["fixed_states"] == recorded
     with pytest.raises(ArtifactChanged, match=f"recorded at its start sha256 {recorded[:12]}"), \

@@ -141,6 +141,7 @@ def test_convert_names_the_file_a_set_of_the_artifacts_path_made_it_write(tmp_pa
     lines = made.stdout.splitlines()
     assert lines[-2].startswith(f"recommended: {written} (") and f"runner check {written} --baseline" in lines[-1]
     assert written.is_file() and not (tmp_path / "cleanrl_fp16.onnx").exists()
+    assert [p.name for p in written.parent.iterdir()] == ["mine.onnx"], "no lock file is left beside it"
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ words. On a real 2 MB tmpfs (`small_disk`), filled to a few KB."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -100,3 +101,36 @@ def test_a_run_on_a_full_database_disk_says_so_and_loses_nothing(small_disk, tmp
     (small_disk / "filler").unlink()
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT run_id FROM runs").fetchall() == [("r0",)]
+
+
+EXPORT = """\
+name: full_output_disk
+contract: {{name: breakout-v3}}
+artifacts:
+  checkpoint: {{path: {models}/dqn_breakout.pt}}
+  onnx_fp32: {{path: {models}/dqn_breakout.onnx}}
+  int8: {{path: {out}/dyn.onnx, made_by: full_output_disk, precision: int8}}
+measurements:
+  - kind: export
+    name: files
+    checkpoint: checkpoint
+    int8:
+      - {{onnx: int8, source: onnx_fp32, method: dynamic}}
+"""
+
+
+def test_an_output_published_across_devices_onto_a_full_disk_names_that_disk_file(small_disk, tmp_path):
+    """The run writes its own copy under runs/ (a healthy disk), then copies it to the output's
+    disk: the full one is told, not the run's copy that was read."""
+    models = Path(__file__).resolve().parents[1] / "models" / "reference"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(EXPORT.format(models=models, out=small_disk / "out"))
+    (small_disk / "out").mkdir()
+    _fill(small_disk, 64 * 1024)
+    result = cli("run", str(spec), "--db", str(tmp_path / "r.duckdb"), "--runs-dir", str(tmp_path / "runs"),
+                 "--no-report", cwd=tmp_path)
+    told = _error_line(result)
+    assert told == f"no space left on device: {small_disk / 'out' / 'dyn.onnx'}"
+    with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT status, error FROM runs").fetchall() == [("failed", told)]
+    assert list((small_disk / "out").iterdir()) == [], "no temporary file is left on the full disk"

@@ -421,3 +421,32 @@ def test_a_game_that_ends_on_a_damaged_database_is_kept_and_stored_once_it_is_re
             assert after["stored"] == "now"
             assert _stored_games(store) == [g["game"]["game_id"] for g in (before, kept, after)]
     assert _stored_games(store).count(kept["game"]["game_id"]) == 1 and not (store.spool_root / "play").exists()
+
+
+@pytest.mark.parametrize("kept_until", ["the next game", "the server stops"])
+def test_a_game_neither_appended_nor_spooled_is_held_and_stored_once_either_takes_it(tmp_path, caplog, kept_until):
+    """A damaged database and a plain file where the spool folder goes: the game was lost, the page
+    told 'the server failed ([Errno 20] ...)' and the log held two tracebacks."""
+    store = Store(tmp_path / "play.duckdb")
+    argmax = _cpu_argmax()
+
+    with PlayServer(store, MODEL, SHORT, port=0, pace_ms=0) as server:
+        before = _finished_game(server, 0, argmax)
+        good = store.path.read_bytes()
+        store.path.write_bytes(b"\0" * 4096 + good[4096:])  # the file no longer opens
+        store.spool_root.write_text("a plain file where the spool folder goes\n")
+        with caplog.at_level(logging.WARNING):
+            held = _finished_game(server, 1, argmax)
+        assert held["type"] == "over" and held["stored"] == "held", held
+        assert str(store.path) in held["stored_reason"] and "its spool folder: [Errno 20]" in held["stored_reason"]
+        assert "\n" not in held["stored_reason"]
+        warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert [r for r in warned if held["game"]["game_id"] in r.getMessage()], caplog.text
+        assert not [r for r in caplog.records if r.exc_info], "no traceback in the log"
+        store.path.write_bytes(good)  # repaired; the spool folder still cannot be made
+        assert _stored_games(store) == [before["game"]["game_id"]]
+        if kept_until == "the next game":
+            after = _finished_game(server, 2, argmax)
+            assert after["stored"] == "now"
+            assert _stored_games(store) == [g["game"]["game_id"] for g in (before, held, after)]
+    assert _stored_games(store).count(held["game"]["game_id"]) == 1 and server.held == []

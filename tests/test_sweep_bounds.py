@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli.commands import main
-from runner.spec.document import SpecError, load_spec
+from runner.spec.document import MAX_PROBLEMS, SpecError, load_spec
 from runner.spec.sweeps import DEFAULT_MAX_TRIALS, MAX_LISTED_VALUE_ITEMS, MAX_TRIALS_LIMIT
 from runner.spec.yaml_source import MAX_EXPANDED_VALUES
 
@@ -103,4 +103,33 @@ def test_validate_and_run_refuse_in_one_line(write_spec, tmp_path, command, text
     assert time.perf_counter() - start < 1.0
     assert result.exit_code == 2, result.output
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(f"error: {path}:"), result.stderr
+    assert not (tmp_path / "results.duckdb").exists()
+
+
+def _most_trials(*lines: str) -> str:
+    return TRAIN.replace("    sweep:\n", f"    max_trials: {MAX_TRIALS_LIMIT}\n    sweep:\n") + "".join(
+        f"      {line}\n" for line in lines)
+
+
+def test_ten_thousand_values_that_share_one_trial_name_are_told_by_the_first_few(write_spec):
+    """Told in full, they made one line of 237,000 characters."""
+    values = ", ".join(repr(0.0001 + i * 1e-15) for i in range(MAX_TRIALS_LIMIT))
+    path = write_spec(_most_trials(f"learning_rate: [{values}]"))
+    (problem,) = _refused(path)[0]
+    assert problem == (f"{path}:8: measurements[0].sweep.learning_rate[1]: sweep 'learning_rate' values 0.0001 and "
+                       "0.000100000000001 and 0.000100000000002 ... and 9,997 more share one trial name, "
+                       "learning_rate=0.0001 (a float is named to 6 significant digits): each value is one trial")
+
+
+def test_the_most_trials_each_failing_alike_are_told_by_the_first_few_lines(write_spec, tmp_path):
+    """10,000 trials, 4,555 of them with a replay too small for their envs: each was a line."""
+    path = write_spec(_most_trials(f"replay_capacity: [{', '.join(str(1000 + i) for i in range(100))}]",
+                                   f"num_envs: [{', '.join(str(20 + i) for i in range(100))}]"))
+    result = CliRunner().invoke(main, ["run", str(path), "--db", str(tmp_path / "results.duckdb")])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == MAX_PROBLEMS + 1 and all(len(line) < 200 for line in lines), lines[:3]
+    assert lines[0] == (f"error: {path}:7: measurements[0].sweep: sweep trial 'replay_capacity=1000,num_envs=20': "
+                        "replay_capacity 1000 is too small for 20 envs")
+    assert lines[-1] == f"error: ... and {4555 - MAX_PROBLEMS:,} more problems in this spec"
     assert not (tmp_path / "results.duckdb").exists()

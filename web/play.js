@@ -106,8 +106,11 @@ function listGame(g, stored) {
 }
 
 // 'later': the database could not take the row (another process held it, or the file cannot be written);
-// the server keeps the game beside it and appends it once the file takes it
-const storedText = (msg) => (msg.stored === 'now' ? 'stored' : `stored later (${msg.stored_reason})`);
+// the server keeps the game beside it and appends it once the file takes it. 'held': it could not keep it
+// beside the file either, so it holds the game in memory and tries again at each game and as it stops
+const storedText = (msg) => (msg.stored === 'now' ? 'stored'
+  : msg.stored === 'held' ? `not stored yet: held by the server, which tries again at each game; keep it running (${msg.stored_reason})`
+    : `stored later (${msg.stored_reason})`);
 
 ws.onmessage = async (event) => {
   const msg = JSON.parse(event.data);

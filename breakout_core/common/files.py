@@ -9,6 +9,9 @@ the temporary file and leaves the old target as it was. A library that writes a 
 (onnx, ONNX Runtime's quantizer) is handed the temporary path (`written_whole`), never the
 target. A full disk is told as `NoSpaceLeft` naming the target rather than as whatever the
 writing library made of ENOSPC (torch says 'unexpected pos').
+
+No file is written through a symbolic link: a temporary file is created new (O_EXCL,
+O_NOFOLLOW) and the rename replaces a link at the target rather than writing where it points.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import errno
 import io
 import os
 import secrets
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,14 @@ class NoSpaceLeft(OSError):
 
     def __str__(self) -> str:
         return f"no space left on device: {self.filename}"
+
+
+class FolderMoved(RuntimeError):
+    """An output's folder resolves elsewhere than when its path was checked: nothing is published."""
+
+    def __init__(self, path: Path, now: Path, expected: Path):
+        super().__init__(f"{path}: now resolves to {now}, not {expected} as when the output's path was checked "
+                         "(swapped for a link?); nothing is published there")
 
 
 class FileReplaced(OSError):
@@ -89,27 +99,77 @@ def written_whole(path: str | Path) -> Iterator[Path]:
 def write_whole(path: str | Path, data: bytes) -> Path:
     """Write `data` to `path` through a temporary file beside it, fsync'd, then renamed."""
     path = Path(path)
-    with written_whole(path) as partial, open(partial, "wb") as out:
-        out.write(data)
+    with written_whole(path) as partial:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with open(fd, "wb") as out:
+            out.write(data)
     return path
 
 
-def publish(source: str | Path, target: str | Path) -> Path:
+def publish(source: str | Path, target: str | Path, folder: Path) -> Path:
     """Put the finished file `source` at `target` in one rename, `source` kept as it is.
 
-    The file is hard-linked (copied, where the two are on different file systems) to a
-    temporary name beside `target`, then renamed over it: a reader of `target` sees the old
-    file or the whole new one. Files here are never changed in place, so the two names may
-    share the one file."""
+    `folder` is what target's folder resolved to when its path was checked: a folder that
+    resolves elsewhere now (swapped for a symbolic link since) raises `FolderMoved`, and
+    nothing is published. The file is hard-linked (copied, where the two are on different
+    file systems) to a temporary name in that folder, then renamed over `target`, all through
+    the one open folder: a reader of `target` sees the old file or the whole new one. Files
+    here are never changed in place, so the two names may share the one file."""
     source, target = Path(source), Path(target)
-    with written_whole(target) as partial:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if is_no_space(exc):
+            raise NoSpaceLeft(target) from None
+        raise
+    with _checked_folder(target.parent, Path(folder)) as folder_fd:
+        partial = partial_path(target).name
         try:
-            os.link(source, partial)
-        except OSError as exc:
-            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-                raise
-            shutil.copyfile(source, partial)
+            try:
+                os.link(source, partial, dst_dir_fd=folder_fd)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                    raise
+                _copy_into(source, partial, folder_fd)
+            os.replace(partial, target.name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+            with contextlib.suppress(OSError):
+                os.fsync(folder_fd)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(partial, dir_fd=folder_fd)
+            if is_no_space(exc):
+                raise NoSpaceLeft(target) from None  # the full disk is the target's, never the source's
+            raise
     return target
+
+
+@contextlib.contextmanager
+def _checked_folder(path: Path, expected: Path) -> Iterator[int]:
+    """An open descriptor of the folder `path`, which must be the folder `expected` (resolved)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        now = Path(os.path.realpath(path))
+        opened, there = os.fstat(fd), (os.stat(now) if now == expected else None)
+        if there is None or (opened.st_dev, opened.st_ino) != (there.st_dev, there.st_ino):
+            raise FolderMoved(path, now, expected)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _copy_into(source: Path, name: str, folder_fd: int) -> None:
+    """Copy `source` to a new file `name` in the open folder, never through a link, fsync'd."""
+    with open(source, "rb") as src:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                     dir_fd=folder_fd)
+        try:
+            while chunk := src.read(1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def file_identity(path: str | Path) -> tuple[int, int, int, int]:

@@ -7,6 +7,9 @@ dumps), and some are empty; a one-line error quotes the line that says what went
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
+
+FIRST_FEW = 3  # the items of a long list that a one-line error names
 
 
 def first_line(message: object, empty: str = "no message") -> str:
@@ -33,3 +36,10 @@ def last_line(text: str, empty: str = "no message") -> str:
 def process_failure(what: str, finished: subprocess.CompletedProcess) -> str:
     """Why a process failed, in one line: its exit status and the last line of its stderr."""
     return f"{what} failed (exit {finished.returncode}): {last_line(finished.stderr or '')}"
+
+
+def some_of(items: Sequence[str], joiner: str, first: int = FIRST_FEW) -> str:
+    """The first `first` of `items` joined by `joiner`, then '... and N more' where there are
+    more: a one-line error names a few of a long list (a 10,000-trial sweep's), not all."""
+    shown = joiner.join(items[:first])
+    return shown if len(items) <= first else f"{shown} ... and {len(items) - first:,} more"

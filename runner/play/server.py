@@ -25,7 +25,10 @@ store games in (not damaged, unreadable or written by a newer runner). A finishe
 row cannot be appended, for whatever reason (another process holds the database past
 STORE_WAIT_S, or the file went bad while the server ran), is spooled beside it and appended
 once the file takes it: after the next game stored, when the server stops, or by the next
-runner command that writes to the database; each spooled game goes in once.
+runner command that writes to the database; each spooled game goes in once. A game that can
+be neither appended nor spooled (the spool folder cannot be written) is held in the server's
+memory, the page told so, and tried again, appended or else spooled, at each start of a game,
+after each game and when the server stops; one still held then is written to the log whole.
 
 Protocol (JSON text messages):
     page -> server  {"type": "start", "seed": int}
@@ -36,7 +39,7 @@ Protocol (JSON text messages):
                     {"type": "abandoned", "game": {...the row...}, "stored": ..., "stored_reason": ...}
                                                            a start replaced a game still on
                     {"type": "over", ...both sides' last views..., "game": {...the row...},
-                     "stored": "now" | "later", "stored_reason": null | str}
+                     "stored": "now" | "later" | "held", "stored_reason": null | str}
                     {"type": "error", "message": str}      a bad message (nothing is stepped),
                                                            a refused start, or why the socket closes
 """
@@ -48,6 +51,7 @@ import base64
 import contextlib
 import json
 import logging
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,6 +253,8 @@ class PlayServer:
         self.idle_timeout_s = idle_timeout_s
         self.quick_store = Store(store.path, busy_timeout_s=STORE_WAIT_S)  # a game's row waits this long
         self.open_games = 0  # sockets with a game open or being set up, at most MAX_OPEN_GAMES
+        self.held: list[dict[str, Any]] = []  # rows neither appended nor spooled, tried again later
+        self._held_lock = threading.Lock()  # rows are stored from worker threads
         self.server = None
 
     def config(self) -> dict[str, Any]:
@@ -287,6 +293,8 @@ class PlayServer:
                     kind = message.get("type")
                     if kind == "start":
                         seed = _seed(message)
+                        if self.held:
+                            await asyncio.to_thread(self.store_held)
                         if not seated:
                             if self.open_games >= MAX_OPEN_GAMES:
                                 raise ValueError(f"{MAX_OPEN_GAMES} games are open, the most this server plays "
@@ -345,20 +353,52 @@ class PlayServer:
     def _store(self, row: dict[str, Any]) -> tuple[str, str | None]:
         """Append a finished game's row: ("now", None); or, where it cannot be appended (another
         process holds the database past STORE_WAIT_S, or the file cannot be written), spool it
-        to be appended later: ("later", why)."""
+        to be appended later: ("later", why); or, where it cannot be spooled either, hold it
+        here to be tried again: ("held", why)."""
         try:
             self.quick_store.append_rows("play_games", [row])
         except Exception as exc:  # noqa: BLE001 -- whatever keeps the row out, the game is kept
             self._file_failed(exc)
-            path = self.store.spool(SPOOL, "play_games", [row])
+            try:
+                path = self.store.spool(SPOOL, "play_games", [row])
+            except Exception as spool_exc:  # noqa: BLE001 -- held in memory instead, and said so
+                with self._held_lock:
+                    self.held.append(row)
+                why = f"{first_line(exc)}; its spool folder: {first_line(spool_exc)}"
+                log.warning("game %s held in memory until the database or its spool folder takes it: %s",
+                            row["game_id"], why)
+                return "held", why
             log.warning("game %s kept in %s until the database takes it: %s", row["game_id"], path, first_line(exc))
             return "later", first_line(exc)
         self.append_spooled()  # the database takes rows: games kept earlier go in too
         return "now", None
 
+    def store_held(self) -> int:
+        """Append the games held in memory, or else spool them; those neither takes stay held.
+        The rows appended or spooled."""
+        with self._held_lock:
+            rows, self.held = self.held, []
+        if not rows:
+            return 0
+        try:
+            self.quick_store.append_rows("play_games", rows)
+        except Exception as exc:  # noqa: BLE001 -- spooled instead, or held on
+            self._file_failed(exc)
+            try:
+                self.store.spool(SPOOL, "play_games", rows)
+            except Exception as spool_exc:  # noqa: BLE001 -- held on, for the next try
+                with self._held_lock:
+                    self.held[:0] = rows
+                log.warning("%d game(s) still held in memory: %s; its spool folder: %s", len(rows),
+                            first_line(exc), first_line(spool_exc))
+                return 0
+        log.info("%d game(s) held in memory are stored or spooled", len(rows))
+        return len(rows)
+
     def append_spooled(self) -> int:
         """Append the games kept while the database could not take them, unless it still cannot;
-        the rows appended."""
+        the rows appended. Games held in memory are tried first."""
+        self.store_held()
         if not (self.store.spool_root / SPOOL).is_dir():
             return 0
         try:
@@ -392,6 +432,9 @@ class PlayServer:
             self.server.stop()
             self.server = None
             self.append_spooled()
+            if self.held:  # the last place these games are: the log
+                log.warning("%d game(s) could be neither stored in %s nor spooled; their rows: %s", len(self.held),
+                            self.store.path, json.dumps(self.held, default=str))
 
     def __enter__(self) -> Self:
         return self.start()

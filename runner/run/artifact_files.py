@@ -1,11 +1,12 @@
 """A run's artifact files: which bytes it read and wrote, and no other run's bytes in its rows.
 
 - Outputs: before a run stores anything it locks every path its measurements write (an OS
-  lock on a hidden `.NAME.lock` file beside the path, naming the run), and holds the locks
-  until it ends; a second run that wants one of those paths is refused in one line naming
-  the run that holds it. A kind writes each file under the run's own folder
+  lock in the runner's own lock folder, naming the run: runner.run.output_locks), and holds
+  the locks until it ends; a second run that wants one of those paths is refused in one line
+  naming the run that holds it. A kind writes each file under the run's own folder
   (`runs/<run_id>/outputs/<artifact>/`) and publishes it to the spec's path in one rename
-  (breakout_core.common.files.publish); the run's copy stays beside its other files.
+  (breakout_core.common.files.publish), into the folder that path resolved to when the spec
+  was checked: a folder swapped for a link since fails the run, nothing published.
 - Inputs: as the run starts, the sha256 of every artifact it reads and does not write, and
   of every checkpoint policy's file (as `policies.NAME`), is recorded (the store's
   `run_files`; a resumed run goes on with the hashes its first start recorded).
@@ -20,32 +21,26 @@
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
-import json
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 from breakout_core.common.files import NoSpaceLeft, is_no_space, publish, same_file
 from breakout_core.common.hashing import model_sha256
 from runner.run.errors import ArtifactBusy, ArtifactChanged
-
-
-def lock_path(path: Path) -> Path:
-    """The lock file of an output path: hidden, beside it."""
-    return path.with_name(f".{path.name}.lock")
+from runner.run.output_locks import HeldLock, hold
 
 
 class RunFiles:
-    """The artifact files of one run: the locks on its outputs, the hashes it holds them to."""
+    """The artifact files of one run: the locks on its outputs, the hashes it holds them to.
+    `folders`: each artifact's folder as it resolved when the spec was checked (LoadedSpec.folders)."""
 
-    def __init__(self, run_id: str, spec, store, folder: Path, outputs: list[str]):
+    def __init__(self, run_id: str, spec, store, folder: Path, outputs: list[str], folders: dict[str, Path]):
         self.run_id, self.spec, self.store, self.folder = run_id, spec, store, Path(folder)
         self.outputs = list(dict.fromkeys(outputs))
+        self.folders = dict(folders)
         self.expected: dict[str, str] = {}  # artifact name -> the sha256 this run holds it to
-        self._locks: list[int] = []
+        self._locks: list[HeldLock] = []
 
     # -- outputs ------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -53,35 +48,28 @@ class RunFiles:
         """Hold the lock of every output path until the block ends (refused: ArtifactBusy)."""
         try:
             for name in self.outputs:
-                self._lock(name, Path(self.spec.artifacts[name].path))
+                path = Path(self.spec.artifacts[name].path)
+                self._made_folder(name, path)
+                self._locks.append(hold(name, path, self.folders[name] / path.name, self.run_id))
             yield self
         finally:
-            for fd in self._locks:
-                os.close(fd)  # releases its lock
+            for lock in self._locks:
+                lock.release()
             self._locks.clear()
 
-    def _lock(self, name: str, path: Path) -> None:
-        lock = lock_path(path)
+    def _made_folder(self, name: str, path: Path) -> None:
+        """Make the folder output `path` is published to (as it resolved when the spec was
+        checked): one that cannot be made or written refuses the run before it stores anything."""
+        folder = self.folders[name]
         try:
-            lock.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             if is_no_space(exc):
-                raise NoSpaceLeft(lock) from None
-            raise ArtifactBusy(f"artifacts.{name}: cannot lock {path} for writing ({exc.strerror or exc})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = _holder(fd)
-            os.close(fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
-            raise ArtifactBusy(f"artifacts.{name}: {path} is being written by run {holder}; wait for it to end, "
-                               "or give this artifact another path") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"run_id": self.run_id, "pid": os.getpid(), "host": socket.gethostname()}).encode(),
-                  0)
-        self._locks.append(fd)
+                raise NoSpaceLeft(folder) from None
+            raise ArtifactBusy(f"artifacts.{name}: cannot write {path} (its folder {folder}: "
+                               f"{exc.strerror or exc})") from None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ArtifactBusy(f"artifacts.{name}: cannot write {path} (its folder {folder}: not writable)")
 
     def output_path(self, name: str) -> Path:
         """Where this run writes artifact `name` before publishing it: under its own folder."""
@@ -100,7 +88,7 @@ class RunFiles:
         if (now := model_sha256(written)) != sha256:
             raise ArtifactChanged(f"artifacts.{name}: {written} has sha256 {now[:12]}, not the {sha256[:12]} this "
                                   "run wrote; nothing is published")
-        target = publish(written, self.spec.artifacts[name].path)
+        target = publish(written, self.spec.artifacts[name].path, self.folders[name])
         self._record(name, "output", target, sha256, _bytes(written))
         return target
 
@@ -164,14 +152,3 @@ def _bytes(path: Path) -> int:
     from breakout_core.common.external_data import data_files
 
     return sum(file.stat().st_size for file in (Path(path), *data_files(path)))
-
-
-def _holder(fd: int) -> str:
-    """Who holds a lock file, as it wrote itself there."""
-    try:
-        held = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
-    except (OSError, ValueError):
-        held = {}
-    if not held.get("run_id"):
-        return "(another run, still starting)"
-    return f"{held['run_id']} (pid {held.get('pid')} on {held.get('host')})"

@@ -72,7 +72,7 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
     else:
         run_id = new_run_id()
     files = RunFiles(run_id, spec, store, Path(runs_dir) / run_id,
-                     [name for m in spec.measurements for name in KINDS[m.kind].outputs(m)])
+                     [name for m in spec.measurements for name in KINDS[m.kind].outputs(m)], loaded.folders)
     with files.locked():  # a path another run writes refuses this one here (ArtifactBusy)
         return _run_locked(loaded, store, reports_dir, console, run_id, files, resume, runs_dir, executor, confirm,
                            fail_fast=fail_fast)

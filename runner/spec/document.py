@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from runner.kinds.shared.training_settings import process_wide_problems
 from runner.spec.deploy_checks import deploy_problems
 from runner.spec.extends import BASE_ONLY_PREFIX, EXTENDS_KEY, is_base_only, resolve_extends
 from runner.spec.fields import ContractSpec, Name, PolicySpec, StrictModel, VerdictSpec
-from runner.spec.output_paths import spec_inputs
+from runner.spec.output_paths import output_folders, spec_inputs
 from runner.spec.overrides import apply_overrides
 from runner.spec.runtimes import ArtifactSpec, RuntimeConfig
 from runner.spec.yaml_source import SpecSourceError, YamlSource, format_path, load_yaml, placed_each, read_spec_text
@@ -168,10 +169,17 @@ def used_artifacts(spec: Spec) -> set[str]:
                    if what.startswith("artifact")}
 
 
+MAX_PROBLEMS = 20  # a spec's problems told, the rest counted (a 10,000-trial sweep's each fail alike)
+
+
 class SpecError(ValueError):
-    """One or more problems in a spec file, each a line 'file:line: field: message'."""
+    """One or more problems in a spec file, each a line 'file:line: field: message'; past
+    MAX_PROBLEMS, the rest are counted in one last line."""
 
     def __init__(self, problems: list[str]):
+        if len(problems) > MAX_PROBLEMS:
+            more = len(problems) - MAX_PROBLEMS
+            problems = [*problems[:MAX_PROBLEMS], f"... and {more:,} more problems in this spec"]
         super().__init__("\n".join(problems))
         self.problems = problems
 
@@ -182,6 +190,8 @@ class LoadedSpec:
     path: Path
     text: str
     overrides: tuple[str, ...] = ()  # the `--set` arguments laid on the file, as given
+    # each artifact's folder, resolved as the spec was checked: where its outputs are published
+    folders: dict[str, Path] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
     def hash(self) -> str:
@@ -266,7 +276,8 @@ def load_spec(path: str | Path, *, will_exist=(), overrides: tuple[str, ...] = (
     problems = reference_problems(spec, context)
     if problems:
         raise SpecError([_problem(source, loc, message) for loc, message in problems])
-    return LoadedSpec(spec=spec, path=source.path, text=source.text, overrides=tuple(overrides))
+    return LoadedSpec(spec=spec, path=source.path, text=source.text, overrides=tuple(overrides),
+                      folders=output_folders(spec))
 
 
 def check_base(path: str | Path) -> None:

@@ -28,6 +28,13 @@ def spec_inputs(spec) -> list[tuple[tuple, Path, str, str | None]]:
     return files
 
 
+def output_folders(spec) -> dict[str, Path]:
+    """Each artifact's folder, resolved as the spec is checked: the folder a run that writes
+    the artifact locks it in and publishes it to, which must still resolve there then
+    (breakout_core.common.files.publish)."""
+    return {name: Path(artifact.path).parent.resolve() for name, artifact in spec.artifacts.items()}
+
+
 def output_path_problems(spec) -> list[tuple[tuple, str]]:
     """(location, message) for each output artifact whose path is another output's, a file the
     spec reads, or a file under `models/` that a shipped spec reads and this spec does not make."""

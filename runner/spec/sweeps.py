@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from breakout_core.common.messages import some_of
 from runner.spec.yaml_source import PlacedError
 
 
@@ -80,7 +81,7 @@ def sweep_problems(sweep: dict[str, list[Any]], fields: list[str] | tuple[str, .
                 at = ("sweep", key, written[1][0])
                 problems.append(PlacedError(
                     f"sweep {key!r} lists {shown[0]} more than once: each value is one trial" if len(set(shown)) == 1
-                    else f"sweep {key!r} values {' and '.join(shown)} share one trial name, {key}={name} "
+                    else f"sweep {key!r} values {some_of(shown, ' and ')} share one trial name, {key}={name} "
                          "(a float is named to 6 significant digits): each value is one trial", at))
     return problems
 

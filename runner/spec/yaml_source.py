@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from breakout_core.common.messages import first_line
+from breakout_core.common.messages import first_line, some_of
 
 MAX_ALIASES = 50
 MAX_EXPANDED_VALUES = 1_000_000  # values of a document, aliases expanded: room for the 100,000 seeds a list may hold
@@ -205,7 +205,7 @@ class PlacedErrors(ValueError):
     exception, and the user should see each bad value at once, not the first alone."""
 
     def __init__(self, errors: list[PlacedError]):
-        super().__init__("; ".join(str(error) for error in errors))
+        super().__init__(some_of([str(error) for error in errors], "; "))
         self.errors = errors
 
 

@@ -83,11 +83,12 @@ class Store:
         DuckDB's own lock does not cover creating the file: two writers that open a new
         database at once can both initialise it, and one's first batch is lost. Writers
         take this lock exclusively and readers shared, so creation, migration and appends
-        are serialised. Where no lock file can be made (a read-only folder), DuckDB's own
-        lock is all there is."""
+        are serialised. Where no lock file can be made (a read-only folder, a link
+        planted in its place, never followed), DuckDB's own lock is all there is."""
         try:  # a reader makes no file: where no writer made the lock file, there is none to take
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644) if exclusive else \
-                os.open(self.lock_path, os.O_RDONLY)
+            never = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a link is not followed, a FIFO does not block
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | never, 0o644) if exclusive else \
+                os.open(self.lock_path, os.O_RDONLY | never)
         except OSError:
             yield
             return
