@@ -258,44 +258,73 @@ def test_a_staged_run_killed_midway_resumes_without_a_game_or_a_look_twice(tmp_p
     assert stored(folders["killed"]) == stored(folders["whole"])
 
 
-def test_a_decision_one_game_carries_says_so_in_its_reason(tmp_path):
-    """Stored games whose last look is non-inferior only thanks to three big games: the
-    verdict's reason names them, and its evidence holds the robust figures."""
+def _staged_found(tmp_path, baseline: list[tuple[float, int]], candidate: list[tuple[float, int]],
+                  plan_games: int, margin: float) -> tuple[dict, object]:
+    """The episodes kind's metrics over stored games ((score, steps) per seed, both sides) and
+    the last look the staged test took of them; (metrics, that look)."""
     import numpy as np
 
     from breakout_core.statistics.sequential import SequentialPlan, SequentialTest
     from runner.kinds.episodes import EpisodesMeasurement, metrics
     from runner.store.database import Store
 
-    bulk = np.random.default_rng(4).normal(0, 1, 97)
-    diffs = np.concatenate([(bulk - bulk.mean()) / bulk.std(ddof=1) * 15 - 5.25, [90.0, 95.0, 100.0]])
-    test = SequentialTest(SequentialPlan(margin=8.0, stage_games=40, max_games=100))
-    for block in (diffs[:40], diffs[40:80], diffs[80:]):
-        test.add(block)
+    count = len(baseline)
+    diffs = np.array([c[0] - b[0] for c, b in zip(candidate, baseline)])
+    test = SequentialTest(SequentialPlan(margin=margin, stage_games=plan_games, max_games=count))
+    for start in range(0, count, plan_games):
+        if not test.looks or test.looks[-1].decision == "continue":
+            test.add(diffs[start:start + plan_games])
     look = test.looks[-1]
+    tmp_path.mkdir(parents=True, exist_ok=True)
     store = Store(tmp_path / "r.duckdb")
     store.begin_run({"run_id": "r1", "spec_name": "s", "spec_hash": "h", "spec_text": "name: s", "host": "h"})
-    game = {"run_id": "r1", "measurement": "games", "steps": 1, "frames": 4, "ended_by": "game_over",
-            "action_noop": 0, "action_fire": 0, "action_right": 0, "action_left": 0, "wall_s": 0.1,
-            "contract_hash": "c"}
-    store.append_rows("episodes", [{**game, "policy": "b", "seed": i, "score": 100.0} for i in range(100)]
-                      + [{**game, "policy": "c", "seed": i, "score": 100.0 + d} for i, d in enumerate(diffs)])
+    game = {"run_id": "r1", "measurement": "games", "frames": 4, "ended_by": "game_over", "action_noop": 0,
+            "action_fire": 0, "action_right": 0, "action_left": 0, "wall_s": 0.1, "contract_hash": "c"}
+    store.append_rows("episodes", [{**game, "policy": policy, "seed": i, "score": score, "steps": steps}
+                                   for policy, games in (("b", baseline), ("c", candidate))
+                                   for i, (score, steps) in enumerate(games[:look.n])])
     store.append_rows("episode_looks", [{
         "run_id": "r1", "measurement": "games", "candidate": "c", "baseline": "b", "stage": look.stage,
-        "games": look.n, "max_games": 100, "planned_looks": 3, "candidate_mean": 100 + look.mean,
-        "baseline_mean": 100.0, "mean_diff": look.mean, "sd_diff": look.sd, "ci_low": look.low, "ci_high": look.high,
-        "confidence": look.confidence, "margin": look.margin, "decision": look.decision}])
+        "games": look.n, "max_games": count, "planned_looks": -(-count // plan_games),
+        "candidate_mean": 100 + look.mean, "baseline_mean": 100.0, "mean_diff": look.mean, "sd_diff": look.sd,
+        "ci_low": look.low, "ci_high": look.high, "confidence": look.confidence, "margin": look.margin,
+        "decision": look.decision}])
     m = EpisodesMeasurement.model_validate({"kind": "episodes", "name": "games", "runtimes": ["b", "c"],
-                                            "seeds": {"start": 0, "count": 100},
-                                            "stages": {"games": 40, "margin": 8.0}})
+                                            "seeds": {"start": 0, "count": count},
+                                            "stages": {"games": plan_games, "margin": margin}})
     with store.reader() as con:
-        found = metrics(con, "r1", m, "c", "b")
+        return metrics(con, "r1", m, "c", "b"), look
+
+
+def test_a_decision_one_game_carries_says_so_in_its_reason(tmp_path):
+    """Stored games whose last look is non-inferior only thanks to three big games: the
+    verdict's reason names them, and its evidence holds the robust figures."""
+    import numpy as np
+
+    bulk = np.random.default_rng(4).normal(0, 1, 97)
+    diffs = np.concatenate([(bulk - bulk.mean()) / bulk.std(ddof=1) * 15 - 5.25, [90.0, 95.0, 100.0]])
+    found, look = _staged_found(tmp_path, [(100.0, 1)] * 100, [(100.0 + d, 1) for d in diffs], 40, 8.0)
     outcome, reason, evidence = decide(_verdict(diff_plus_margin_ci_low="> 0"), found)
     assert outcome == "deployment-worthy" and look.decision == "non-inferior"
     assert reason.endswith("fragile: removing any one of 3 of the 100 games alone would change non-inferior: seed 97 "
                            "(+90) -> inconclusive, seed 98 (+95) -> inconclusive, seed 99 (+100) -> inconclusive")
     assert evidence["metrics"]["identical_games_share"] == 0.0
     assert evidence["metrics"]["paired_diff_median"] == pytest.approx(float(np.median(diffs)))
+
+
+def test_games_that_replay_a_few_games_decide_nothing(tmp_path):
+    """Under a contract whose games are deterministic from their start, 50 seeds may replay 4
+    games: the test's non-inferior rests on 4 distinct games, fewer than a stage of 50, and the
+    verdict is inconclusive and says so; the same scores as 50 different games decide."""
+    played = [(score, 900 + score) for score in (47.0, 58.0, 212.0, 126.0)] * 38
+    replayed, look = _staged_found(tmp_path / "few", played[:150], played[:150], 50, 8.0)
+    assert look.decision == "non-inferior" and replayed["distinct_paired_games"] == 4
+    outcome, reason, _ = decide(_verdict(diff_plus_margin_ci_low="> 0"), replayed)
+    assert outcome == "inconclusive"
+    assert "the 50 games a runtime are only 4 distinct games" in reason and "fewer than a stage of 50" in reason
+    different = [(score, steps + i) for i, (score, steps) in enumerate(played[:150])]
+    found, _ = _staged_found(tmp_path / "many", different, different, 50, 8.0)
+    assert decide(_verdict(diff_plus_margin_ci_low="> 0"), found)[0] == "deployment-worthy"
 
 
 UNAVAILABLE_SPEC = f"""\

@@ -135,6 +135,16 @@ def robust_figures_text(found: dict) -> str | None:
     return f"{text}; {found['fragility']}" if found.get("fragility") else text
 
 
+def distinct_games(con, run_id: str, measurement: str, candidate: str, baseline: str) -> int:
+    """How many different paired games were played: pairs with the same scores and lengths on both
+    sides count once (under a contract without sticky actions a seed's game is a function of its
+    no-op start, so many seeds replay a few games)."""
+    return con.execute(
+        "SELECT count(DISTINCT (c.score, c.steps, b.score, b.steps)) FROM episodes c JOIN episodes b "
+        "ON c.run_id = b.run_id AND c.measurement = b.measurement AND c.seed = b.seed "
+        "WHERE c.run_id = ? AND c.measurement = ? AND c.policy = ? AND b.policy = ?",
+        [run_id, measurement, candidate, baseline]).fetchone()[0]
+
 def score_metrics(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, candidate: str,
                   baseline: str) -> dict[str, float]:
     """Mean scores of both and the bootstrap interval of their same-seed differences ({} when
@@ -158,11 +168,7 @@ def score_metrics(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, 
         return {}
     interval = paired_bootstrap_ci(diffs, confidence=bootstrap.confidence, n_resamples=bootstrap.resamples,
                                    seed=bootstrap.seed)
-    distinct = con.execute(  # games that are one game played again (the same start, no sticky action) count once
-        "SELECT count(DISTINCT (c.score, c.steps, b.score, b.steps)) FROM episodes c JOIN episodes b "
-        "ON c.run_id = b.run_id AND c.measurement = b.measurement AND c.seed = b.seed "
-        "WHERE c.run_id = ? AND c.measurement = ? AND c.policy = ? AND b.policy = ?",
-        [run_id, measurement, candidate, baseline]).fetchone()[0]
+    distinct = distinct_games(con, run_id, measurement, candidate, baseline)
     return {
         "candidate_mean_score": summary[candidate][0],
         "baseline_mean_score": summary[baseline][0],

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable
 
 from pydantic import Field, model_validator
 
+from runner.kinds.shared.episode_scores import distinct_games
 from runner.kinds.shared.runtime_lifecycle import open_runtime
 from runner.kinds.shared.runtime_status import found_unavailable
 from runner.spec.fields import StrictModel
@@ -207,12 +208,22 @@ def staged_metrics(con, run_id: str, measurement: str, candidate: str, baseline:
         found["fragility"] = fragile
     figures = (f"mean difference {mean:+.2f}, {confidence:.4%} interval [{low:.2f}, {high:.2f}] against a margin of "
                f"-{margin:.2f} after {games} games a runtime in {stage} look(s)")
+    stage_games = -(-cap // looks)
+    distinct = distinct_games(con, run_id, measurement, candidate, baseline)
     if decision in ("inconclusive", "continue"):
         found["undecided_metrics"] = INTERVAL_METRICS
         found["undecided_reason"] = (f"the cap of {cap} games was reached without a decision: {figures}"
                                      if decision == "inconclusive" else
                                      f"the staged games stopped before the cap of {cap} games, undecided: {figures}")
+    elif distinct < stage_games:  # neither way: the interval's games are not the independent games it counts
+        for metric in INTERVAL_METRICS:
+            del found[metric]
+        found["inconclusive_reason"] = (
+            f"the {games} games a runtime are only {distinct} distinct games (the same start played again: this "
+            f"contract's games are deterministic from their start), fewer than a stage of {stage_games} the plan "
+            f"counts as independent; the test said {decision}: {figures}")
     return found
+
 
 
 def _fragility(con, run_id: str, measurement: str, candidate: str, baseline: str, last: tuple) -> str | None:
