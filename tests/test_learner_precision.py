@@ -12,7 +12,12 @@ import torch
 from click.testing import CliRunner
 
 from breakout_core.game.contract import Contract
-from breakout_core.learning.learner_precision import PrecisionUnavailable, choose_learner_precision
+from breakout_core.learning.learner_precision import (
+    AUTO_MARGIN,
+    PrecisionUnavailable,
+    auto_by_timings,
+    choose_learner_precision,
+)
 from breakout_core.learning.train_config import TrainConfig
 from breakout_core.learning.trainer import CheckpointSaved, Trainer, random_replay
 from runner.cli.commands import main
@@ -38,21 +43,44 @@ def this_cpu_runs_bf16() -> bool:
     return this_cpu_has_amx() or "avx512_bf16" in this_cpu_flags()
 
 
-def test_auto_chooses_bf16_only_with_amx():
-    with_amx = choose_learner_precision("auto", "cpu", AMX)
-    assert (with_amx.chosen, with_amx.autocast) == ("bf16", True)
-    assert with_amx.cpu_flags == ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
-    without = choose_learner_precision("auto", "cpu", AVX512_BF16_ONLY)
-    assert (without.chosen, without.autocast) == ("fp32", False)
-    assert "lacks amx_tile, amx_bf16" in without.reason
-    assert choose_learner_precision("auto", "cuda:0", AMX).chosen == "fp32"  # a CUDA learner stays fp32
-    assert choose_learner_precision("fp32", "cpu", AMX).chosen == "fp32"  # fp32 is what was asked
+def test_auto_decides_by_the_timings_of_both_precisions_where_bf16_is_native():
+    """auto times a gradient step in each precision where bf16 is native (AMX or avx512_bf16):
+    bf16 only where it is faster by more than the margin, fp32 on a tie or where it is slower;
+    the timings and the margin are kept with the choice. Where bf16 would be emulated, or on a
+    CUDA learner, there is nothing to time."""
+    for flags in (AMX, AVX512_BF16_ONLY):
+        faster = choose_learner_precision("auto", "cpu", flags, timings=lambda: {"fp32_ms": 10.0, "bf16_ms": 8.0})
+        assert (faster.chosen, faster.autocast) == ("bf16", True)
+        assert faster.timings == {"fp32_ms": 10.0, "bf16_ms": 8.0, "margin": AUTO_MARGIN}
+        assert faster.reason.startswith("a gradient step took 10.00 ms in fp32 and 8.00 ms in bf16 here (x1.25)")
+    slower = choose_learner_precision("auto", "cpu", AVX512_BF16_ONLY,
+                                      timings=lambda: {"fp32_ms": 10.0, "bf16_ms": 10.6})  # x0.94, as one Intel ran
+    assert (slower.chosen, slower.autocast) == ("fp32", False) and "not faster" in slower.reason
+    tie = choose_learner_precision("auto", "cpu", AMX, timings=lambda: {"fp32_ms": 10.0, "bf16_ms": 9.6})
+    assert tie.chosen == "fp32"  # x1.04: within the margin
+    assert auto_by_timings(10.0, 10.0 / (1 + AUTO_MARGIN) - 1e-6)[0] == "bf16"
+
+    def never() -> dict:
+        raise AssertionError("nothing to time")
+
+    emulated = choose_learner_precision("auto", "cpu", AVX2_ONLY, timings=never)
+    assert emulated.chosen == "fp32" and emulated.timings is None and "would be emulated" in emulated.reason
+    assert choose_learner_precision("auto", "cuda:0", AMX, timings=never).chosen == "fp32"
+    assert choose_learner_precision("fp32", "cpu", AMX, timings=never).chosen == "fp32"  # fp32 is what was asked
+    untimed = choose_learner_precision("auto", "cpu", AMX)  # a spec validated: no training yet
+    assert untimed.chosen == "fp32" and "times both as training starts" in untimed.reason
 
 
-def test_auto_on_this_cpu_follows_its_flags():
-    choice = choose_learner_precision("auto")
-    assert choice.chosen == ("bf16" if this_cpu_has_amx() else "fp32")
-    assert choice.requested == "auto" and choice.reason
+def test_auto_times_the_trainers_own_step_and_keeps_what_it_measured(tmp_path):
+    """A trainer asked for auto on a CPU said to compute bf16 natively times real gradient steps in
+    both precisions and chooses by them; where this CPU in fact emulates bf16 (12x slower), the
+    same measurement chooses fp32."""
+    trainer = _trainer("auto", AVX512_BF16_ONLY, tmp_path)
+    timings = trainer.precision.timings
+    assert timings is not None and timings["fp32_ms"] > 0 and timings["bf16_ms"] > 0
+    assert trainer.precision.chosen == auto_by_timings(timings["fp32_ms"], timings["bf16_ms"])[0]
+    if not this_cpu_runs_bf16():
+        assert trainer.precision.chosen == "fp32" and timings["bf16_ms"] > timings["fp32_ms"]
 
 
 def test_bf16_where_it_would_be_emulated_is_refused_naming_the_missing_flags():
@@ -68,11 +96,10 @@ def test_bf16_where_it_would_be_emulated_is_refused_naming_the_missing_flags():
 
 def test_bf16_on_avx512_bf16_without_amx_runs_and_says_it_is_not_amx():
     """Native bf16 dot products: the same arithmetic as AMX's, so a study of whether bf16 learns as
-    well can run there; the record says the speed is not AMX's, and auto still stays fp32."""
+    well can run there; the record says the speed is not AMX's."""
     native = choose_learner_precision("bf16", "cpu", AVX512_BF16_ONLY)
     assert (native.chosen, native.autocast) == ("bf16", True)
     assert "has avx512_bf16 but lacks amx_tile, amx_bf16" in native.reason and "not AMX's" in native.reason
-    assert choose_learner_precision("auto", "cpu", AVX512_BF16_ONLY).chosen == "fp32"
 
 
 def test_a_bf16_spec_is_one_line_where_this_cpu_would_emulate_it(write_spec):

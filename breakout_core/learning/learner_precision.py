@@ -1,13 +1,13 @@
 """The learner's arithmetic: fp32, or bf16 autocast where the CPU has bf16 instructions.
 
-On a CPU with AMX (`amx_tile` and `amx_bf16`), oneDNN runs bf16 convolutions and matrix
-products on its tile units, several times the fp32 rate. With AVX512_BF16 alone it uses
-native bf16 dot products: the same arithmetic (bf16 products summed in fp32), at about
-fp32's speed (x0.94 on one Intel machine, x1.19 on an AMD EPYC: docs/learner_speed.md,
-sections 5 and 9). Without either it emulates them, 12x slower. So `bf16` runs where the
-CPU has AMX or AVX512_BF16, and the choice records which (a run on AVX512_BF16 answers
-whether bf16 learns as well, not whether it is faster); it is refused where it would be
-emulated; and `auto` chooses bf16 only where AMX is present.
+`bf16` runs where the CPU computes bf16 natively (AMX, or AVX512_BF16's dot products), and the
+choice records which; it is refused where it would be emulated (12x slower). `auto` decides by
+timing: where bf16 is native it times a burst of the trainer's own gradient step in each
+precision (learning.trainer.precision_timings) and takes bf16 only where it is faster by more than
+AUTO_MARGIN, fp32 on a tie; where bf16 would be emulated there is nothing to time. A rule over
+CPU flags guessed right on one machine and wrong on another: AVX512_BF16 alone ran x0.94 on an
+Intel machine and x1.19 on an AMD EPYC (docs/learner_speed.md). The timings, the margin and
+the choice are stored with the training attempt.
 
 What bf16 changes is the online network's forward with autograd and its backward: the
 gradient step's heaviest part. The weights, their gradients and Adam's moments stay fp32
@@ -17,7 +17,7 @@ that make the TD targets, and the acting network's decisions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -29,6 +29,7 @@ AMX_BF16_FLAGS = ("amx_tile", "amx_bf16")  # both: the tile unit and its bf16 in
 NATIVE_BF16_FLAG = "avx512_bf16"  # bf16 dot products without tiles: native arithmetic, fp32's speed
 # the flags recorded with a choice: those that decide how fast bf16 and fp32 run here
 RECORDED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+AUTO_MARGIN = 0.05  # auto takes bf16 only where its step is faster than fp32's by more than this share
 
 
 class PrecisionUnavailable(ValueError):
@@ -41,17 +42,30 @@ class PrecisionChoice:
     chosen: str  # fp32 or bf16
     reason: str
     cpu_flags: tuple[str, ...]  # of RECORDED_FLAGS, those this CPU has
+    timings: dict[str, float] | None = None  # auto's measurement: ms a gradient step in each, and the margin
 
     @property
     def autocast(self) -> bool:
         return self.chosen == "bf16"
 
 
-def choose_learner_precision(requested: str, learner_device: str = "cpu",
-                             flags: Iterable[str] | None = None) -> PrecisionChoice:
+def auto_by_timings(fp32_ms: float, bf16_ms: float, margin: float = AUTO_MARGIN) -> tuple[str, str]:
+    """(chosen, reason) of auto from the ms a gradient step took in each precision: bf16 only
+    where it is faster by more than `margin`, fp32 on a tie or where bf16 is slower."""
+    speedup = fp32_ms / bf16_ms
+    timed = f"a gradient step took {fp32_ms:.2f} ms in fp32 and {bf16_ms:.2f} ms in bf16 here (x{speedup:.2f})"
+    if speedup > 1 + margin:
+        return "bf16", f"{timed}: bf16 is faster by more than {margin:.0%}"
+    return "fp32", f"{timed}: bf16 is not faster by more than {margin:.0%}"
+
+
+def choose_learner_precision(requested: str, learner_device: str = "cpu", flags: Iterable[str] | None = None,
+                             timings: Callable[[], dict[str, float]] | None = None) -> PrecisionChoice:
     """What the learner computes in, for `requested` on a learner at `learner_device` whose CPU
     has `flags` (this CPU's when None). Raises PrecisionUnavailable for bf16 where the CPU would
-    emulate it (neither AMX nor AVX512_BF16) or on a CUDA learner."""
+    emulate it (neither AMX nor AVX512_BF16) or on a CUDA learner. `auto` where bf16 is native
+    calls `timings` for {"fp32_ms", "bf16_ms"} and decides by them; without it (a spec being
+    validated, before any training) it says fp32 until timed."""
     if requested not in LEARNER_PRECISIONS:
         raise PrecisionUnavailable(f"unknown learner_precision {requested!r}; known: {', '.join(LEARNER_PRECISIONS)}")
     have = frozenset(cpu_flags() if flags is None else flags)
@@ -74,9 +88,14 @@ def choose_learner_precision(requested: str, learner_device: str = "cpu",
                                    f"lacks {', '.join(missing)} and {NATIVE_BF16_FLAG} (emulated bf16 ran 12x "
                                    "slower than fp32): use fp32 or auto")
     if not on_cpu:
-        return PrecisionChoice(requested, "fp32", f"a {learner_device} learner: auto chooses bf16 only on a CPU "
-                                                  "with AMX", recorded)
-    if missing:
-        return PrecisionChoice(requested, "fp32", f"this CPU lacks {', '.join(missing)}: without AMX bf16 is "
-                                                  "emulated or, with avx512_bf16, no reliable gain", recorded)
-    return PrecisionChoice(requested, "bf16", "this CPU has AMX (amx_tile, amx_bf16)", recorded)
+        return PrecisionChoice(requested, "fp32", f"a {learner_device} learner: auto times bf16 only on a CPU "
+                                                  "learner", recorded)
+    if missing and NATIVE_BF16_FLAG not in have:
+        return PrecisionChoice(requested, "fp32", f"this CPU lacks {', '.join(missing)} and {NATIVE_BF16_FLAG}: "
+                                                  "bf16 would be emulated (12x slower), nothing to time", recorded)
+    if timings is None:
+        return PrecisionChoice(requested, "fp32", "bf16 is native here: auto times both as training starts",
+                               recorded)
+    measured = timings()
+    chosen, reason = auto_by_timings(measured["fp32_ms"], measured["bf16_ms"])
+    return PrecisionChoice(requested, chosen, reason, recorded, {**measured, "margin": AUTO_MARGIN})

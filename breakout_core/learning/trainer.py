@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -93,8 +93,9 @@ class Trainer:
         self.config = config
         self.contract = contract
         self.out_dir = Path(out_dir)
-        self.precision: PrecisionChoice = choose_learner_precision(config.learner_precision, config.learner_device,
-                                                                   cpu_flags)
+        self.precision: PrecisionChoice = choose_learner_precision(
+            config.learner_precision, config.learner_device, cpu_flags,
+            timings=lambda: precision_timings(config, contract, cpu_flags))
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         allocator.apply(config.keep_freed_memory)
@@ -366,12 +367,33 @@ def learner_rate(config: TrainConfig, contract: Contract, *, updates: int = 40, 
     update per 4 transitions) is the learner-bound limit of training throughput."""
     trainer = Trainer(config, contract, "/nonexistent-unused")
     replay = random_replay(config, contract)
-    for _ in range(warmup):
-        trainer._update(replay, want_diagnostics=False)
+    _time_updates(trainer, replay, warmup)
+    return updates / _time_updates(trainer, replay, updates)
+
+
+def precision_timings(config: TrainConfig, contract: Contract, cpu_flags: frozenset[str] | None = None, *,
+                      rounds: int = 3, updates: int = 6, warmup: int = 2) -> dict[str, float]:
+    """{"fp32_ms", "bf16_ms"}: the median over `rounds` alternated bursts of `updates` gradient
+    steps of this config (its batch size, threads, memory format and optimizer; uncompiled, so
+    the burst costs a second or two) in each precision, on a replay of random frames."""
+    trainers = {precision: Trainer(replace(config, learner_precision=precision, compile=False), contract,
+                                   "/nonexistent-unused", cpu_flags=cpu_flags) for precision in ("fp32", "bf16")}
+    replay = random_replay(config, contract)
+    times: dict[str, list[float]] = {precision: [] for precision in trainers}
+    for precision, trainer in trainers.items():
+        _time_updates(trainer, replay, warmup)
+    for _ in range(rounds):
+        for precision, trainer in trainers.items():
+            times[precision].append(_time_updates(trainer, replay, updates) / updates * 1e3)
+    return {f"{precision}_ms": float(np.median(values)) for precision, values in times.items()}
+
+
+def _time_updates(trainer: "Trainer", replay: FrameReplay, updates: int) -> float:
+    """Seconds `updates` gradient steps of `trainer` took."""
     started = time.perf_counter()
     for _ in range(updates):
         trainer._update(replay, want_diagnostics=False)
-    return updates / (time.perf_counter() - started)
+    return time.perf_counter() - started
 
 
 def _lay_out_moments_like_weights(optimizer: torch.optim.Optimizer) -> None:
