@@ -58,11 +58,14 @@ def summary(verdicts: list[dict]) -> str:
 @fail_fast_option
 @db_option
 @reports_option
+@click.option("--report/--no-report", default=False, show_default=True,
+              help="write the run's HTML report under --reports (off: a CI job gates on the exit status and --json, "
+                   "and `runner report RUN_ID` writes it later from the database)")
 @json_option
 @click.pass_context
 def check(ctx: click.Context, model: Path, baseline: Path | None, model_input: str | None,
           baseline_input: str | None, contract_name: str | None, question: str | None, overrides: tuple[str, ...],
-          confirm: bool, confirm_again: bool, fail_fast: bool, db: Path | None, reports_dir: Path,
+          confirm: bool, confirm_again: bool, fail_fast: bool, db: Path | None, reports_dir: Path, report: bool,
           as_json: bool) -> None:
     """Check MODEL.onnx against the reference agent's FP32 ONNX (or --baseline) on ONNX Runtime's
     CPU: the same action on 60 fixed states, batch-1 latency at most 10% slower, the same score
@@ -81,7 +84,7 @@ def check(ctx: click.Context, model: Path, baseline: Path | None, model_input: s
     says which check of the model it is. --json: one document on stdout (docs/json_output.md); what
     the check says otherwise goes to stderr once it ran."""
     request = CheckRequest(model, baseline, model_input, baseline_input, contract_name, question, overrides,
-                           confirm or confirm_again, confirm_again, fail_fast, db, reports_dir)
+                           confirm or confirm_again, confirm_again, fail_fast, db, reports_dir, report)
     documents: list[dict] = []
     said = io.StringIO()  # with --json, what the check says goes to stderr once it ran (a refusal: its line alone)
     with contextlib.redirect_stdout(said) if as_json else contextlib.nullcontext():
@@ -110,6 +113,7 @@ class CheckRequest:
     fail_fast: bool
     db: Path | None
     reports_dir: Path
+    report: bool
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,8 @@ def _check(ctx: click.Context, request: CheckRequest, take_document=None) -> Che
     click.echo(f"question: {QUESTION_WORDS[asked.question]}; {asked.why}")
     run = ctx.find_root().command.get_command(ctx, "run")
     verdicts = ctx.invoke(run, spec_path=CHECK_SPEC, overrides=(*sets, *overrides), db=request.db,
-                          reports_dir=request.reports_dir, fail_on=frozenset(), fail_fast=request.fail_fast,
+                          reports_dir=request.reports_dir, report=request.report, fail_on=frozenset(),
+                          fail_fast=request.fail_fast,
                           as_json=take_document is not None, confirm=request.confirm,
                           emit_document=take_document or emit_json, gating=frozenset(asked.gating(spec)))
     outcome = CheckOutcome(asked, asked.gating(spec), verdicts, content, attempts.checks + 1)

@@ -229,7 +229,8 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
             click.echo(f"  report {report_path}")
     failed = [v for v in verdicts if v["outcome"] in fail_on]
     if as_json:
-        emit_document(run_document(store, run_id, loaded.spec.name, report_path, verdicts, failed, skipped))
+        emit_document(run_document(store, run_id, loaded.spec.name, report_path and report_path.resolve(), verdicts,
+                                   failed, skipped))
     for v in failed:
         click.echo(f"--fail-on: verdict {v['verdict']} is {v['outcome']}", err=True)
     if failed:
