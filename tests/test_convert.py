@@ -120,7 +120,8 @@ def _converted_then_checked(tmp_path: Path, precision: str, *overrides: str, dec
     states = load_fixed_states(read_spec_text(text)["artifacts"]["fixed_states"]["path"])
     assert states.meta["onnx_sha256"] == file_sha256(tmp_path / "cleanrl.onnx")  # the search's states: MODEL's games
     command = lines[-1].split("runner ", 1)[1].split()
-    checked = cli(*command, *set_args(*SMALL_CHECK), "--db", "r.duckdb", "--reports", "reports", cwd=tmp_path)
+    checked = cli(*command, *set_args(*SMALL_CHECK), "--db", "r.duckdb", "--reports", "reports", "--report",
+                  cwd=tmp_path)
     assert checked.exit_code in (0, 1), (checked.output, checked.exception)
     assert checked.stdout.splitlines()[0].startswith(f"check {out.name} under contract breakout-v3 (")
     assert "verdict same_decisions: deployment-worthy" in checked.stdout
