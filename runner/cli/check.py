@@ -93,7 +93,8 @@ def check(ctx: click.Context, model: Path, baseline: Path | None, model_input: s
         click.echo(said.getvalue(), err=True, nl=False)
         emit_json(check_document(documents[0], model, baseline, outcome.passed, gate_changes(overrides),
                                  outcome.question_record(), {"model_content": outcome.model_content,
-                                                             "check_number": outcome.check_number}))
+                                                             "check_number": outcome.check_number,
+                                                             "estimate": outcome.estimate}))
     sys.exit(ExitCode.OK if outcome.passed else ExitCode.SAID_NO)
 
 
@@ -123,6 +124,7 @@ class CheckOutcome:
     verdicts: list[dict]  # the rows the run decided (a run --fail-fast stopped decides fewer)
     model_content: str  # the model's content hash, which keys its seeds and its checks
     check_number: int  # which check of that content in this database
+    estimate: dict | None  # the games and minutes said before they started
 
     @property
     def gating(self) -> list[dict]:
@@ -149,6 +151,7 @@ def _check(ctx: click.Context, request: CheckRequest, take_document=None) -> Che
     from runner.cli.check_contract import contract_sets, played_contract, unlabelled_line
     from runner.cli.check_inputs import prepare_models
     from runner.run.check_attempts import earlier_attempts, record_attempt
+    from runner.run.check_estimate import games_estimate
     from runner.run.fail_fast import not_reached
     from runner.store.database import Store
 
@@ -180,13 +183,17 @@ def _check(ctx: click.Context, request: CheckRequest, take_document=None) -> Che
     spec = load_or_exit(CHECK_SPEC, (*sets, *overrides), check_files=False).spec
     asked = question_for(spec, asked=request.question)
     click.echo(f"question: {QUESTION_WORDS[asked.question]}; {asked.why}")
+    estimate = games_estimate(Store(request.db), spec)
+    if estimate is not None:
+        click.echo(estimate.words())
     run = ctx.find_root().command.get_command(ctx, "run")
     verdicts = ctx.invoke(run, spec_path=CHECK_SPEC, overrides=(*sets, *overrides), db=request.db,
                           reports_dir=request.reports_dir, report=request.report, fail_on=frozenset(),
                           fail_fast=request.fail_fast,
                           as_json=take_document is not None, confirm=request.confirm,
                           emit_document=take_document or emit_json, gating=frozenset(asked.gating(spec)))
-    outcome = CheckOutcome(asked, asked.gating(spec), verdicts, content, attempts.checks + 1)
+    outcome = CheckOutcome(asked, asked.gating(spec), verdicts, content, attempts.checks + 1,
+                           estimate.record() if estimate else None)
     if verdicts:  # a confirmation --fail-fast stopped before its games played none of its seeds
         record_attempt(Store(request.db), content=content, run_id=verdicts[0]["run_id"], question=asked.question,
                        confirm=request.confirm and not not_reached(spec, verdicts),
