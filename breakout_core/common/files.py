@@ -70,12 +70,7 @@ def written_whole(path: str | Path) -> Iterator[Path]:
     Any exception in the block, or in the flush or rename, removes the temporary file and
     leaves `path` as it was; ENOSPC is raised as `NoSpaceLeft(path)`."""
     path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        if is_no_space(exc):
-            raise NoSpaceLeft(path) from None
-        raise
+    _make_folder_of(path)
     partial = partial_path(path)
     try:
         yield partial
@@ -91,6 +86,16 @@ def written_whole(path: str | Path) -> Iterator[Path]:
     except BaseException as exc:
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)
+        if is_no_space(exc):
+            raise NoSpaceLeft(path) from None
+        raise
+
+
+def _make_folder_of(path: Path) -> None:
+    """Make `path`'s folder and those above it; ENOSPC raised as `NoSpaceLeft(path)`."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
         if is_no_space(exc):
             raise NoSpaceLeft(path) from None
         raise
@@ -116,12 +121,7 @@ def publish(source: str | Path, target: str | Path, folder: Path) -> Path:
     the one open folder: a reader of `target` sees the old file or the whole new one. Files
     here are never changed in place, so the two names may share the one file."""
     source, target = Path(source), Path(target)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        if is_no_space(exc):
-            raise NoSpaceLeft(target) from None
-        raise
+    _make_folder_of(target)
     with _checked_folder(target.parent, Path(folder)) as folder_fd:
         partial = partial_path(target).name
         try:
