@@ -50,6 +50,7 @@ def exports(tmp_path_factory) -> dict[str, Path]:
     files["fp16_io"] = fp16_io_onnx(files["cleanrl_dynamic"], folder / "fp16_io.onnx")
     files["fp16_keep_io"] = fp16_io_onnx(files["cleanrl"], folder / "fp16_keep_io.onnx", keep_io_types=True)
     files["uint8_fp16_converted"] = fp16_io_onnx(REFERENCE_ONNX, folder / "uint8_fp16.onnx", keep_io_types=True)
+    files["uint8_fp16_out"] = fp16_io_onnx(REFERENCE_ONNX, folder / "uint8_fp16_out.onnx", keep_input_cast=True)
     files["full_action_space"] = cleanrl_onnx(folder / "full18.onnx", actions=18)
     return files
 
@@ -67,6 +68,7 @@ def reference_q(states: np.ndarray) -> np.ndarray:
     ("nhwc_uint8", "uint8:0-255:nhwc", "Transpose NCHW->NHWC", 1e-4),
     ("scaled_outside", "float32:0-1:nchw", "Cast uint8->float32, Div 255", 1e-4),
     ("fp16_io", "float16:0-255:nchw", "Cast uint8->float16, output Cast float16->float32", 3e-2),
+    ("uint8_fp16_out", "uint8:0-255:nchw", "output Cast float16->float32", 3e-2),
 ])
 def test_the_adapter_feeds_the_declared_convention(tmp_path, exports, name, declared, adapter, tolerance):
     convention = InputConvention.parse(declared)
@@ -77,6 +79,7 @@ def test_the_adapter_feeds_the_declared_convention(tmp_path, exports, name, decl
     original_batch = model_input(onnx.load(exports[name]))[2][0]
     assert dtype == "uint8" and shape == (original_batch, 4, 84, 84)
     assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert model.graph.output[0].name == onnx.load(exports[name]).graph.output[0].name  # `q_values` too
     meta = {p.key: p.value for p in model.metadata_props}
     assert meta["breakout.input_adapter"] == adapter and meta["breakout.input_source"] == declared
     with OnnxRuntimeRuntime(intra_op_threads=1, node_placement=False) as runtime:
@@ -237,3 +240,15 @@ def test_a_spec_declares_an_artifacts_input_and_its_run_adapts_it_under_its_fold
     with Store(tmp_path / "r.duckdb").reader() as con:
         shown = con.execute("SELECT input, input_adapter, static_batch FROM runtime_summary").fetchone()
     assert shown == ("float32:0-255:nhwc", "Transpose NCHW->NHWC, Cast uint8->float32", None)  # the report's table
+
+
+@pytest.mark.slow
+def test_a_uint8_file_with_a_float16_output_named_q_values_is_checked(tmp_path, exports):
+    """onnxconverter-common's FP16 file of a uint8-input export, its input Cast kept in float32:
+    the output keeps its name, q_values, and the check casts it back to float32 behind the graph."""
+    shutil.copy(exports["uint8_fp16_out"], tmp_path / "mine.onnx")
+    result = cli("check", "mine.onnx", *set_args(*SMALL_CHECK), "--db", "r.duckdb", cwd=tmp_path)
+    ended = result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.exit_code in (0, 1) and ended, (result.output, result.exception)
+    assert "fed through the adapter output Cast float16->float32" in result.stdout
+    assert "question: is it as good and not slower?" in result.stdout  # an fp16 file against the fp32 one

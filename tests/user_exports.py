@@ -136,11 +136,15 @@ def scaled_outside_onnx(path: Path) -> Path:
     return export(CleanRLQNetwork(scale_inside=False), path, torch.zeros(1, 4, 84, 84), dynamic_batch=True)
 
 
-def fp16_io_onnx(source: Path, path: Path, *, keep_io_types: bool = False) -> Path:
-    """onnxconverter-common's FP16 conversion as its README shows it."""
+def fp16_io_onnx(source: Path, path: Path, *, keep_io_types: bool = False, keep_input_cast: bool = False) -> Path:
+    """onnxconverter-common's FP16 conversion as its README shows it; `keep_input_cast`: with the
+    Cast that reads a uint8 input kept in float32 (node_block_list), the valid way to convert a
+    uint8-input file, which keeps its output name (`q_values` for this project's exports)."""
     import onnx
     from onnxconverter_common import float16
 
-    model = float16.convert_float_to_float16(onnx.load(source), keep_io_types=keep_io_types)
+    model = onnx.load(source)
+    blocked = [n.name for n in model.graph.node if n.op_type == "Cast"][:1] if keep_input_cast else None
+    model = float16.convert_float_to_float16(model, keep_io_types=keep_io_types, node_block_list=blocked)
     onnx.save_model(model, path)
     return path

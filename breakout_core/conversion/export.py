@@ -245,9 +245,12 @@ def onnx_contract(path: str | Path) -> tuple[str | None, str | None]:
 
 def onnx_precision(path: str | Path) -> str:
     """'fp32', 'fp16' or 'int8': the precision of an ONNX file's weights, as its writer recorded
-    it (`breakout.precision`), else as its initializers say. Every backend reads it here."""
+    it (`breakout.precision`), else as its initializers say; initializers in fp16 or int8 win over
+    a recorded fp32, which a converter that keeps its source's metadata leaves behind. Every
+    backend reads it here."""
     info = inspect_onnx(path)
-    return info.metadata.get(META_PREFIX + "precision") or info.precision
+    recorded = info.metadata.get(META_PREFIX + "precision")
+    return info.precision if info.precision != "fp32" and recorded in (None, "fp32") else recorded or info.precision
 
 
 def inspect_onnx(path: str | Path) -> OnnxInfo:

@@ -32,7 +32,6 @@ LAYOUTS = ("nchw", "nhwc")
 SYNTAX = "DTYPE:RANGE:LAYOUT (DTYPE uint8, float32 or float16; RANGE 0-255 or 0-1; LAYOUT nchw or nhwc)"
 PREFIX = "input_adapter/"  # names of the adapter's nodes and tensors in the adapted graph
 ADAPTED_INPUT = "obs"
-ADAPTED_OUTPUT = "q_values"
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3}  # max |dQ| relative to max |Q|, by the model's own output type
 
 
@@ -195,18 +194,30 @@ def adapt_model(model, convention: InputConvention):
                       [helper.make_tensor_value_info(ADAPTED_INPUT, TensorProto.UINT8, [batch, 4, 84, 84])],
                       [helper.make_tensor_value_info(tensor, element, list(wanted))])
         adapted = compose.merge_models(front, adapted, io_map=[(tensor, name)])
-    if _output_dtype(adapted) == "float16":
-        out = adapted.graph.output[0]
-        dims = [d.dim_param or d.dim_value for d in out.type.tensor_type.shape.dim]
-        behind = small([helper.make_node("Cast", [PREFIX + "q16"], [ADAPTED_OUTPUT], name=PREFIX + "output_cast",
-                                         to=TensorProto.FLOAT)],
-                       [helper.make_tensor_value_info(PREFIX + "q16", TensorProto.FLOAT16, dims)],
-                       [helper.make_tensor_value_info(ADAPTED_OUTPUT, TensorProto.FLOAT, dims)])
-        adapted = compose.merge_models(adapted, behind, io_map=[(out.name, PREFIX + "q16")])
     adapted = onnx.ModelProto.FromString(adapted.SerializeToString())  # a copy that owns its metadata
+    if _output_dtype(adapted) == "float16":
+        _cast_output_to_float32(adapted)
     del adapted.metadata_props[:]
     adapted.metadata_props.extend(model.metadata_props)
     return adapted
+
+
+def _cast_output_to_float32(model) -> None:
+    """Give `model`'s float16 output in float32 under the same name: the tensor its graph made is
+    renamed and cast (whatever the output is called, `q_values` included)."""
+    from onnx import TensorProto, helper
+
+    out = model.graph.output[0]
+    inner = PREFIX + "q16"
+    for node in model.graph.node:
+        node.input[:] = [inner if name == out.name else name for name in node.input]
+        node.output[:] = [inner if name == out.name else name for name in node.output]
+    for value in model.graph.value_info:
+        if value.name == out.name:
+            value.name = inner
+    model.graph.node.append(helper.make_node("Cast", [inner], [out.name], name=PREFIX + "output_cast",
+                                             to=TensorProto.FLOAT))
+    out.type.tensor_type.elem_type = TensorProto.FLOAT
 
 
 @dataclass(frozen=True)
