@@ -93,6 +93,8 @@ def test_run_json(tmp_path):
     document = json.loads(result.stdout)
     assert_documented(document, "run")
     assert document["spec_name"] == "my_model_parity" and Path(document["report"]).is_file()
+    assert Path(document["report"]).is_absolute()
+    assert f"verdict {document['verdicts'][0]['verdict']}: rejected" in result.stderr  # the lines stay, on stderr
     assert document["verdicts"][0]["rules"][0]["metric"] == "action_agreement"
     from breakout_core.game.contract import CONTRACTS
 

@@ -212,11 +212,10 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
     except Exception as exc:  # noqa: BLE001 - the run row already records it as failed
         fail(str(exc) if is_no_space(exc) else f"run failed: {exc.__class__.__name__}: {exc}", ExitCode.ENVIRONMENT)
     skipped = not_reached(loaded.spec, verdicts)
-    if not as_json:
-        click.echo(f"run {run_id} ({loaded.spec.name}) done; database {store.path}")
-        echo_run_verdicts(verdicts)
-        if skipped:
-            click.echo(f"  not reached (--fail-fast): {', '.join(skipped)}")
+    click.echo(f"run {run_id} ({loaded.spec.name}) done; database {store.path}", err=as_json)  # --json: stdout is
+    echo_run_verdicts(verdicts, err=as_json)  # the document's alone, and the lines go to stderr
+    if skipped:
+        click.echo(f"  not reached (--fail-fast): {', '.join(skipped)}", err=as_json)
     report_path = None
     if report:
         from runner.report.run_report import build_run_report
@@ -225,8 +224,7 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
             report_path = build_run_report(store, reports_dir, run_id=run_id)
         except OSError as exc:
             _unwritable(reports_dir, exc, f"; the run is stored: `runner report {run_id} --reports DIR`")
-        if not as_json:
-            click.echo(f"  report {report_path}")
+        click.echo(f"  report {report_path}", err=as_json)
     failed = [v for v in verdicts if v["outcome"] in fail_on]
     if as_json:
         emit_document(run_document(store, run_id, loaded.spec.name, report_path and report_path.resolve(), verdicts,

@@ -24,14 +24,14 @@ def run_verdict_record(row: dict) -> dict:
             "games": games}
 
 
-def echo_run_verdicts(rows: list[dict]) -> None:
-    """Each verdict on one line: its outcome and label, what its figures show in words, and the
-    rule's figures it was decided by."""
+def echo_run_verdicts(rows: list[dict], *, err: bool = False) -> None:
+    """Each verdict on one line (on stderr with `err`): its outcome and label, what its figures
+    show in words, and the rule's figures it was decided by."""
     for v in rows:
         evidence = json.loads(v["evidence"])
         label, words = evidence.get("label"), evidence.get("in_words")
         click.echo(f"  verdict {v['verdict']}: {v['outcome']}{f' ({label})' if label else ''} — "
-                   f"{f'{words}; by the rule: ' if words else ''}{v['reason']}")
+                   f"{f'{words}; by the rule: ' if words else ''}{v['reason']}", err=err)
 
 
 def latest_verdict_records(frame) -> list[dict]:
