@@ -212,10 +212,13 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
     except Exception as exc:  # noqa: BLE001 - the run row already records it as failed
         fail(str(exc) if is_no_space(exc) else f"run failed: {exc.__class__.__name__}: {exc}", ExitCode.ENVIRONMENT)
     skipped = not_reached(loaded.spec, verdicts)
-    click.echo(f"run {run_id} ({loaded.spec.name}) done; database {store.path}", err=as_json)  # --json: stdout is
-    echo_run_verdicts(verdicts, err=as_json)  # the document's alone, and the lines go to stderr
+    # --json: stdout is the document's alone, and the lines go to stderr (a command that takes the
+    # document itself keeps its own stdout, in order, and says it where it says the rest)
+    err = as_json and emit_document is emit_json
+    click.echo(f"run {run_id} ({loaded.spec.name}) done; database {store.path}", err=err)
+    echo_run_verdicts(verdicts, err=err)
     if skipped:
-        click.echo(f"  not reached (--fail-fast): {', '.join(skipped)}", err=as_json)
+        click.echo(f"  not reached (--fail-fast): {', '.join(skipped)}", err=err)
     report_path = None
     if report:
         from runner.report.run_report import build_run_report
@@ -224,7 +227,7 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
             report_path = build_run_report(store, reports_dir, run_id=run_id)
         except OSError as exc:
             _unwritable(reports_dir, exc, f"; the run is stored: `runner report {run_id} --reports DIR`")
-        click.echo(f"  report {report_path}", err=as_json)
+        click.echo(f"  report {report_path}", err=err)
     failed = [v for v in verdicts if v["outcome"] in fail_on]
     if as_json:
         emit_document(run_document(store, run_id, loaded.spec.name, report_path and report_path.resolve(), verdicts,
