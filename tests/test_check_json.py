@@ -47,6 +47,7 @@ def test_check_json_names_the_run_the_contract_each_files_input_the_seeds_and_ev
     assert document["check_number"] == 1
     assert document["model_content"] == model_content_sha256(tmp_path / "cleanrl.onnx")
     assert "modified gate: --set measurements.games.seeds=" in done.stderr
+    assert done.stderr.index("question: ") < done.stderr.index("  verdict same_decisions: ")  # said, in order
     files = {f["runtime"]: f for f in document["files"]}
     assert files["candidate"]["input"] == "float32:0-255:nchw"
     assert files["candidate"]["input_adapter"] == "Cast uint8->float32" and files["candidate"]["static_batch"] == 1
