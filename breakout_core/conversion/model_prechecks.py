@@ -4,8 +4,8 @@ minimal 4, or ALE's 18 under the contract option full_action_space).
 
 A failure is one line (`ModelRefused`) that says what to change, never ONNX Runtime's raw text
 alone. A batch dimension fixed in the file (torch.onnx.export's default without `dynamic_axes`
-is 1) is not a failure: every runtime then feeds the model in calls of that batch
-(`runtimes/onnxruntime_runtime.py`), and the pre-check says so.
+is 1) is not a failure: everything that runs the model then feeds it in calls of that batch
+(`runtimes/batch_calls.py`), and the pre-check says so; a fixed batch too large to run is refused.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from breakout_core.game.contract import (
     Contract,
     contract_by_name,
 )
+from breakout_core.runtimes.batch_calls import fixed_batch, fixed_batch_problem, in_calls
 
 FULL_ACTION_OPTION = "full_action_space (--set contract.full_action_space=true; in a spec, under contract:)"
 
@@ -110,22 +111,27 @@ def precheck(path: str | Path, batch_sizes: Iterable[int], contract: Contract | 
     inputs, outputs = sess.get_inputs(), sess.get_outputs()
     if len(inputs) != 1 or len(outputs) != 1:
         raise ModelRefused(f"it has {len(inputs)} inputs and {len(outputs)} outputs; the agent's model has one of each")
-    first = inputs[0].shape[0] if inputs[0].shape else None
-    static = first if isinstance(first, int) and first > 0 else None
-    sizes = tuple(sorted({int(b) for b in batch_sizes}))
-    for size in sizes:
-        call = static or size
-        obs = np.zeros((call, 4, 84, 84), dtype=np.uint8)
+    static = fixed_batch(inputs[0].shape)
+    problem = fixed_batch_problem(static)
+    if problem:
+        raise ModelRefused(problem)
+
+    def run(obs: np.ndarray) -> np.ndarray:
         try:
             q = sess.run(None, {inputs[0].name: obs})[0]
         except Exception as exc:  # noqa: BLE001 -- the run's own error, on one line
-            raise ModelRefused(f"ONNX Runtime could not run it at batch {call} ({one_line(exc)})") from None
-        if q.ndim != 2 or q.shape[0] != call:
-            raise ModelRefused(f"its output has shape {tuple(q.shape)} for a batch of {call}; expected ({call}, "
-                               f"{contract.num_actions})")
+            raise ModelRefused(f"ONNX Runtime could not run it at batch {len(obs)} ({one_line(exc)})") from None
+        if q.ndim != 2 or q.shape[0] != len(obs):
+            raise ModelRefused(f"its output has shape {tuple(q.shape)} for a batch of {len(obs)}; expected "
+                               f"({len(obs)}, {contract.num_actions})")
         problem = output_problem(q.shape[1], contract)
         if problem:
             raise ModelRefused(problem)
+        return q
+
+    sizes = tuple(sorted({int(b) for b in batch_sizes}))
+    for size in sizes:
+        in_calls(run, np.zeros((size, 4, 84, 84), dtype=np.uint8), static)
     return Precheck(static_batch=static, batch_sizes=sizes)
 
 

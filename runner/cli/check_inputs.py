@@ -161,6 +161,7 @@ def interface_problem(path: Path, contract=None, full_action_option: str | None 
     from breakout_core.conversion.model_prechecks import output_problem
     from breakout_core.game.contract import DEFAULT_CONTRACT, contract_by_name
     from breakout_core.runtimes.base import OBS_SHAPE
+    from breakout_core.runtimes.batch_calls import fixed_batch, fixed_batch_problem
 
     contract = contract or contract_by_name(DEFAULT_CONTRACT)
 
@@ -178,6 +179,7 @@ def interface_problem(path: Path, contract=None, full_action_option: str | None 
     actions = info.outputs[0].shape[1]
     problem = output_problem(actions, contract, full_action_option) if isinstance(actions, int) and actions > 0 \
         else None
+    problem = problem or fixed_batch_problem(fixed_batch(info.inputs[0].shape))
     return f"{path}: {problem}" if problem else None
 
 
@@ -244,11 +246,10 @@ def baseline_states(runnable: Path, baseline: Path, convention, contract, label:
 def _note_another_agent(candidate: Path, reference: Path, states: np.ndarray, given: Path) -> None:
     """One line when the candidate takes other actions than the reference on most fixed states."""
     from breakout_core.conversion.model_prechecks import session
+    from breakout_core.runtimes.batch_calls import session_q
 
     def actions(path: Path) -> np.ndarray:
-        sess = session(path)
-        name = sess.get_inputs()[0].name
-        return np.concatenate([sess.run(None, {name: states[i:i + 1]})[0] for i in range(len(states))]).argmax(1)
+        return session_q(session(path), states).argmax(1)
 
     same = float(np.mean(actions(candidate) == actions(reference)))
     if same < ANOTHER_AGENT:
