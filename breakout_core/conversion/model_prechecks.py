@@ -69,8 +69,12 @@ def fp16_cast_fix(path: str | Path) -> str | None:
     float32 for this reason)."""
     import onnx
 
-    model = onnx.load(path)
-    graph = model.graph
+    from breakout_core.conversion.onnx_checks import ModelCheckError, load_graph
+
+    try:
+        graph = load_graph(path).graph  # the graph alone: the weights' bytes are not needed to name the fix
+    except ModelCheckError:
+        return None
     if not graph.input or graph.input[0].type.tensor_type.elem_type != onnx.TensorProto.UINT8:
         return None
     if not any(i.data_type == onnx.TensorProto.FLOAT16 for i in graph.initializer):

@@ -159,6 +159,7 @@ def interface_problem(path: Path, contract=None, full_action_option: str | None 
     full_action_space on, where not with --set."""
     from breakout_core.conversion.export import inspect_onnx
     from breakout_core.conversion.model_prechecks import output_problem
+    from breakout_core.conversion.onnx_checks import ModelCheckError
     from breakout_core.game.contract import DEFAULT_CONTRACT, contract_by_name
     from breakout_core.runtimes.base import OBS_SHAPE
     from breakout_core.runtimes.batch_calls import fixed_batch, fixed_batch_problem
@@ -169,10 +170,14 @@ def interface_problem(path: Path, contract=None, full_action_option: str | None 
         sizes = zip(shape[1:], wanted)
         return len(shape) == len(wanted) + 1 and all(isinstance(d, str) or d in (0, w) for d, w in sizes)
 
-    info = inspect_onnx(path)
+    try:
+        info = inspect_onnx(path)
+    except ModelCheckError as exc:
+        return str(exc)
     wanted = (f"one input (B, {', '.join(map(str, OBS_SHAPE))}) or channels last (B, 84, 84, 4) and one output "
               f"(B, {contract.num_actions})")
-    shown = "; ".join(f"{t.name}: {t.dtype} {tuple(t.shape)}" for t in (*info.inputs, *info.outputs))
+    shown = "; ".join([*(f"{t.name}: {t.dtype} {tuple(t.shape)}" for t in (*info.inputs, *info.outputs)),
+                       f"{len(info.inputs)} input(s) and {len(info.outputs)} output(s) in all"])
     if len(info.inputs) != 1 or len(info.outputs) != 1 or len(info.outputs[0].shape) != 2 \
             or not (fits(info.inputs[0].shape, OBS_SHAPE) or fits(info.inputs[0].shape, (84, 84, 4))):
         return f"{path}: the agent's model takes {wanted}; this one has {shown}"

@@ -49,10 +49,13 @@ def file_problem(path: Path, kind: str) -> str | None:
 def _onnx_problem(path: Path) -> str | None:
     import onnx
 
+    from breakout_core.conversion.onnx_checks import tensor_data_problem
+
     try:
         model = onnx.load_model(str(path), load_external_data=False)
     except Exception as exc:  # protobuf and onnx raise several types for a foreign file
         return f"{path}: not an ONNX model ({described(exc, 'unparsable')})"
     if not model.graph.node:
         return f"{path}: not an ONNX model (no graph in it)"
-    return None
+    problem = tensor_data_problem(model)
+    return f"{path}: not an ONNX model that can be read ({problem})" if problem else None
