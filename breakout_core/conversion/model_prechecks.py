@@ -106,10 +106,14 @@ def output_problem(actions: int, contract: Contract, option: str | None = None) 
     return f"it gives {actions} Q-values, and {played}"
 
 
-def precheck(path: str | Path, batch_sizes: Iterable[int], contract: Contract | None = None) -> Precheck:
+def precheck(path: str | Path, batch_sizes: Iterable[int], contract: Contract | None = None,
+             states: np.ndarray | None = None) -> Precheck:
     """Open `path` (uint8 (B, 4, 84, 84) in, as adapted) in ONNX Runtime and run it at each batch size,
     in calls of its fixed batch where it has one, each giving one Q-value per action of `contract`
-    (default: the default contract's); ModelRefused naming what is wrong."""
+    (default: the default contract's), and on `states` (the fixed states), giving finite Q-values
+    on every one: a model with NaN or inf has no greedy action to measure. ModelRefused naming what
+    is wrong."""
+    from breakout_core.evaluation.policies import NonFiniteQ, finite_q
     contract = contract or contract_by_name(DEFAULT_CONTRACT)
     sess = session(path)
     inputs, outputs = sess.get_inputs(), sess.get_outputs()
@@ -136,6 +140,11 @@ def precheck(path: str | Path, batch_sizes: Iterable[int], contract: Contract | 
     sizes = tuple(sorted({int(b) for b in batch_sizes}))
     for size in sizes:
         in_calls(run, np.zeros((size, 4, 84, 84), dtype=np.uint8), static)
+    if states is not None and len(states):
+        try:
+            finite_q(in_calls(run, states, static), f"fixed state {{row}} of {len(states)}")
+        except NonFiniteQ as exc:
+            raise ModelRefused(str(exc)) from None
     return Precheck(static_batch=static, batch_sizes=sizes)
 
 

@@ -98,11 +98,28 @@ def check_fits(policy: Policy, contract) -> None:
                          f"({contract.hash}) plays {contract.num_actions}")
 
 
+class NonFiniteQ(ValueError):
+    """A model gave NaN or infinite Q-values: no action is greedy, and none is played for it."""
+
+
+def finite_q(q: np.ndarray, where: str = "an observation in play") -> np.ndarray:
+    """`q` (B, A), whose every value is finite; NonFiniteQ naming the first row that is not
+    (`where` says what the rows are: '{row}' in it is replaced by that row's index)."""
+    bad = np.flatnonzero(~np.isfinite(q).all(axis=1))
+    if bad.size:
+        row = int(bad[0])
+        kinds = " and ".join(k for k, f in (("NaN", np.isnan), ("infinite", np.isinf)) if f(q[row]).any())
+        values = ", ".join(f"{v:.4g}" for v in q[row].tolist())
+        raise NonFiniteQ(f"the model gives {kinds} Q-values ({values}) on {where.format(row=row)}: with them no "
+                         f"action is greedy (NaN weights or an overflow in the file)")
+    return q
+
+
 def epsilon_greedy(q: np.ndarray, rngs: Sequence[np.random.Generator], epsilon: float) -> np.ndarray:
     """Each row's greedy action, or a random one (of the model's outputs, one per action of its
     contract) with probability epsilon; every row draws one uniform number and one action whatever
-    epsilon is."""
-    greedy = q.argmax(axis=1)
+    epsilon is. NonFiniteQ where a row's Q-values are not all finite."""
+    greedy = finite_q(q).argmax(axis=1)
     explore = np.fromiter((rng.random() for rng in rngs), dtype=np.float64, count=len(rngs))
     random_actions = np.fromiter((rng.integers(q.shape[1]) for rng in rngs), dtype=np.int64, count=len(rngs))
     return np.where(explore < epsilon, random_actions, greedy).astype(np.int64)

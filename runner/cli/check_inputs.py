@@ -216,7 +216,7 @@ def _runnable(label: str, path: Path, model, convention, folder: Path, states: n
                         f"(max |dQ| {adapted.max_abs_diff:.2g} against the file fed {convention} on "
                         f"{adapted.states} fixed states)")
             runnable = adapted.path
-        note = precheck(runnable, sizes, contract).note()
+        note = precheck(runnable, sizes, contract, states).note()
     except (ModelRefused, ModelCheckError) as exc:
         fail(f"{label} {path}: {exc}", ExitCode.BAD_INPUT)
     if note:
