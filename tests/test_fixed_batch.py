@@ -45,6 +45,18 @@ def test_q_values_runtime_and_latency_feed_a_fixed_batch_in_calls_of_it(batch_8)
     assert all(p50 > 0 for p50 in interleaved_p50_ms([batch_8, REFERENCE_ONNX], ODD, runs=64, warmup=2))
 
 
+def test_openvino_feeds_a_fixed_batch_in_calls_of_it(batch_8):
+    from breakout_core.runtimes.openvino_runtime import OpenVINORuntime
+
+    ok, reason = OpenVINORuntime.available()
+    if not ok:
+        pytest.skip(reason)
+    with OpenVINORuntime() as runtime:
+        q = runtime.load(batch_8).infer(ODD)
+        assert runtime.describe()["actual"]["static_batch"] == 8
+    assert np.max(np.abs(q - q_values(REFERENCE_ONNX, ODD))) <= 1e-3
+
+
 def test_localisation_reads_the_state_of_a_call_of_the_fixed_batch(batch_8):
     found = localise(REFERENCE_ONNX, batch_8, ODD[:3], flipped=[0])
     assert found.layers and all(layer.max_abs <= 1e-3 for layer in found.layers)

@@ -38,7 +38,7 @@ import numpy as np
 from breakout_core.conversion.export import onnx_precision
 from breakout_core.runtimes.actual import ActualRun, Int8Run
 from breakout_core.runtimes.base import OBS_SHAPE, Option, Runtime, RuntimeUnavailable, import_error_reason
-from breakout_core.runtimes.batch_calls import fixed_batch, fixed_batch_problem, in_calls
+from breakout_core.runtimes.batch_calls import file_fixed_batch, in_calls
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 OPTIMIZATION_LEVELS = {
@@ -137,7 +137,7 @@ class OnnxRuntimeRuntime(Runtime):
 
         self._ort = ort
         self._nodes: list[dict[str, Any]] | None = None
-        self._static_batch = self._fixed_batch(path)
+        self._static_batch = file_fixed_batch(path)
         if self.requested["node_placement"]:
             self._nodes = self._profile_placement(path)
         self._session_obj = self._session(path)
@@ -152,19 +152,6 @@ class OnnxRuntimeRuntime(Runtime):
         meta = self._session_obj.get_modelmeta().custom_metadata_map
         self._model_meta = dict(meta)
         self._precision = onnx_precision(path)
-
-    @staticmethod
-    def _fixed_batch(path: Path) -> int | None:
-        """The batch fixed in the file, read from its graph before any session allocates a call of it;
-        ValueError where it is too large to run."""
-        from breakout_core.conversion.export import inspect_onnx
-
-        inputs = inspect_onnx(path).inputs
-        batch = fixed_batch(inputs[0].shape) if inputs else None
-        problem = fixed_batch_problem(batch)
-        if problem:
-            raise ValueError(f"{path}: {problem}")
-        return batch
 
     def _profile_placement(self, path: Path) -> list[dict[str, Any]]:
         """Each node's provider, op and output type, from the profile of one batch-1 run."""

@@ -32,6 +32,7 @@ from breakout_core.runtimes.base import (
     import_error_reason,
     installed_version,
 )
+from breakout_core.runtimes.batch_calls import file_fixed_batch, in_calls
 
 # the spec's names -> OpenVINO's element types and the CPU plugin's capability names
 INFERENCE_PRECISIONS = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
@@ -95,6 +96,7 @@ class OpenVINORuntime(Runtime):
         from breakout_core.conversion.export import inspect_onnx, onnx_precision
 
         self._file_precision = onnx_precision(path)
+        self._static_batch = file_fixed_batch(path)
         self._model_meta = inspect_onnx(path).metadata
         core = openvino.Core()
         try:
@@ -129,6 +131,10 @@ class OpenVINORuntime(Runtime):
 
     # -- running ------------------------------------------------------------------------------
     def _infer(self, obs: np.ndarray) -> np.ndarray:
+        """Q-values of `obs`, in calls of the file's fixed batch where it has one."""
+        return in_calls(self._call, obs, self._static_batch)
+
+    def _call(self, obs: np.ndarray) -> np.ndarray:
         self._request.infer({0: obs})
         q = self._request.get_output_tensor(0).data
         if q.ndim != 2 or q.shape[0] != len(obs):
@@ -155,6 +161,7 @@ class OpenVINORuntime(Runtime):
                 "device_name": self._device_name,
                 "optimization_capabilities": self._capabilities,
                 "weights_precision": self._file_precision,
+                "static_batch": self._static_batch,  # a batch fixed in the file: others run in calls of it
                 "inference_precision": inference,
                 "performance_hint": str(compiled.get_property("PERFORMANCE_HINT")),
                 "threads": int(compiled.get_property("INFERENCE_NUM_THREADS")),
