@@ -18,12 +18,12 @@ from hostile_onnx import REFERENCE_ONNX, fixed_batch_onnx
 from small_check import SMALL_CHECK, set_args
 from user_exports import CleanRLQNetwork, export
 
+from breakout_core.common.batch_calls import MAX_FIXED_BATCH
 from breakout_core.conversion.input_convention import InputConvention, write_adapted
 from breakout_core.conversion.quantize import quantize_int8
 from breakout_core.diagnosis.localise import localise
 from breakout_core.diagnosis.repair import interleaved_p50_ms, q_values
 from breakout_core.evaluation.fixed_states import load_fixed_states
-from breakout_core.runtimes.batch_calls import MAX_FIXED_BATCH
 from breakout_core.runtimes.onnxruntime_runtime import OnnxRuntimeRuntime
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,9 +14,10 @@ from hostile_onnx import nan_onnx
 from test_cli_inputs import assert_one_line_usage_error, cli
 
 from breakout_core.evaluation.fixed_states import load_fixed_states
-from breakout_core.evaluation.policies import NonFiniteQ, epsilon_greedy
+from breakout_core.evaluation.policies import epsilon_greedy
 from breakout_core.game.contract import DEFAULT_CONTRACT, contract_by_name
 from breakout_core.game.driver import EpisodeDriver
+from breakout_core.game.greedy import NonFiniteQ
 from breakout_core.runtimes.onnxruntime_runtime import OnnxRuntimeRuntime
 from runner.kinds.shared.runtime_lifecycle import RuntimePolicy
 

@@ -255,7 +255,7 @@ def _adapter_diff(source: Path, adapted: Path, convention: InputConvention, stat
     one state at a time, or in calls of the file's fixed batch."""
     import onnxruntime as ort
 
-    from breakout_core.runtimes.batch_calls import session_q
+    from breakout_core.common.batch_calls import session_q
 
     def session(path: Path):
         options = ort.SessionOptions()

@@ -5,7 +5,7 @@ minimal 4, or ALE's 18 under the contract option full_action_space).
 A failure is one line (`ModelRefused`) that says what to change, never ONNX Runtime's raw text
 alone. A batch dimension fixed in the file (torch.onnx.export's default without `dynamic_axes`
 is 1) is not a failure: everything that runs the model then feeds it in calls of that batch
-(`runtimes/batch_calls.py`), and the pre-check says so; a fixed batch too large to run is refused.
+(`common/batch_calls.py`), and the pre-check says so; a fixed batch too large to run is refused.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from breakout_core.common.batch_calls import fixed_batch, fixed_batch_problem, in_calls
 from breakout_core.conversion.onnx_checks import one_line
 from breakout_core.game.contract import (
     DEFAULT_CONTRACT,
@@ -24,7 +25,6 @@ from breakout_core.game.contract import (
     Contract,
     contract_by_name,
 )
-from breakout_core.runtimes.batch_calls import fixed_batch, fixed_batch_problem, in_calls
 
 FULL_ACTION_OPTION = "full_action_space (--set contract.full_action_space=true; in a spec, under contract:)"
 
@@ -60,6 +60,19 @@ def session(path: str | Path):
     except Exception as exc:  # noqa: BLE001 -- onnxruntime raises its own Fail, InvalidGraph, ...
         reason = f"ONNX Runtime cannot load it ({one_line(exc)})"
         raise ModelRefused(reason + (fp16_cast_fix(path) or "")) from None
+
+
+def file_fixed_batch(path: str | Path) -> int | None:
+    """The batch fixed in an ONNX file, read from its graph before a runtime allocates a call of it;
+    ValueError where it is too large to run."""
+    from breakout_core.conversion.export import inspect_onnx
+
+    inputs = inspect_onnx(path).inputs
+    batch = fixed_batch(inputs[0].shape) if inputs else None
+    problem = fixed_batch_problem(batch)
+    if problem:
+        raise ValueError(f"{path}: {problem}")
+    return batch
 
 
 def fp16_cast_fix(path: str | Path) -> str | None:
@@ -113,7 +126,7 @@ def precheck(path: str | Path, batch_sizes: Iterable[int], contract: Contract | 
     (default: the default contract's), and on `states` (the fixed states), giving finite Q-values
     on every one: a model with NaN or inf has no greedy action to measure. ModelRefused naming what
     is wrong."""
-    from breakout_core.evaluation.policies import NonFiniteQ, finite_q
+    from breakout_core.game.greedy import NonFiniteQ, finite_q
     contract = contract or contract_by_name(DEFAULT_CONTRACT)
     sess = session(path)
     inputs, outputs = sess.get_inputs(), sess.get_outputs()

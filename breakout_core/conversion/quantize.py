@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from breakout_core.common.batch_calls import calls, fixed_batch
 from breakout_core.common.cpu_flags import cpu_flags, cpu_model
 from breakout_core.conversion.onnx_checks import (
     ModelCheckError,
@@ -64,7 +65,6 @@ from breakout_core.conversion.onnx_checks import (
     save_checked,
     scaled_input_tensor,
 )
-from breakout_core.runtimes.batch_calls import calls, fixed_batch
 
 if TYPE_CHECKING:
     from onnx import ModelProto

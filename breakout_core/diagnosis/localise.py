@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from breakout_core.common.batch_calls import calls, fixed_batch
 from breakout_core.common.files import write_whole
-from breakout_core.runtimes.batch_calls import calls, fixed_batch
 
 CONVERSION_OPS = frozenset({"Cast", "QuantizeLinear", "DequantizeLinear"})
 STATE_METRICS = ("rel_l2", "max_abs")

@@ -41,12 +41,12 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
+from breakout_core.common.batch_calls import calls, fixed_batch, session_q
 from breakout_core.conversion.fp16 import convert_fp16
 from breakout_core.conversion.nncf_quantize import quantize_nncf
 from breakout_core.conversion.quantize import NothingToQuantize, cpu_isa, quantize_int8
 from breakout_core.diagnosis.latency import MIN_TIMED_CALLS, latency_result
 from breakout_core.diagnosis.parity import ParityResult, compare_q
-from breakout_core.runtimes.batch_calls import calls, fixed_batch, session_q
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from breakout_core.game.envs import NUM_ACTIONS
+from breakout_core.game.greedy import finite_q
 
 
 class Policy(Protocol):
@@ -96,23 +97,6 @@ def check_fits(policy: Policy, contract) -> None:
     if width is not None and width != contract.num_actions:
         raise ValueError(f"policy {policy.name} chooses among {width} actions, and contract {contract.name} "
                          f"({contract.hash}) plays {contract.num_actions}")
-
-
-class NonFiniteQ(ValueError):
-    """A model gave NaN or infinite Q-values: no action is greedy, and none is played for it."""
-
-
-def finite_q(q: np.ndarray, where: str = "an observation in play") -> np.ndarray:
-    """`q` (B, A), whose every value is finite; NonFiniteQ naming the first row that is not
-    (`where` says what the rows are: '{row}' in it is replaced by that row's index)."""
-    bad = np.flatnonzero(~np.isfinite(q).all(axis=1))
-    if bad.size:
-        row = int(bad[0])
-        kinds = " and ".join(k for k, f in (("NaN", np.isnan), ("infinite", np.isinf)) if f(q[row]).any())
-        values = ", ".join(f"{v:.4g}" for v in q[row].tolist())
-        raise NonFiniteQ(f"the model gives {kinds} Q-values ({values}) on {where.format(row=row)}: with them no "
-                         f"action is greedy (NaN weights or an overflow in the file)")
-    return q
 
 
 def epsilon_greedy(q: np.ndarray, rngs: Sequence[np.random.Generator], epsilon: float) -> np.ndarray:

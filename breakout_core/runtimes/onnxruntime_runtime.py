@@ -35,10 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from breakout_core.common.batch_calls import in_calls
 from breakout_core.conversion.export import onnx_precision
+from breakout_core.conversion.model_prechecks import file_fixed_batch
 from breakout_core.runtimes.actual import ActualRun, Int8Run
 from breakout_core.runtimes.base import OBS_SHAPE, Option, Runtime, RuntimeUnavailable, import_error_reason
-from breakout_core.runtimes.batch_calls import file_fixed_batch, in_calls
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 OPTIMIZATION_LEVELS = {

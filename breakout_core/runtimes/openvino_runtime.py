@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from breakout_core.common.batch_calls import in_calls
+from breakout_core.conversion.model_prechecks import file_fixed_batch
 from breakout_core.runtimes.actual import ActualRun, Int8Run
 from breakout_core.runtimes.base import (
     Option,
@@ -32,7 +34,6 @@ from breakout_core.runtimes.base import (
     import_error_reason,
     installed_version,
 )
-from breakout_core.runtimes.batch_calls import file_fixed_batch, in_calls
 
 # the spec's names -> OpenVINO's element types and the CPU plugin's capability names
 INFERENCE_PRECISIONS = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}

@@ -157,12 +157,12 @@ def interface_problem(path: Path, contract=None, full_action_option: str | None 
     input (B, 4, 84, 84), or channels last (B, 84, 84, 4), and give one output (B, the contract's
     actions); a named dimension fits any size. `full_action_option`: how the command asking turns
     full_action_space on, where not with --set."""
+    from breakout_core.common.batch_calls import fixed_batch, fixed_batch_problem
     from breakout_core.conversion.export import inspect_onnx
     from breakout_core.conversion.model_prechecks import output_problem
     from breakout_core.conversion.onnx_checks import ModelCheckError
     from breakout_core.game.contract import DEFAULT_CONTRACT, contract_by_name
     from breakout_core.runtimes.base import OBS_SHAPE
-    from breakout_core.runtimes.batch_calls import fixed_batch, fixed_batch_problem
 
     contract = contract or contract_by_name(DEFAULT_CONTRACT)
 
@@ -250,8 +250,8 @@ def baseline_states(runnable: Path, baseline: Path, convention, contract, label:
 
 def _note_another_agent(candidate: Path, reference: Path, states: np.ndarray, given: Path) -> None:
     """One line when the candidate takes other actions than the reference on most fixed states."""
+    from breakout_core.common.batch_calls import session_q
     from breakout_core.conversion.model_prechecks import session
-    from breakout_core.runtimes.batch_calls import session_q
 
     def actions(path: Path) -> np.ndarray:
         return session_q(session(path), states).argmax(1)

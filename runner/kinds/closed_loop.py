@@ -89,8 +89,8 @@ METRIC_NAMES = ("candidate_score", "baseline_score", "score_diff", "action_count
 def play(runtime, contract, seed: int, steps: int) -> dict[str, np.ndarray]:
     """K agent steps of greedy play through `runtime`, as arrays per step. The first game is
     episode `seed`; a game that ends before K steps is followed by the slot's next game."""
-    from breakout_core.evaluation.policies import finite_q
     from breakout_core.game.driver import EpisodeDriver
+    from breakout_core.game.greedy import finite_q
 
     out = {k: [] for k in ("game", "forced_noop", "action", "reward", "lives", "game_over", "q")}
     driver = EpisodeDriver(contract, 1)

@@ -122,7 +122,7 @@ class RuntimePolicy:
 
     def act(self, obs: np.ndarray, rngs) -> np.ndarray:
         """The greedy actions; NonFiniteQ where the model gives NaN or inf, which no action is played for."""
-        from breakout_core.evaluation.policies import finite_q
+        from breakout_core.game.greedy import finite_q
 
         q, seconds = self.runtime.timed_infer(obs)
         self.call_states.append(len(obs))

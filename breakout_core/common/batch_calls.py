@@ -11,7 +11,6 @@ the agent's network (a batch fixed at 16384 took 4.1 GB).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 
@@ -24,19 +23,6 @@ def fixed_batch(shape: Sequence[object] | None) -> int | None:
     the batch is free (a named or unset dimension)."""
     first = shape[0] if shape else None
     return first if isinstance(first, int) and not isinstance(first, bool) and first > 0 else None
-
-
-def file_fixed_batch(path: Path) -> int | None:
-    """The batch fixed in an ONNX file, read from its graph before a runtime allocates a call of it;
-    ValueError where it is too large to run."""
-    from breakout_core.conversion.export import inspect_onnx
-
-    inputs = inspect_onnx(path).inputs
-    batch = fixed_batch(inputs[0].shape) if inputs else None
-    problem = fixed_batch_problem(batch)
-    if problem:
-        raise ValueError(f"{path}: {problem}")
-    return batch
 
 
 def fixed_batch_problem(batch: int | None) -> str | None:
