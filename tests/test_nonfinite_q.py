@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hostile_onnx import nan_onnx
+from small_check import SMALL_CHECK, set_args
 from test_cli_inputs import assert_one_line_usage_error, cli
 
 from breakout_core.evaluation.fixed_states import load_fixed_states
@@ -20,6 +21,7 @@ from breakout_core.game.driver import EpisodeDriver
 from breakout_core.game.greedy import NonFiniteQ
 from breakout_core.runtimes.onnxruntime_runtime import OnnxRuntimeRuntime
 from runner.kinds.shared.runtime_lifecycle import RuntimePolicy
+from runner.store.database import Store
 
 STATES = load_fixed_states(Path(__file__).resolve().parents[1] / "models" / "reference" / "fixed_states_60.npz").obs
 
@@ -53,3 +55,19 @@ def test_the_game_refuses_an_action_outside_the_contracts_set():
         driver.step(np.array([0]))
     with pytest.raises(ValueError, match=r"action -1 for slot 0 is not one of contract breakout-v3's actions 0\.\.3"):
         driver.step(np.array([-1]))
+
+
+def test_nan_met_in_a_run_ends_it_in_one_line_exit_2_and_stores_it_failed(tmp_path):
+    """`runner run` has no pre-check: the closed loop meets the NaN at its first decision."""
+    model = nan_onnx(tmp_path / "nan.onnx")
+    spec = Path(__file__).resolve().parents[1] / "specs" / "check_onnx.yaml"
+    result = cli("run", str(spec), *set_args(f"artifacts.candidate={{path: {model}}}", *SMALL_CHECK,
+                                             "measurements=[{kind: closed_loop, name: closed_loop, baseline: baseline, "
+                                             "runtimes: [baseline, candidate], seed: 0, steps: 256}]", "verdicts=[]"),
+                 "--db", "r.duckdb", "--reports", "reports", cwd=tmp_path)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), (result.exit_code, result.exception)
+    assert result.stderr.strip().splitlines()[-1].startswith(  # after the run's progress lines
+        "error: run failed: the model gives NaN Q-values (nan, nan, nan, nan) on closed-loop step 0: with them no "
+        "action is greedy")
+    with Store(tmp_path / "r.duckdb").reader() as con:
+        assert con.execute("SELECT status FROM runs").fetchall() == [("failed",)]
