@@ -85,7 +85,10 @@ def test_check_of_a_file_with_its_batch_fixed_at_8_gives_verdicts_and_a_document
     assert done.returncode in (0, 1), done.stderr
     assert "Traceback" not in done.stderr and "every batch runs as calls of 8" in done.stderr
     document = json.loads(done.stdout)
-    assert document["verdicts"] and document["files"]["candidate"]["static_batch"] == 8
+    files = {f["runtime"]: f for f in document["files"]}
+    assert files["candidate"]["static_batch"] == 8 and files["baseline"]["static_batch"] is None
+    verdicts = {v["verdict"]: v["outcome"] for v in document["verdicts"]}
+    assert len(verdicts) == 5 and verdicts["same_decisions"] == "deployment-worthy"
 
 
 def _measured(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess, float, float]:
