@@ -38,9 +38,8 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
     the games of the file given for artifact `plays` (unless it is the spec's own file). A file
     that fails ends the command with one line and exit 2; `announce()`, where given, is called
     once every file passed, before any game is played; notes are printed as they come."""
-    import onnx
-
     from breakout_core.conversion.input_convention import InputConvention, convention_of
+    from breakout_core.conversion.onnx_checks import ModelCheckError, load_graph
 
     given = [(label, path, artifact, declared) for label, path, artifact, declared in files if path is not None]
     conventions: dict[str, InputConvention] = {}
@@ -55,7 +54,10 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
             convention = InputConvention.parse(declared) if declared is not None else None
         except ValueError as exc:
             fail(f"{option} {exc}", ExitCode.BAD_INPUT)
-        model = models[artifact] = onnx.load(path, load_external_data=False)
+        try:
+            model = models[artifact] = load_graph(path)
+        except ModelCheckError as exc:
+            fail(f"{label} {exc}", ExitCode.BAD_INPUT)
         if convention is None and artifact == "baseline" and "candidate" in conventions:
             convention = _same_as_candidate(model, conventions["candidate"])
         try:
