@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from breakout_core.common.hashing import file_sha256
-from breakout_core.conversion.onnx_checks import META_PREFIX, ModelCheckError, SavedModel, save_checked
+from breakout_core.conversion.onnx_checks import META_PREFIX, ModelCheckError, SavedModel, load_graph, save_checked
 
 INPUT_NAME = "obs"
 OUTPUT_NAME = "q_values"
@@ -254,11 +254,9 @@ def onnx_precision(path: str | Path) -> str:
 
 
 def inspect_onnx(path: str | Path) -> OnnxInfo:
-    """Graph inputs/outputs (dtype, shape), opset, precision, ops and metadata of a model file."""
-    import onnx
-
-    model = onnx.load(path)
-    return _info(model)
+    """Graph inputs/outputs (dtype, shape), opset, precision, ops and metadata of a model file, read
+    from its graph alone (external data is not loaded); ModelCheckError where it is not a model."""
+    return _info(load_graph(path))
 
 
 def _info(model) -> OnnxInfo:
@@ -268,7 +266,10 @@ def _info(model) -> OnnxInfo:
         out = []
         for v in values:
             t = v.type.tensor_type
-            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)).name
+            try:
+                dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)).name
+            except (KeyError, TypeError, ValueError):  # not a tensor (a sequence, a map), or no type given
+                dtype = "not a tensor" if v.type.WhichOneof("value") != "tensor_type" else "no dtype"
             shape = tuple(d.dim_param if d.dim_param else d.dim_value for d in t.shape.dim)
             out.append(TensorInfo(v.name, dtype, shape))
         return tuple(out)

@@ -263,8 +263,10 @@ def write_adapted(source: str | Path, convention: InputConvention, path: str | P
 
 def _adapter_diff(source: Path, adapted: Path, convention: InputConvention, states: np.ndarray, out: str) -> float:
     """max |dQ| between the original fed the converted states and the adapted fed them as uint8,
-    one state at a time (a static batch dimension allows no more)."""
+    one state at a time, or in calls of the file's fixed batch."""
     import onnxruntime as ort
+
+    from breakout_core.common.batch_calls import session_q
 
     def session(path: Path):
         options = ort.SessionOptions()
@@ -272,11 +274,8 @@ def _adapter_diff(source: Path, adapted: Path, convention: InputConvention, stat
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
     original, adapted_session = session(source), session(adapted)
-    name, adapted_name = original.get_inputs()[0].name, adapted_session.get_inputs()[0].name
-    converted = convention.convert(states)
-    expected = np.concatenate([original.run(None, {name: converted[i:i + 1]})[0] for i in range(len(states))])
-    got = np.concatenate([adapted_session.run(None, {adapted_name: states[i:i + 1]})[0] for i in range(len(states))])
-    expected = expected.astype(np.float32)
+    expected = session_q(original, convention.convert(states)).astype(np.float32)
+    got = session_q(adapted_session, states)
     diff = float(np.max(np.abs(got - expected))) if len(states) else 0.0
     scale = max(float(np.max(np.abs(expected))), 1.0) if len(states) else 1.0
     if diff > TOLERANCE[out] * scale:

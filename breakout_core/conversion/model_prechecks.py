@@ -4,8 +4,8 @@ minimal 4, or ALE's 18 under the contract option full_action_space).
 
 A failure is one line (`ModelRefused`) that says what to change, never ONNX Runtime's raw text
 alone. A batch dimension fixed in the file (torch.onnx.export's default without `dynamic_axes`
-is 1) is not a failure: every runtime then feeds the model in calls of that batch
-(`runtimes/onnxruntime_runtime.py`), and the pre-check says so.
+is 1) is not a failure: everything that runs the model then feeds it in calls of that batch
+(`common/batch_calls.py`), and the pre-check says so; a fixed batch too large to run is refused.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from breakout_core.common.batch_calls import fixed_batch, fixed_batch_problem, in_calls
 from breakout_core.conversion.onnx_checks import one_line
 from breakout_core.game.contract import (
     DEFAULT_CONTRACT,
@@ -61,6 +62,19 @@ def session(path: str | Path):
         raise ModelRefused(reason + (fp16_cast_fix(path) or "")) from None
 
 
+def file_fixed_batch(path: str | Path) -> int | None:
+    """The batch fixed in an ONNX file, read from its graph before a runtime allocates a call of it;
+    ValueError where it is too large to run."""
+    from breakout_core.conversion.export import inspect_onnx
+
+    inputs = inspect_onnx(path).inputs
+    batch = fixed_batch(inputs[0].shape) if inputs else None
+    problem = fixed_batch_problem(batch)
+    if problem:
+        raise ValueError(f"{path}: {problem}")
+    return batch
+
+
 def fp16_cast_fix(path: str | Path) -> str | None:
     """The fix, when `path` is onnxconverter-common's FP16 conversion of a uint8-input model: the
     converter never rewrites a Cast's target type, so the Cast reading the uint8 input still makes
@@ -68,8 +82,12 @@ def fp16_cast_fix(path: str | Path) -> str | None:
     float32 for this reason)."""
     import onnx
 
-    model = onnx.load(path, load_external_data=False)
-    graph = model.graph
+    from breakout_core.conversion.onnx_checks import ModelCheckError, load_graph
+
+    try:
+        graph = load_graph(path).graph  # the graph alone: the weights' bytes are not needed to name the fix
+    except ModelCheckError:
+        return None
     if not graph.input or graph.input[0].type.tensor_type.elem_type != onnx.TensorProto.UINT8:
         return None
     if not any(i.data_type == onnx.TensorProto.FLOAT16 for i in graph.initializer):
@@ -101,31 +119,45 @@ def output_problem(actions: int, contract: Contract, option: str | None = None) 
     return f"it gives {actions} Q-values, and {played}"
 
 
-def precheck(path: str | Path, batch_sizes: Iterable[int], contract: Contract | None = None) -> Precheck:
+def precheck(path: str | Path, batch_sizes: Iterable[int], contract: Contract | None = None,
+             states: np.ndarray | None = None) -> Precheck:
     """Open `path` (uint8 (B, 4, 84, 84) in, as adapted) in ONNX Runtime and run it at each batch size,
     in calls of its fixed batch where it has one, each giving one Q-value per action of `contract`
-    (default: the default contract's); ModelRefused naming what is wrong."""
+    (default: the default contract's), and on `states` (the fixed states), giving finite Q-values
+    on every one: a model with NaN or inf has no greedy action to measure. ModelRefused naming what
+    is wrong."""
+    from breakout_core.game.greedy import NonFiniteQ, finite_q
     contract = contract or contract_by_name(DEFAULT_CONTRACT)
     sess = session(path)
     inputs, outputs = sess.get_inputs(), sess.get_outputs()
     if len(inputs) != 1 or len(outputs) != 1:
         raise ModelRefused(f"it has {len(inputs)} inputs and {len(outputs)} outputs; the agent's model has one of each")
-    first = inputs[0].shape[0] if inputs[0].shape else None
-    static = first if isinstance(first, int) and first > 0 else None
-    sizes = tuple(sorted({int(b) for b in batch_sizes}))
-    for size in sizes:
-        call = static or size
-        obs = np.zeros((call, 4, 84, 84), dtype=np.uint8)
+    static = fixed_batch(inputs[0].shape)
+    problem = fixed_batch_problem(static)
+    if problem:
+        raise ModelRefused(problem)
+
+    def run(obs: np.ndarray) -> np.ndarray:
         try:
             q = sess.run(None, {inputs[0].name: obs})[0]
         except Exception as exc:  # noqa: BLE001 -- the run's own error, on one line
-            raise ModelRefused(f"ONNX Runtime could not run it at batch {call} ({one_line(exc)})") from None
-        if q.ndim != 2 or q.shape[0] != call:
-            raise ModelRefused(f"its output has shape {tuple(q.shape)} for a batch of {call}; expected ({call}, "
-                               f"{contract.num_actions})")
+            raise ModelRefused(f"ONNX Runtime could not run it at batch {len(obs)} ({one_line(exc)})") from None
+        if q.ndim != 2 or q.shape[0] != len(obs):
+            raise ModelRefused(f"its output has shape {tuple(q.shape)} for a batch of {len(obs)}; expected "
+                               f"({len(obs)}, {contract.num_actions})")
         problem = output_problem(q.shape[1], contract)
         if problem:
             raise ModelRefused(problem)
+        return q
+
+    sizes = tuple(sorted({int(b) for b in batch_sizes}))
+    for size in sizes:
+        in_calls(run, np.zeros((size, 4, 84, 84), dtype=np.uint8), static)
+    if states is not None and len(states):
+        try:
+            finite_q(in_calls(run, states, static), f"fixed state {{row}} of {len(states)}")
+        except NonFiniteQ as exc:
+            raise ModelRefused(str(exc)) from None
     return Precheck(static_batch=static, batch_sizes=sizes)
 
 

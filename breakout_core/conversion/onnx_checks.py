@@ -48,6 +48,64 @@ def read_source_model(path: Path, error: type[Exception]):
     return model, data, sha256
 
 
+def load_graph(path: str | Path, error: type[Exception] = ModelCheckError):
+    """The ONNX model in `path` without its external data (where only the graph and the inline
+    weights are wanted); `error` with one line where the file does not parse as a model."""
+    import onnx
+
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 -- protobuf, OS and onnx errors alike: the file is not a model
+        raise error(f"{path}: not a readable ONNX model ({one_line(exc)})") from None
+
+
+def tensor_data_problem(model) -> str | None:
+    """Why one of the graph's inline tensors (initializers and Constant nodes' values) cannot be
+    read: a negative dimension, or a shape whose size is not the data stored with it (a file that
+    declares gigabytes and holds megabytes), found from the declared sizes alone, before anything
+    is allocated. Tensors whose data lies in external files are left to their own check."""
+    import onnx
+
+    tensors = [*model.graph.initializer, *(a.t for n in model.graph.node if n.op_type == "Constant"
+                                           for a in n.attribute if a.name == "value")]
+    for tensor in tensors:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        shape = tuple(tensor.dims)
+        if any(d < 0 for d in shape):
+            return f"tensor {tensor.name!r} declares the shape {shape}, with a negative dimension"
+        declared, held = _declared_and_held(tensor, int(np.prod(shape, dtype=object)))
+        if held is not None and declared != held:
+            return (f"tensor {tensor.name!r} declares the shape {shape} ({_size(declared)}) but holds "
+                    f"{_size(held)}: the file is damaged or was made to mislead")
+    return None
+
+
+def _declared_and_held(tensor, elements: int) -> tuple[int, int | None]:
+    """(bytes the tensor's shape declares, bytes stored with it), or elements where the data is
+    in typed fields; held None where its type is one this check does not size."""
+    import onnx
+
+    try:
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        return 0, None
+    packed = {getattr(onnx.TensorProto, name, None) for name in ("INT4", "UINT4", "FLOAT4E2M1")} - {None}
+    if tensor.HasField("raw_data"):
+        return ((elements + 1) // 2 if tensor.data_type in packed else elements * itemsize), len(tensor.raw_data)
+    if tensor.data_type in packed:
+        return 0, None
+    stored = sum(len(getattr(tensor, f)) for f in ("float_data", "int32_data", "int64_data", "double_data",
+                                                   "uint64_data", "string_data"))
+    per_element = 2 if tensor.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128) else 1
+    return elements * itemsize, stored // per_element * itemsize
+
+
+def _size(n: int) -> str:
+    return next(f"{n / 1024 ** k:.3g} {unit}" for k, unit in ((3, "GiB"), (2, "MiB"), (1, "KiB"), (0, "bytes"))
+                if n >= 1024 ** k or k == 0)
+
+
 def not_a_node(name: str, nodes: list[str], model: str) -> str:
     """The message for a node name (a keep-list entry) that `model`'s graph does not have,
     listing the graph's first nodes so the right name can be picked."""

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from breakout_core.common.batch_calls import calls, fixed_batch
 from breakout_core.common.cpu_flags import cpu_flags, cpu_model
 from breakout_core.conversion.onnx_checks import (
     ModelCheckError,
@@ -410,7 +411,7 @@ def _calibrate(model_path: Path, states: np.ndarray, calibrate_method: str, cach
     class Reader(CalibrationDataReader):
         def __init__(self, name: str, batch: int):
             self._name = name
-            self._batches = iter(states[i:i + batch] for i in range(0, len(states), batch))
+            self._batches = iter(calls(states, batch, repeat_states=True))
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             batch = next(self._batches, None)
@@ -420,10 +421,9 @@ def _calibrate(model_path: Path, states: np.ndarray, calibrate_method: str, cach
     calibrator = create_calibrator(model_path, None, augmented_model_path=str(folder / "augmented.onnx"),
                                    calibrate_method=_ort_calibrate_method(calibrate_method), extra_options=options)
     first = calibrator.model.graph.input[0]
-    dims = first.type.tensor_type.shape.dim
-    fixed = dims[0].dim_value if dims and not dims[0].dim_param else 0  # a batch fixed in the file is fed as it is
+    fixed = fixed_batch([d.dim_param or d.dim_value for d in first.type.tensor_type.shape.dim])
     with contextlib.redirect_stdout(io.StringIO()):  # the histogram calibrators print their progress
-        calibrator.collect_data(Reader(first.name, fixed or CALIBRATION_BATCH))
+        calibrator.collect_data(Reader(first.name, fixed or CALIBRATION_BATCH))  # a fixed batch fed as it is
         ranges = calibrator.compute_data()
     save_tensors_data(ranges, cache)
 

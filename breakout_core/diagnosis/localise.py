@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from breakout_core.common.batch_calls import calls, fixed_batch
 from breakout_core.common.files import write_whole
 
 CONVERSION_OPS = frozenset({"Cast", "QuantizeLinear", "DequantizeLinear"})
@@ -117,8 +118,12 @@ def localise(
         cand_session = _exposed_session(candidate, [matches[t] for t in matched], Path(folder) / "candidate.onnx",
                                         candidate_path)
         plain_session = _exposed_session(candidate, [], Path(folder) / "plain.onnx", candidate_path)
-    base_input = base_session.get_inputs()[0].name
-    cand_input = cand_session.get_inputs()[0].name
+    base_input, cand_input = base_session.get_inputs()[0], cand_session.get_inputs()[0]
+
+    def outputs(session, feed, state: np.ndarray, names: list[str] | None = None) -> dict[str, np.ndarray]:
+        """The session's outputs (all, or `names`) on one state, run in a call of the file's fixed batch."""
+        found = session.run(names, {feed.name: calls(state, fixed_batch(feed.shape) or 1)[0]})
+        return {name: value[:1] for name, value in zip(names or [o.name for o in session.get_outputs()], found)}
 
     sums = np.zeros((len(matched), 4))  # per layer: sum b^2, sum (c - b)^2, sum b * c, sum c^2
     max_abs = np.zeros(len(matched))
@@ -126,9 +131,9 @@ def localise(
     exposure = 0.0
     for i in range(len(states)):
         state = states[i:i + 1]
-        base = dict(zip([o.name for o in base_session.get_outputs()], base_session.run(None, {base_input: state})))
-        cand = dict(zip([o.name for o in cand_session.get_outputs()], cand_session.run(None, {cand_input: state})))
-        plain = plain_session.run([candidate_output], {cand_input: state})[0]
+        base = outputs(base_session, base_input, state)
+        cand = outputs(cand_session, cand_input, state)
+        plain = outputs(plain_session, cand_input, state, [candidate_output])[candidate_output]
         exposure = max(exposure, float(np.max(np.abs(plain.astype(np.float64) - cand[candidate_output]))))
         for k, tensor in enumerate(matched):
             b = base[tensor].astype(np.float64).reshape(-1)

@@ -41,6 +41,7 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
+from breakout_core.common.batch_calls import calls, fixed_batch, session_q
 from breakout_core.conversion.fp16 import convert_fp16
 from breakout_core.conversion.nncf_quantize import quantize_nncf
 from breakout_core.conversion.quantize import NothingToQuantize, cpu_isa, quantize_int8
@@ -268,25 +269,26 @@ def choose_step(results: Mapping[str | None, RepairResult]) -> tuple[str | None,
 
 
 def q_values(path: str | Path, states: np.ndarray) -> np.ndarray:
-    """A model's outputs on each state, run one state at a time (ONNX Runtime CPU, one thread)."""
-    session = _session(path)
-    name = session.get_inputs()[0].name
-    return np.concatenate([session.run(None, {name: states[i:i + 1]})[0] for i in range(len(states))])
+    """A model's outputs on each state, run one state at a time, or in calls of the file's fixed batch
+    (ONNX Runtime CPU, one thread)."""
+    return session_q(_session(path), states)
 
 
 def interleaved_p50_ms(paths: Sequence[str | Path], states: np.ndarray, *, runs: int = 300,
                        warmup: int = 20) -> tuple[float, ...]:
     """Batch-1 latency P50 (ms) of each model, ONNX Runtime CPU with one thread, timed in
-    turns: each round runs every model once on the same state (states taken in rotation)."""
+    turns: each round runs every model once on the same state (states taken in rotation); a
+    file with a fixed batch is timed on the one call of that batch that holds the state."""
     sessions = [_session(p) for p in paths]
-    feeds = [s.get_inputs()[0].name for s in sessions]
+    feeds = [(s.get_inputs()[0].name, fixed_batch(s.get_inputs()[0].shape) or 1) for s in sessions]
     samples = np.zeros((len(sessions), runs))
     clock = time.perf_counter_ns
     for r in range(-warmup, runs):
         state = states[r % len(states)][None]
-        for m, (session, name) in enumerate(zip(sessions, feeds)):
+        for m, (session, (name, batch)) in enumerate(zip(sessions, feeds)):
+            call = calls(state, batch)[0]
             start = clock()
-            session.run(None, {name: state})
+            session.run(None, {name: call})
             if r >= 0:
                 samples[m, r] = (clock() - start) / 1e6
     return tuple(latency_result(s, warmup=warmup).p50_ms for s in samples)

@@ -13,6 +13,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from breakout_core.game.envs import NUM_ACTIONS
+from breakout_core.game.greedy import finite_q
 
 
 class Policy(Protocol):
@@ -101,8 +102,8 @@ def check_fits(policy: Policy, contract) -> None:
 def epsilon_greedy(q: np.ndarray, rngs: Sequence[np.random.Generator], epsilon: float) -> np.ndarray:
     """Each row's greedy action, or a random one (of the model's outputs, one per action of its
     contract) with probability epsilon; every row draws one uniform number and one action whatever
-    epsilon is."""
-    greedy = q.argmax(axis=1)
+    epsilon is. NonFiniteQ where a row's Q-values are not all finite."""
+    greedy = finite_q(q).argmax(axis=1)
     explore = np.fromiter((rng.random() for rng in rngs), dtype=np.float64, count=len(rngs))
     random_actions = np.fromiter((rng.integers(q.shape[1]) for rng in rngs), dtype=np.int64, count=len(rngs))
     return np.where(explore < epsilon, random_actions, greedy).astype(np.int64)

@@ -187,6 +187,11 @@ class EpisodeDriver:
         played = np.zeros(n, dtype=np.int64)
         if actions is not None:
             played[stepping] = np.asarray(actions)[stepping]
+        outside = stepping & ~forced & ((played < 0) | (played >= self.contract.num_actions))
+        if outside.any():  # an index like -1 would play another action (LEFT) rather than fail
+            slot = int(np.flatnonzero(outside)[0])
+            raise ValueError(f"action {int(played[slot])} for slot {slot} is not one of contract "
+                             f"{self.contract.name}'s actions 0..{self.contract.num_actions - 1}")
         played[forced] = NOOP
         played[self._serve & stepping] = FIRE
         asked = []  # the workers' games step while this process steps its own

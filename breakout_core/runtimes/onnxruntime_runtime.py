@@ -35,7 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from breakout_core.common.batch_calls import in_calls
 from breakout_core.conversion.export import onnx_precision
+from breakout_core.conversion.model_prechecks import file_fixed_batch
 from breakout_core.runtimes.actual import ActualRun, Int8Run
 from breakout_core.runtimes.base import OBS_SHAPE, Option, Runtime, RuntimeUnavailable, import_error_reason
 
@@ -136,6 +138,7 @@ class OnnxRuntimeRuntime(Runtime):
 
         self._ort = ort
         self._nodes: list[dict[str, Any]] | None = None
+        self._static_batch = file_fixed_batch(path)
         if self.requested["node_placement"]:
             self._nodes = self._profile_placement(path)
         self._session_obj = self._session(path)
@@ -146,8 +149,6 @@ class OnnxRuntimeRuntime(Runtime):
                 f"{[(i.name, i.type) for i in inputs]} -> {[(o.name, o.type) for o in outputs]}"
             )
         self._input_name, self._output_name = inputs[0].name, outputs[0].name
-        first = inputs[0].shape[0] if inputs[0].shape else None
-        self._static_batch = first if isinstance(first, int) and first > 0 else None
         self._output_type = outputs[0].type
         meta = self._session_obj.get_modelmeta().custom_metadata_map
         self._model_meta = dict(meta)
@@ -159,9 +160,7 @@ class OnnxRuntimeRuntime(Runtime):
         try:
             session = self._session(path, profile_prefix=str(Path(folder) / "placement"))
             name = session.get_inputs()[0].name
-            first = session.get_inputs()[0].shape[0]
-            batch = first if isinstance(first, int) and first > 0 else 1
-            session.run(None, {name: np.zeros((batch, *OBS_SHAPE), dtype=np.uint8)})
+            session.run(None, {name: np.zeros((self._static_batch or 1, *OBS_SHAPE), dtype=np.uint8)})
             profile_file = session.end_profiling()
             events = json.loads(Path(profile_file).read_text())
             del session
@@ -183,21 +182,14 @@ class OnnxRuntimeRuntime(Runtime):
 
     # -- running ------------------------------------------------------------------------------
     def _infer(self, obs: np.ndarray) -> np.ndarray:
-        if self._static_batch is not None and len(obs) != self._static_batch:
-            return self._infer_in_calls(obs, self._static_batch)
+        """Q-values of `obs`, in calls of the file's fixed batch where it has one."""
+        return in_calls(self._call, obs, self._static_batch)
+
+    def _call(self, obs: np.ndarray) -> np.ndarray:
         q = self._session_obj.run([self._output_name], {self._input_name: obs})[0]
         if q.ndim != 2 or q.shape[0] != len(obs):
             raise ValueError(f"model output has shape {q.shape}, expected ({len(obs)}, actions)")
         return np.array(q, dtype=np.float32, copy=True)
-
-    def _infer_in_calls(self, obs: np.ndarray, batch: int) -> np.ndarray:
-        """A batch the file's fixed batch dimension does not allow, fed in calls of that batch (the
-        last one padded with zeros, whose Q-values are dropped)."""
-        padded = -len(obs) % batch
-        if padded:
-            obs = np.concatenate([obs, np.zeros((padded, *OBS_SHAPE), dtype=np.uint8)])
-        q = np.concatenate([self._infer(obs[i:i + batch]) for i in range(0, len(obs), batch)])
-        return q[: len(q) - padded]
 
     def _actual(self) -> ActualRun:
         session = self._session_obj

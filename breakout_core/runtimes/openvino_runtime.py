@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from breakout_core.common.batch_calls import in_calls
+from breakout_core.conversion.model_prechecks import file_fixed_batch
 from breakout_core.runtimes.actual import ActualRun, Int8Run
 from breakout_core.runtimes.base import (
     Option,
@@ -95,6 +97,7 @@ class OpenVINORuntime(Runtime):
         from breakout_core.conversion.export import inspect_onnx, onnx_precision
 
         self._file_precision = onnx_precision(path)
+        self._static_batch = file_fixed_batch(path)
         self._model_meta = inspect_onnx(path).metadata
         core = openvino.Core()
         try:
@@ -129,6 +132,10 @@ class OpenVINORuntime(Runtime):
 
     # -- running ------------------------------------------------------------------------------
     def _infer(self, obs: np.ndarray) -> np.ndarray:
+        """Q-values of `obs`, in calls of the file's fixed batch where it has one."""
+        return in_calls(self._call, obs, self._static_batch)
+
+    def _call(self, obs: np.ndarray) -> np.ndarray:
         self._request.infer({0: obs})
         q = self._request.get_output_tensor(0).data
         if q.ndim != 2 or q.shape[0] != len(obs):
@@ -155,6 +162,7 @@ class OpenVINORuntime(Runtime):
                 "device_name": self._device_name,
                 "optimization_capabilities": self._capabilities,
                 "weights_precision": self._file_precision,
+                "static_batch": self._static_batch,  # a batch fixed in the file: others run in calls of it
                 "inference_precision": inference,
                 "performance_hint": str(compiled.get_property("PERFORMANCE_HINT")),
                 "threads": int(compiled.get_property("INFERENCE_NUM_THREADS")),

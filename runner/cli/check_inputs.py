@@ -38,9 +38,8 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
     the games of the file given for artifact `plays` (unless it is the spec's own file). A file
     that fails ends the command with one line and exit 2; `announce()`, where given, is called
     once every file passed, before any game is played; notes are printed as they come."""
-    import onnx
-
     from breakout_core.conversion.input_convention import InputConvention, convention_of
+    from breakout_core.conversion.onnx_checks import ModelCheckError, load_graph
 
     given = [(label, path, artifact, declared) for label, path, artifact, declared in files if path is not None]
     conventions: dict[str, InputConvention] = {}
@@ -55,7 +54,10 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
             convention = InputConvention.parse(declared) if declared is not None else None
         except ValueError as exc:
             fail(f"{option} {exc}", ExitCode.BAD_INPUT)
-        model = models[artifact] = onnx.load(path, load_external_data=False)
+        try:
+            model = models[artifact] = load_graph(path)
+        except ModelCheckError as exc:
+            fail(f"{label} {exc}", ExitCode.BAD_INPUT)
         if convention is None and artifact == "baseline" and "candidate" in conventions:
             convention = _same_as_candidate(model, conventions["candidate"])
         try:
@@ -157,8 +159,10 @@ def interface_problem(path: Path, contract=None, full_action_option: str | None 
     input (B, 4, 84, 84), or channels last (B, 84, 84, 4), and give one output (B, the contract's
     actions); a named dimension fits any size. `full_action_option`: how the command asking turns
     full_action_space on, where not with --set."""
+    from breakout_core.common.batch_calls import fixed_batch, fixed_batch_problem
     from breakout_core.conversion.export import inspect_onnx
     from breakout_core.conversion.model_prechecks import output_problem
+    from breakout_core.conversion.onnx_checks import ModelCheckError
     from breakout_core.game.contract import DEFAULT_CONTRACT, contract_by_name
     from breakout_core.runtimes.base import OBS_SHAPE
 
@@ -168,16 +172,21 @@ def interface_problem(path: Path, contract=None, full_action_option: str | None 
         sizes = zip(shape[1:], wanted)
         return len(shape) == len(wanted) + 1 and all(isinstance(d, str) or d in (0, w) for d, w in sizes)
 
-    info = inspect_onnx(path)
+    try:
+        info = inspect_onnx(path)
+    except ModelCheckError as exc:
+        return str(exc)
     wanted = (f"one input (B, {', '.join(map(str, OBS_SHAPE))}) or channels last (B, 84, 84, 4) and one output "
               f"(B, {contract.num_actions})")
-    shown = "; ".join(f"{t.name}: {t.dtype} {tuple(t.shape)}" for t in (*info.inputs, *info.outputs))
+    shown = "; ".join([*(f"{t.name}: {t.dtype} {tuple(t.shape)}" for t in (*info.inputs, *info.outputs)),
+                       f"{len(info.inputs)} input(s) and {len(info.outputs)} output(s) in all"])
     if len(info.inputs) != 1 or len(info.outputs) != 1 or len(info.outputs[0].shape) != 2 \
             or not (fits(info.inputs[0].shape, OBS_SHAPE) or fits(info.inputs[0].shape, (84, 84, 4))):
         return f"{path}: the agent's model takes {wanted}; this one has {shown}"
     actions = info.outputs[0].shape[1]
     problem = output_problem(actions, contract, full_action_option) if isinstance(actions, int) and actions > 0 \
         else None
+    problem = problem or fixed_batch_problem(fixed_batch(info.inputs[0].shape))
     return f"{path}: {problem}" if problem else None
 
 
@@ -209,7 +218,7 @@ def _runnable(label: str, path: Path, model, convention, folder: Path, states: n
                         f"(max |dQ| {adapted.max_abs_diff:.2g} against the file fed {convention} on "
                         f"{adapted.states} fixed states)")
             runnable = adapted.path
-        note = precheck(runnable, sizes, contract).note()
+        note = precheck(runnable, sizes, contract, states).note()
     except (ModelRefused, ModelCheckError) as exc:
         fail(f"{label} {path}: {exc}", ExitCode.BAD_INPUT)
     if note:
@@ -243,12 +252,11 @@ def baseline_states(runnable: Path, baseline: Path, convention, contract, label:
 
 def _note_another_agent(candidate: Path, reference: Path, states: np.ndarray, given: Path) -> None:
     """One line when the candidate takes other actions than the reference on most fixed states."""
+    from breakout_core.common.batch_calls import session_q
     from breakout_core.conversion.model_prechecks import session
 
     def actions(path: Path) -> np.ndarray:
-        sess = session(path)
-        name = sess.get_inputs()[0].name
-        return np.concatenate([sess.run(None, {name: states[i:i + 1]})[0] for i in range(len(states))]).argmax(1)
+        return session_q(session(path), states).argmax(1)
 
     same = float(np.mean(actions(candidate) == actions(reference)))
     if same < ANOTHER_AGENT:

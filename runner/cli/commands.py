@@ -15,6 +15,7 @@ import click
 from breakout_core.common.files import is_no_space
 from breakout_core.common.messages import first_line
 from breakout_core.game.contract import CONTRACTS, DEFAULT_CONTRACT
+from breakout_core.game.greedy import NonFiniteQ
 from runner.cli.check import check
 from runner.cli.convert import convert
 from runner.cli.exit_codes import ExitCode, fail, store_error_code
@@ -209,6 +210,8 @@ def run(spec_path: Path, overrides: tuple[str, ...], db: Path | None, reports_di
              ExitCode.INTERRUPTED)
     except StoreError:
         raise  # the group says it in one line, with its exit code
+    except NonFiniteQ as exc:  # the model file's, not the machine's; the run row records it as failed
+        fail(f"run failed: {exc}", ExitCode.BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - the run row already records it as failed
         fail(str(exc) if is_no_space(exc) else f"run failed: {exc.__class__.__name__}: {exc}", ExitCode.ENVIRONMENT)
     skipped = not_reached(loaded.spec, verdicts)

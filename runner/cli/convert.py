@@ -49,12 +49,10 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
     kept). The file written takes MODEL's input as it is. Prints the file written and the verdicts
     that chose it; exit 0 when it met that target, 1 when only the closest step could be written,
     2 for a model that cannot be converted."""
-    import onnx
-
     from breakout_core.conversion.export import onnx_precision
     from breakout_core.conversion.input_convention import InputConvention, convention_of
     from breakout_core.conversion.input_convention import model_input as input_of
-    from breakout_core.conversion.onnx_checks import ModelCheckError, check_preprocessing
+    from breakout_core.conversion.onnx_checks import ModelCheckError, check_preprocessing, load_graph
     from runner.cli.check_contract import contract_sets, played_contract
 
     if out is not None:
@@ -71,7 +69,10 @@ def convert(ctx: click.Context, precision: str, model: Path, out: Path | None, m
         fail(f"MODEL {problem}", ExitCode.BAD_INPUT)
     if (weights := onnx_precision(model)) != "fp32":
         fail(f"MODEL {model}: its weights are {weights}; convert takes an FP32 file", ExitCode.BAD_INPUT)
-    source = onnx.load(model, load_external_data=False)
+    try:
+        source = load_graph(model)
+    except ModelCheckError as exc:
+        fail(f"MODEL {exc}", ExitCode.BAD_INPUT)
     try:  # a uint8 input: what every converted file is checked for, asked of the source before anything runs
         if input_of(source)[1] == "uint8":
             check_preprocessing(source)

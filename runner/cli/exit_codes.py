@@ -20,7 +20,8 @@ class ExitCode(IntEnum):
 
     BAD_INPUT = 2
     """The request is wrong: a spec, an argument, an unknown or ambiguous run id, an unknown spec
-    name, a folder that cannot be written where the user pointed."""
+    name, a folder that cannot be written where the user pointed, a model file that cannot be
+    measured (Q-values NaN or inf, before the run or during it)."""
 
     ENVIRONMENT = 3
     """The environment failed: the database is missing, locked past the wait, damaged or of a

@@ -91,6 +91,7 @@ def play(runtime, contract, seed: int, steps: int) -> dict[str, np.ndarray]:
     """K agent steps of greedy play through `runtime`, as arrays per step. The first game is
     episode `seed`; a game that ends before K steps is followed by the slot's next game."""
     from breakout_core.game.driver import EpisodeDriver
+    from breakout_core.game.greedy import finite_q
 
     out = {k: [] for k in ("game", "forced_noop", "action", "reward", "lives", "game_over", "q")}
     driver = EpisodeDriver(contract, 1)
@@ -99,7 +100,8 @@ def play(runtime, contract, seed: int, steps: int) -> dict[str, np.ndarray]:
     for _ in range(steps):
         forced = bool(driver.forced()[0])  # the contract's no-op start or serve (forced_noop is true for both)
         q = np.full(contract.num_actions, np.nan) if forced else runtime.infer(driver.obs[:1])[0].astype(np.float64)
-        result = driver.step(np.array([0 if forced else int(greedy(q[None])[0])]))
+        action = 0 if forced else int(greedy(finite_q(q[None], f"closed-loop step {len(out['game'])}"))[0])
+        result = driver.step(np.array([action]))
         ended = bool(result.finished)
         for key, value in (("game", game), ("forced_noop", forced), ("action", int(result.actions[0])),
                            ("reward", float(result.reward[0])), ("lives", driver.games[0].lives),

@@ -50,6 +50,8 @@ def file_problem(path: Path, kind: str) -> str | None:
 def _onnx_problem(path: Path) -> str | None:
     import onnx
 
+    from breakout_core.conversion.onnx_checks import tensor_data_problem
+
     try:
         model = onnx.load_model(str(path), load_external_data=False)
     except Exception as exc:  # protobuf and onnx raise several types for a foreign file
@@ -62,4 +64,5 @@ def _onnx_problem(path: Path) -> str | None:
         data_files(path)
     except ExternalDataRefused as exc:
         return str(exc)
-    return None
+    problem = tensor_data_problem(model)
+    return f"{path}: not an ONNX model that can be read ({problem})" if problem else None

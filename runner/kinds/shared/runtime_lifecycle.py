@@ -121,7 +121,10 @@ class RuntimePolicy:
         return sum(self.call_states)
 
     def act(self, obs: np.ndarray, rngs) -> np.ndarray:
+        """The greedy actions; NonFiniteQ where the model gives NaN or inf, which no action is played for."""
+        from breakout_core.game.greedy import finite_q
+
         q, seconds = self.runtime.timed_infer(obs)
         self.call_states.append(len(obs))
         self.call_seconds.append(seconds)
-        return greedy(q)
+        return greedy(finite_q(q))
