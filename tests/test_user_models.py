@@ -51,6 +51,7 @@ def exports(tmp_path_factory) -> dict[str, Path]:
     files["fp16_keep_io"] = fp16_io_onnx(files["cleanrl"], folder / "fp16_keep_io.onnx", keep_io_types=True)
     files["uint8_fp16_converted"] = fp16_io_onnx(REFERENCE_ONNX, folder / "uint8_fp16.onnx", keep_io_types=True)
     files["uint8_fp16_out"] = fp16_io_onnx(REFERENCE_ONNX, folder / "uint8_fp16_out.onnx", keep_input_cast=True)
+    files["uint8_fp16_out_broken"] = fp16_io_onnx(REFERENCE_ONNX, folder / "uint8_fp16_out_broken.onnx")
     files["full_action_space"] = cleanrl_onnx(folder / "full18.onnx", actions=18)
     return files
 
@@ -127,8 +128,9 @@ def test_a_fixed_batch_is_fed_in_calls_of_it_and_said(tmp_path, exports):
      ["it gives 18 Q-values, ALE's full action space", "contract option full_action_space"]),
     ("uint8_fp16_converted", (), ["ONNX Runtime cannot load it", "onnxconverter-common's FP16 converter",
                                   "node_block_list=["]),
+    ("uint8_fp16_out_broken", (), ["onnxconverter-common's FP16 converter", "node_block_list=["]),
 ], ids=["undeclared-float32", "undeclared-nhwc", "undeclared-float16", "bad-syntax", "empty", "wrong-dtype",
-        "wrong-layout", "18-actions", "fp16-converter-bug"])
+        "wrong-layout", "18-actions", "fp16-converter-bug", "fp16-converter-bug-float16-output"])
 def test_a_file_check_cannot_measure_is_one_line_and_nothing_runs(tmp_path, exports, name, given, mentions):
     model = tmp_path / exports[name].name
     shutil.copy(exports[name], model)

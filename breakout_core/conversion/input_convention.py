@@ -251,7 +251,12 @@ def write_adapted(source: str | Path, convention: InputConvention, path: str | P
     sha = model_sha256(source)
     set_metadata(adapted, {"input": "uint8:0-255:nchw", "input_adapter": adapter, "input_source": str(convention),
                            "input_source_sha256": sha})
-    check_model(adapted)
+    try:
+        check_model(adapted)
+    except ModelCheckError as exc:  # onnxconverter-common's broken Cast is found here, behind an adapter
+        from breakout_core.conversion.model_prechecks import fp16_cast_fix
+
+        raise ModelCheckError(f"{exc}{fp16_cast_fix(source) or ''}") from None
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     onnx.save_model(adapted, partial)
