@@ -163,7 +163,11 @@ def _check(ctx: click.Context, request: CheckRequest, take_document=None) -> Che
     sets = [*prepare_models([("MODEL", model, "candidate", request.model_input),
                              ("--baseline", baseline, "baseline", request.baseline_input)], (*chosen, *overrides),
                             CHECK_SPEC, contract, announce=lambda: click.echo(f"check {model} under contract "
-                                                                              f"{contract.described()}")),
+                                                                              f"{contract.described()}"),
+                            full_action_option=(f"the contract option full_action_space, against a baseline of the "
+                                                f"same 18 actions: runner check {model} --baseline "
+                                                f"{baseline or 'YOUR_18_ACTION_FP32.onnx'} --set "
+                                                "contract.full_action_space=true")),
             *chosen]
     content = model_content_sha256(model)
     attempts = earlier_attempts(Store(request.db), content)

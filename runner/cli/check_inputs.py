@@ -30,14 +30,16 @@ ANOTHER_AGENT = 0.5  # agreement with the reference below which a candidate look
 
 
 def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overrides: tuple[str, ...],
-                   check_spec: Path, contract, plays: str = "baseline", announce=None) -> list[str]:
+                   check_spec: Path, contract, plays: str = "baseline", announce=None,
+                   full_action_option: str | None = None) -> list[str]:
     """The `--set` arguments that make the spec's artifacts these files, after every check before
     the run; each `(label, path, artifact, declared input)` with a path, played under `contract`.
     The spec, with these files and `overrides`, is validated (but for the files it reads) before
     any game is played: a bad `--set` is said as the run says it. The fixed states come from
     the games of the file given for artifact `plays` (unless it is the spec's own file). A file
     that fails ends the command with one line and exit 2; `announce()`, where given, is called
-    once every file passed, before any game is played; notes are printed as they come."""
+    once every file passed, before any game is played; notes are printed as they come.
+    `full_action_option`: how the command turns ALE's 18 actions on, said to a file that gives 18."""
     from breakout_core.conversion.input_convention import InputConvention, convention_of
     from breakout_core.conversion.onnx_checks import ModelCheckError, load_graph
 
@@ -46,7 +48,7 @@ def prepare_models(files: list[tuple[str, Path | None, str, str | None]], overri
     models = {}  # each file's graph, read once for its convention and its adapter
     sets = []
     for label, path, artifact, declared in given:
-        problem = onnx_file_problem(path, contract)
+        problem = onnx_file_problem(path, contract, full_action_option)
         if problem:
             fail(f"{label} {problem}", ExitCode.BAD_INPUT)
         option = "--baseline-input" if artifact == "baseline" else "--input"
@@ -135,11 +137,11 @@ def _same_as_candidate(model, candidate):
     return candidate
 
 
-def onnx_file_problem(path: Path, contract=None) -> str | None:
+def onnx_file_problem(path: Path, contract=None, full_action_option: str | None = None) -> str | None:
     """Why `path` cannot be checked: missing, not a file, not an ONNX model, or one that does not
     map the agent's observations to one Q-value per action of `contract` (default: the default
     contract's)."""
-    return input_file_problem(path, "onnx") or interface_problem(path, contract)
+    return input_file_problem(path, "onnx") or interface_problem(path, contract, full_action_option)
 
 
 def input_file_problem(path: Path, kind: str) -> str | None:
