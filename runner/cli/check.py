@@ -164,10 +164,10 @@ def _check(ctx: click.Context, request: CheckRequest, take_document=None) -> Che
                              ("--baseline", baseline, "baseline", request.baseline_input)], (*chosen, *overrides),
                             CHECK_SPEC, contract, announce=lambda: click.echo(f"check {model} under contract "
                                                                               f"{contract.described()}"),
-                            full_action_option=(f"the contract option full_action_space, against a baseline of the "
-                                                f"same 18 actions: runner check {model} --baseline "
-                                                f"{baseline or 'YOUR_18_ACTION_FP32.onnx'} --set "
-                                                "contract.full_action_space=true")),
+                            full_action_option=None if contract.full_action_space else (
+                                f"the contract option full_action_space, against a baseline of the same 18 actions: "
+                                f"runner check {model} --baseline {baseline or 'YOUR_18_ACTION_FP32.onnx'} --set "
+                                "contract.full_action_space=true")),
             *chosen]
     content = model_content_sha256(model)
     attempts = earlier_attempts(Store(request.db), content)
