@@ -1,11 +1,14 @@
 """Seeds drawn for a candidate: the same files draw the same seeds, another candidate file
 other seeds, `--confirm` seeds of the confirmation range; the draw is stored with the run;
 a spec that names a confirmation seed is one line, file:line, exit 2, nothing stored; the
-held-out check still refuses calibration seeds a draw could give."""
+held-out check still refuses calibration seeds a draw could give; a --resume keeps the
+run's --confirm and refuses another."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -102,6 +105,44 @@ def test_the_same_file_draws_the_same_games_and_a_new_one_new_games(tmp_path, ch
     # the baseline's games of the second run are the first's, copied; no other run copied any
     assert reused == [(again, "torch_a", 3, [first])] and games[again] == games[first]
     assert drawn[other_contract][2] == drawn[first][2] and keys[other_contract] != keys[first]
+
+
+@pytest.mark.slow
+def test_a_resume_keeps_the_runs_confirm_and_refuses_another(tmp_path, checkpoint, write_spec):
+    """A --confirm run killed (SIGKILL, by tests/kill_at.py) after its run row is stored and
+    before it draws: its --resume without --confirm is one line, exit 2, and draws nothing; with
+    --confirm it draws from the confirmation range."""
+    write_spec(SPEC)
+    args = ["run", "spec.yaml", "--db", "r.duckdb", "--no-report"]
+    server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "kill_at.py")], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def ask(extra: list[str], kill: list | None = None) -> subprocess.CompletedProcess:
+        server.stdin.write(json.dumps({"cwd": str(tmp_path), "args": [*args, *extra], "log": None, "kill": kill})
+                           + "\n")
+        server.stdin.flush()
+        reply = json.loads(server.stdout.readline())
+        return subprocess.CompletedProcess(args, reply["returncode"], "", reply["stderr"])
+
+    def stored() -> list:
+        with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
+            return con.execute("SELECT pool, seeds FROM drawn_seeds").fetchall()
+
+    try:
+        killed = ask(["--confirm"], kill=["database", 4])  # the 4th opening: the run row stored, nothing drawn
+        assert killed.returncode == -9 and stored() == [], (killed, stored())
+        assert_one_line_usage_error(ask(["--resume"]), "began with --confirm", "resume it with --confirm, "
+                                    "not without --confirm")
+        assert stored() == []
+        resumed = ask(["--resume", "--confirm"])
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+    assert resumed.returncode == 0, resumed.stderr
+    [(pool, seeds)] = stored()
+    assert pool == "confirmation" and all(s in CONFIRMATION_RANGE for s in json.loads(seeds))
+    with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT confirm, status FROM runs").fetchall() == [(True, "done")]
 
 
 def test_a_seed_in_the_confirmation_range_is_one_line_and_stores_nothing(tmp_path, checkpoint, write_spec):
