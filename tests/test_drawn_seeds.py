@@ -192,7 +192,7 @@ def _context(tmp_path: Path, run_id: str, contract=None):
 
 
 def test_stored_baseline_games_are_copied_only_under_the_same_key(tmp_path):
-    from runner.kinds.shared.baseline_games import game_key, mark_played, reuse_games
+    from runner.kinds.shared.baseline_games import game_key, played_marks, reuse_games
 
     earlier = _context(tmp_path, "earlier")
     key, keyed_by = game_key(earlier, "baseline", 10)
@@ -207,7 +207,7 @@ def test_stored_baseline_games_are_copied_only_under_the_same_key(tmp_path):
         {"run_id": "earlier", "measurement": "games", "policy": "baseline", "seed": seed, "score": 10.0 + seed,
          "steps": 100, "frames": 400, "ended_by": "game_over", "action_noop": 1, "action_fire": 2, "action_right": 3,
          "action_left": 4, "wall_s": 1.0, "contract_hash": earlier.contract.hash} for seed in (5, 6)])
-    mark_played(earlier, "games", "baseline", [5, 6], key, keyed_by)
+    earlier.store.append_rows("baseline_games", played_marks(earlier, "games", "baseline", [5, 6], key, keyed_by))
     later = _context(tmp_path, "later")
     assert reuse_games(later, "games", "baseline", [7, 6, 5], key, keyed_by) == [7]  # 7 is left to play
     assert reuse_games(later, "games", "baseline", [5], others.pop(), keyed_by) == [5]  # another key: none

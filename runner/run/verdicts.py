@@ -76,13 +76,15 @@ def _decide(verdict: VerdictSpec, found: dict, unavailable_reason: str | None) -
 
 
 def evaluate_verdicts(store, run_id: str, spec) -> list[dict]:
-    """Compute every verdict of a finished run's spec and append them to the store."""
+    """Compute every verdict of a finished run's spec and append those not stored yet (a resumed
+    run killed after storing them, before it was marked done, stores none twice)."""
     from runner.kinds.registry import KINDS
     from runner.store.database import utcnow
 
     by_name = {m.name: m for m in spec.measurements}
     rows = []
     with store.reader() as con:
+        stored = {v for (v,) in con.execute("SELECT verdict FROM verdicts WHERE run_id = ?", [run_id]).fetchall()}
         for verdict in spec.verdicts:
             m = by_name[verdict.measurement]
             found = KINDS[m.kind].metrics(con, run_id, m, verdict.candidate, verdict.baseline)
@@ -94,5 +96,5 @@ def evaluate_verdicts(store, run_id: str, spec) -> list[dict]:
                 "candidate": verdict.candidate, "baseline": verdict.baseline or "",
                 "outcome": outcome, "reason": reason, "evidence": json.dumps(evidence), "decided_at": utcnow(),
             })
-    store.append_rows("verdicts", rows)
+    store.append_rows("verdicts", [row for row in rows if row["verdict"] not in stored])
     return rows

@@ -88,12 +88,12 @@ def reuse_games(ctx: "RunContext", measurement: str, runtime: str, seeds: list[i
     return [s for s in seeds if s not in reused]
 
 
-def mark_played(ctx: "RunContext", measurement: str, runtime: str, seeds: list[int], key: str,
-                keyed_by: dict) -> None:
-    """Record the games `runtime` just played under `key`, for later runs to reuse."""
-    ctx.store.append_rows("baseline_games", [
-        {"run_id": ctx.run_id, "measurement": measurement, "runtime": runtime, "seed": s, "key": key,
-         "keyed_by": json.dumps(keyed_by), "reused_from": None} for s in seeds])
+def played_marks(ctx: "RunContext", measurement: str, runtime: str, seeds: list[int], key: str,
+                 keyed_by: dict) -> list[dict]:
+    """The rows that record the games `runtime` just played under `key`, for later runs to reuse;
+    stored with the games themselves."""
+    return [{"run_id": ctx.run_id, "measurement": measurement, "runtime": runtime, "seed": s, "key": key,
+             "keyed_by": json.dumps(keyed_by), "reused_from": None} for s in seeds]
 
 
 def reused_count(con, run_id: str, measurement: str, runtime: str) -> int:
