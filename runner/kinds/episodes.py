@@ -198,8 +198,9 @@ def _play_games(m: EpisodesMeasurement, ctx: RunContext, name: str, runtime, see
         first_call = con.execute("SELECT count(*) FROM episode_inference_calls WHERE run_id = ? AND measurement = ? "
                                  "AND runtime = ?", [ctx.run_id, m.name, name]).fetchone()[0]
     # one transaction: a kill leaves all of these games' rows or none, so a resume replays none or all
+    episodes = [episode_row(ctx, m.name, name, e) for e in result.episodes]
     ctx.store.append_together({
-        "episodes": [episode_row(ctx, m.name, name, e) for e in result.episodes],
+        "episodes": episodes,
         "episode_inference": [{
             "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "episodes": len(seeds),
             "batch_size": driver.num_slots, "inference_calls": policy.calls, "states_inferred": policy.states,
@@ -209,7 +210,7 @@ def _play_games(m: EpisodesMeasurement, ctx: RunContext, name: str, runtime, see
             {"run_id": ctx.run_id, "measurement": m.name, "runtime": name, "call": first_call + i, "states": states,
              "ms": 1000 * s}
             for i, (states, s) in enumerate(zip(policy.call_states, policy.call_seconds))],
-        "baseline_games": [] if key is None else played_marks(ctx, m.name, name, seeds, key, keyed_by)})
+        "baseline_games": [] if key is None else played_marks(ctx, m.name, name, episodes, key, keyed_by)})
 
 
 def game_call_rule_problem(metric: str) -> str:
