@@ -13,11 +13,11 @@ runner.store.provenance.code_identity). Another runtime, CPU, library version, c
 gives another key and never reuses.
 
 `baseline_games` holds one row per baseline game of a run: its key, what it keys, the sha256 of
-the game's stored values, and the run it was copied from (NULL where it was played). Only played
-games are copied from, and only after checking what a database edit would break: the key is the
-sha256 of its stored `keyed_by`, the source game's row still hashes to what was recorded when it
-was played, and its contract is this run's. A row that fails is refused (StoredRowChanged), never
-copied.
+the game (GAME_COLUMNS: seed, score, steps, frames, ending, actions, contract), and the run it
+was copied from (NULL where it was played). Only played games are copied from, and only after
+checking what a database edit would break: the key is the sha256 of its stored `keyed_by`, the
+source game's row still hashes to what was recorded when it was played, and its contract is this
+run's. A row that fails is refused (StoredRowChanged), never copied.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ schema.declare("baseline_games", MIGRATIONS)
 
 EPISODE_COLUMNS = ("measurement", "policy", "seed", "score", "steps", "frames", "ended_by", "action_noop",
                    "action_fire", "action_right", "action_left", "wall_s", "contract_hash")
-GAME_COLUMNS = EPISODE_COLUMNS[2:]  # what a copy takes from its source game, less where it lands
+# the game itself, as a copy takes it from its source: where it lands and the time it took aside
+GAME_COLUMNS = tuple(c for c in EPISODE_COLUMNS[2:] if c != "wall_s")
 
 
 def _cpu() -> dict:
