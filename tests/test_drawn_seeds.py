@@ -1,11 +1,16 @@
 """Seeds drawn for a candidate: the same files draw the same seeds, another candidate file
 other seeds, `--confirm` seeds of the confirmation range; the draw is stored with the run;
 a spec that names a confirmation seed is one line, file:line, exit 2, nothing stored; the
-held-out check still refuses calibration seeds a draw could give."""
+held-out check still refuses calibration seeds a draw could give; a --resume keeps the
+run's --confirm and refuses another."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -104,6 +109,44 @@ def test_the_same_file_draws_the_same_games_and_a_new_one_new_games(tmp_path, ch
     assert drawn[other_contract][2] == drawn[first][2] and keys[other_contract] != keys[first]
 
 
+@pytest.mark.slow
+def test_a_resume_keeps_the_runs_confirm_and_refuses_another(tmp_path, checkpoint, write_spec):
+    """A --confirm run killed (SIGKILL, by tests/kill_at.py) after its run row is stored and
+    before it draws: its --resume without --confirm is one line, exit 2, and draws nothing; with
+    --confirm it draws from the confirmation range."""
+    write_spec(SPEC)
+    args = ["run", "spec.yaml", "--db", "r.duckdb", "--no-report"]
+    server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "kill_at.py")], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def ask(extra: list[str], kill: list | None = None) -> subprocess.CompletedProcess:
+        server.stdin.write(json.dumps({"cwd": str(tmp_path), "args": [*args, *extra], "log": None, "kill": kill})
+                           + "\n")
+        server.stdin.flush()
+        reply = json.loads(server.stdout.readline())
+        return subprocess.CompletedProcess(args, reply["returncode"], "", reply["stderr"])
+
+    def stored() -> list:
+        with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
+            return con.execute("SELECT pool, seeds FROM drawn_seeds").fetchall()
+
+    try:
+        killed = ask(["--confirm"], kill=["database", 4])  # the 4th opening: the run row stored, nothing drawn
+        assert killed.returncode == -9 and stored() == [], (killed, stored())
+        assert_one_line_usage_error(ask(["--resume"]), "began with --confirm", "resume it with --confirm, "
+                                    "not without --confirm")
+        assert stored() == []
+        resumed = ask(["--resume", "--confirm"])
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+    assert resumed.returncode == 0, resumed.stderr
+    [(pool, seeds)] = stored()
+    assert pool == "confirmation" and all(s in CONFIRMATION_RANGE for s in json.loads(seeds))
+    with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT confirm, status FROM runs").fetchall() == [(True, "done")]
+
+
 def test_a_seed_in_the_confirmation_range_is_one_line_and_stores_nothing(tmp_path, checkpoint, write_spec):
     spec = write_spec(SPEC.replace("seeds: {drawn: 3}", "seeds: {start: 1499999998, count: 3}"))
     result = cli("run", str(spec), "--db", "r.duckdb", cwd=tmp_path)
@@ -150,23 +193,34 @@ def _context(tmp_path: Path, run_id: str, contract=None):
                       artifacts_dir=tmp_path)
 
 
+def _played(ctx, key: str, keyed_by: dict, seeds=(5, 6)) -> list[dict]:
+    """Store baseline games of `ctx`'s run on `seeds` as played under `key`; their episode rows."""
+    from runner.kinds.shared.baseline_games import played_marks
+
+    episodes = [{"run_id": ctx.run_id, "measurement": "games", "policy": "baseline", "seed": seed,
+                 "score": 10.0 + seed, "steps": 100, "frames": 400, "ended_by": "game_over", "action_noop": 1,
+                 "action_fire": 2, "action_right": 3, "action_left": 4, "wall_s": 1.0,
+                 "contract_hash": ctx.contract.hash} for seed in seeds]
+    ctx.store.append_together({"episodes": episodes,
+                               "baseline_games": played_marks(ctx, "games", "baseline", episodes, key, keyed_by)})
+    return episodes
+
+
 def test_stored_baseline_games_are_copied_only_under_the_same_key(tmp_path):
-    from runner.kinds.shared.baseline_games import game_key, mark_played, reuse_games
+    from runner.kinds.shared.baseline_games import game_key, reuse_games
+    from runner.store.provenance import code_identity
 
     earlier = _context(tmp_path, "earlier")
     key, keyed_by = game_key(earlier, "baseline", 10)
     assert game_key(earlier, "baseline", 10)[0] == key and keyed_by["batch_size"] == 10
     assert keyed_by["file_sha256"] == file_sha256(REPO / "models" / "reference" / "dqn_breakout.onnx")
     assert {"cpu", "packages", "contract", "backend", "options"} <= set(keyed_by)
+    assert keyed_by["code"] == code_identity() and len(keyed_by["code"]["sources_sha256"]) == 64
     other_contract = _context(tmp_path, "x", earlier.contract.replace(max_episode_frames=1000))
     others = {game_key(earlier, "baseline", 1)[0], game_key(earlier, "candidate", 10)[0],  # another batch, file
               game_key(other_contract, "baseline", 10)[0]}
     assert key not in others and len(others) == 3
-    earlier.store.append_rows("episodes", [
-        {"run_id": "earlier", "measurement": "games", "policy": "baseline", "seed": seed, "score": 10.0 + seed,
-         "steps": 100, "frames": 400, "ended_by": "game_over", "action_noop": 1, "action_fire": 2, "action_right": 3,
-         "action_left": 4, "wall_s": 1.0, "contract_hash": earlier.contract.hash} for seed in (5, 6)])
-    mark_played(earlier, "games", "baseline", [5, 6], key, keyed_by)
+    _played(earlier, key, keyed_by)
     later = _context(tmp_path, "later")
     assert reuse_games(later, "games", "baseline", [7, 6, 5], key, keyed_by) == [7]  # 7 is left to play
     assert reuse_games(later, "games", "baseline", [5], others.pop(), keyed_by) == [5]  # another key: none
@@ -181,6 +235,102 @@ def test_stored_baseline_games_are_copied_only_under_the_same_key(tmp_path):
     with later.store.reader() as con:
         assert con.execute("SELECT DISTINCT reused_from FROM baseline_games WHERE run_id = 'third'").fetchall() == \
             [("earlier",)]
+
+
+@pytest.mark.parametrize("edit, problem", [
+    ("UPDATE baseline_games SET keyed_by = json_merge_patch(keyed_by, '{\"contract\": \"v2\"}')",
+     "its key is not the sha256 of its stored keyed_by"),
+    ("UPDATE baseline_games SET key = ?", "its key is not the sha256 of its stored keyed_by"),  # another key's games
+    ("UPDATE episodes SET score = score + 100", "its episode's stored values are not those recorded when it was "
+     "played (game_sha256)"),
+    ("UPDATE episodes SET contract_hash = 'v2'; UPDATE baseline_games SET game_sha256 = ?",
+     "its episode was played under contract v2, not this run's"),
+], ids=["keyed-by", "key", "score", "contract"])
+def test_an_edited_baseline_game_is_refused_in_one_line_and_nothing_is_copied(tmp_path, edit, problem):
+    """What a database edit can change in a stored baseline game, each refused by a check that
+    its own stored fields make: its key against its keyed_by, its values against the sha256
+    recorded as it was played, its contract against the run's."""
+    from runner.kinds.shared.baseline_games import game_key, game_sha256, key_of, reuse_games
+    from runner.store.errors import StoredRowChanged
+
+    earlier = _context(tmp_path, "earlier")
+    key, keyed_by = game_key(earlier, "baseline", 10)
+    other = _context(tmp_path, "v2", earlier.contract.replace(max_episode_frames=1000))
+    other_key, other_keyed_by = game_key(other, "baseline", 10)
+    if "SET key =" in edit:  # another contract's games, relabelled with this run's key
+        _played(other, other_key, other_keyed_by, seeds=(5,))
+        arguments = [key]
+    else:
+        episode, = _played(earlier, key, keyed_by, seeds=(5,))
+        arguments = [game_sha256({**episode, "contract_hash": "v2"})] if "game_sha256" in edit else []
+    assert key_of(keyed_by) == key
+    with earlier.store.writer() as con:
+        con.execute(edit, arguments)
+    later = _context(tmp_path, "later")
+    with pytest.raises(StoredRowChanged) as refused:
+        reuse_games(later, "games", "baseline", [5, 7], key, keyed_by)
+    message = str(refused.value)
+    assert "\n" not in message and "baseline_games row of run " in message and "seed 5" in message
+    assert f"refused: {problem}" in message, message
+    with later.store.reader() as con:
+        assert con.execute("SELECT count(*) FROM episodes WHERE run_id = 'later'").fetchone() == (0,)
+
+
+@pytest.mark.slow
+def test_baseline_games_are_copied_by_the_same_code_only_and_an_edited_one_fails_the_run(tmp_path, checkpoint,
+                                                                                          write_spec):
+    """`runner run` of one spec in processes of a copy of the project in a git repository: at one
+    commit a second run copies the first's baseline games; with the game's code changed, before
+    and after it is committed, each replays them; an edited score of a played game fails the next
+    run in one line (exit 3), with nothing copied."""
+    project = tmp_path / "project"
+    for package in ("breakout_core", "runner"):
+        shutil.copytree(REPO / package, project / package, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=project, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "a")
+    spec = write_spec(SPEC)
+
+    def run() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "runner", "run", str(spec), "--db", "r.duckdb", "--no-report"],
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(project)}, capture_output=True,
+                              text=True, timeout=600)
+
+    def run_id() -> str:
+        done = run()
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()[1]
+
+    first, again = run_id(), run_id()
+    driver = project / "breakout_core" / "game" / "driver.py"
+    driver.write_text(driver.read_text() + "\n# the game's code, changed\n")
+    dirty = run_id()
+    git("commit", "-qam", "b")
+    committed = run_id()
+    with duckdb.connect(str(tmp_path / "r.duckdb")) as con:
+        reused = con.execute("SELECT run_id, count(*), list(DISTINCT reused_from) FROM baseline_games "
+                             "WHERE reused_from IS NOT NULL GROUP BY ALL").fetchall()
+        commits = dict(con.execute("SELECT run_id, any_value(keyed_by->>'$.code.commit') FROM baseline_games "
+                                   "GROUP BY run_id").fetchall())
+        con.execute("UPDATE episodes SET score = score + 100 WHERE run_id = ? AND policy = 'torch_a'", [committed])
+    assert reused == [(again, 3, [first])]  # the same code copies; changed code, committed or not, replays
+    head = git("rev-parse", "HEAD")
+    assert commits == {first: commits[again], again: commits[first], dirty: commits[first] + "-dirty",
+                       committed: head} and commits[first] != head
+    refused = run()
+    lines = [line for line in refused.stderr.splitlines() if "/3 episodes" not in line]  # its progress bar aside
+    assert refused.returncode == 3 and len(lines) == 1 and lines[0].startswith("error: "), refused.stderr
+    assert f"baseline_games row of run {committed} (games · torch_a, seed " in lines[0]
+    assert "its episode's stored values are not those recorded when it was played" in lines[0]
+    with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
+        last, status = con.execute("SELECT run_id, status FROM runs ORDER BY started_at DESC LIMIT 1").fetchone()
+        assert status == "failed" and con.execute("SELECT count(*) FROM episodes WHERE run_id = ?",
+                                                  [last]).fetchone() == (0,)
 
 
 def test_a_gif_cannot_name_a_seed_not_yet_drawn(tmp_path, write_spec):

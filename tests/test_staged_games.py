@@ -366,3 +366,80 @@ def test_a_candidate_unavailable_here_plays_no_game_and_the_others_go_on(tmp_pat
         looks = {c for (c,) in con.execute("SELECT DISTINCT candidate FROM episode_looks").fetchall()}
     assert "trt" not in played and "trt" not in looks
     assert played == ({} if others == ["trt"] else {"ort": 2, "ort_b": 2})  # the same file: non-inferior at once
+
+
+# SPEC less its `clear` measurement and verdict: three stages, each a play of both runtimes and a look
+KILLED_SPEC = SPEC
+for first, next_one in (("  - kind: episodes\n    name: clear", "  - kind: episodes\n    name: undecidable"),
+                        ("  - name: clear_keeps", "  - name: undecidable_keeps")):
+    KILLED_SPEC = KILLED_SPEC.replace(SPEC[SPEC.index(first):SPEC.index(next_one)], "")
+
+# what differs between two runs that stored the same things: ids, clocks, and times measured
+UNCOMPARED = {"run_id", "started_at", "ended_at", "heartbeat_at", "decided_at", "recorded_at", "pid", "wall_s",
+              "episodes_per_minute", "ms", "load_s", "evidence", "error"}
+
+
+def _rows(db: Path) -> dict[str, list]:
+    """Every table's rows, less the UNCOMPARED columns, in order."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        tables = [t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE table_name NOT IN "
+                                            "('schema_migrations', 'spooled_batches') ORDER BY 1").fetchall()]
+        found = {}
+        for table in tables:
+            columns = [c for (c,) in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ? "
+                                                 "ORDER BY column_index", [table]).fetchall() if c not in UNCOMPARED]
+            found[table] = con.execute(f"SELECT {', '.join(f'{c!r}'.replace(chr(39), chr(34)) for c in columns)} "
+                                       f"FROM {table} ORDER BY ALL").fetchall()
+        return found
+
+
+@pytest.mark.slow
+def test_a_staged_run_killed_at_any_write_then_resumed_stores_what_an_uninterrupted_one_does(tmp_path, checkpoint):
+    """Killed (SIGKILL) at each opening of the database for writing of an uninterrupted staged
+    run, then resumed: every table holds the same rows as that run's (ids, clocks and measured
+    times aside), so no stage's games, inference counts, call times or baseline marks are lost
+    or stored twice."""
+    args = ["run", "spec.yaml", "--db", "r.duckdb", "--no-report"]
+    events = tmp_path / "events.txt"
+    server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "kill_at.py")], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    limit = threading.Timer(3000, server.kill)  # a run that hangs ends the server: its reply reads empty
+    limit.start()
+
+    def ask(folder: Path, extra: list[str], log: Path | None = None, kill: list | None = None) -> dict:
+        folder.mkdir(exist_ok=True)
+        (folder / "spec.yaml").write_text(KILLED_SPEC.replace("{path: model.pt}", "{path: ../model.pt}"))
+        server.stdin.write(json.dumps({"cwd": str(folder), "args": [*args, *extra], "log": log and str(log),
+                                       "kill": kill}) + "\n")
+        server.stdin.flush()
+        return json.loads(server.stdout.readline())
+
+    try:
+        whole = ask(tmp_path / "whole", [], log=events)
+        assert whole["returncode"] == 0, whole["stderr"]
+        log = events.read_text().splitlines()
+        opened = [line for line in log if line.startswith("database")]
+        writes = [n for n, line in enumerate(opened, start=1) if line == "database"]  # a reader writes nothing
+        assert len(writes) >= 8, log
+        expected = _rows(tmp_path / "whole" / "r.duckdb")
+        assert len(expected["episode_inference_calls"]) > 0 and len(expected["baseline_games"]) == 6
+        ended = []
+        for n in writes:
+            folder = tmp_path / f"killed-{n}"
+            killed = ask(folder, [], kill=["database", n])
+            if killed["returncode"] == 0:  # past its end: the whole run's heartbeat wrote once more than its own
+                ended.append(n)
+                continue
+            assert killed["returncode"] == -9, (n, killed["stderr"])
+            resumed = ask(folder, ["--resume"])
+            if n == writes[0] and resumed["returncode"] == 2:  # killed before its run row was stored
+                resumed = ask(folder, [])
+            assert resumed["returncode"] == 0, (n, resumed["stderr"])
+            got = _rows(folder / "r.duckdb")
+            for table, rows in expected.items():
+                assert got[table] == rows, (n, table, len(got[table]), len(rows))
+        assert len(ended) <= 2 and all(n > writes[-3] for n in ended), ended
+    finally:
+        limit.cancel()
+        server.stdin.close()
+        server.wait(timeout=60)

@@ -36,7 +36,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from runner.compare.rows import Row, RunSide, episode_rows, runtime_problem, unavailable_rows
 from runner.kinds.kind import Kind
 from runner.kinds.shared import episode_scores, staged_games, stalls
-from runner.kinds.shared.baseline_games import game_key, mark_played, reuse_games, reused_count
+from runner.kinds.shared.baseline_games import game_key, played_marks, reuse_games, reused_count
 from runner.kinds.shared.drawn_seeds import played_seeds, seeds_report
 from runner.kinds.shared.episode_scores import BootstrapSpec, episode_row, score_metrics, score_report
 from runner.kinds.shared.runtime_lifecycle import RuntimePolicy, open_runtime
@@ -198,18 +198,20 @@ def _play_games(m: EpisodesMeasurement, ctx: RunContext, name: str, runtime, see
     with ctx.store.reader() as con:  # games in stages call this once a stage: calls are numbered on
         first_call = con.execute("SELECT count(*) FROM episode_inference_calls WHERE run_id = ? AND measurement = ? "
                                  "AND runtime = ?", [ctx.run_id, m.name, name]).fetchone()[0]
-    ctx.store.append_rows("episodes", [episode_row(ctx, m.name, name, e) for e in result.episodes])
-    ctx.store.append_rows("episode_inference", [{
-        "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "episodes": len(seeds),
-        "batch_size": driver.num_slots, "inference_calls": policy.calls, "states_inferred": policy.states,
-        "transitions": result.transitions, "wall_s": wall, "episodes_per_minute": 60 * len(seeds) / wall,
-        "call_timer": runtime.CALL_TIMER, **_device(runtime)}])
-    ctx.store.append_rows("episode_inference_calls", [
-        {"run_id": ctx.run_id, "measurement": m.name, "runtime": name, "call": first_call + i, "states": states,
-         "ms": 1000 * s}
-        for i, (states, s) in enumerate(zip(policy.call_states, policy.call_seconds))])
-    if key is not None:
-        mark_played(ctx, m.name, name, seeds, key, keyed_by)
+    # one transaction: a kill leaves all of these games' rows or none, so a resume replays none or all
+    episodes = [episode_row(ctx, m.name, name, e) for e in result.episodes]
+    ctx.store.append_together({
+        "episodes": episodes,
+        "episode_inference": [{
+            "run_id": ctx.run_id, "measurement": m.name, "runtime": name, "episodes": len(seeds),
+            "batch_size": driver.num_slots, "inference_calls": policy.calls, "states_inferred": policy.states,
+            "transitions": result.transitions, "wall_s": wall, "episodes_per_minute": 60 * len(seeds) / wall,
+            "call_timer": runtime.CALL_TIMER, **_device(runtime)}],
+        "episode_inference_calls": [
+            {"run_id": ctx.run_id, "measurement": m.name, "runtime": name, "call": first_call + i, "states": states,
+             "ms": 1000 * s}
+            for i, (states, s) in enumerate(zip(policy.call_states, policy.call_seconds))],
+        "baseline_games": [] if key is None else played_marks(ctx, m.name, name, episodes, key, keyed_by)})
 
 
 def game_call_rule_problem(metric: str) -> str:

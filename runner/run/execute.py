@@ -57,8 +57,9 @@ def run_spec(loaded: LoadedSpec, store, reports_dir: Path, console, *, resume: b
 
     With `resume`, the latest interrupted or failed run of the same spec text goes on under
     its own run id; each kind skips or continues the work that run already stored. With
-    `confirm`, seeds a spec draws come from the confirmation range. With `fail_fast`, the run
-    stops at the first rejected gating verdict (runner.run.fail_fast). Every path
+    `confirm`, seeds a spec draws come from the confirmation range; a resumed run is held to the
+    `confirm` it began with. With `fail_fast`, the run stops at the first rejected gating verdict
+    (runner.run.fail_fast). Every path
     the spec's measurements write is locked before anything is stored, until the run ends
     (runner.run.artifact_files)."""
     from runner.kinds.registry import KINDS
@@ -91,6 +92,8 @@ def _run_locked(loaded: LoadedSpec, store, reports_dir: Path, console, run_id: s
     spec = loaded.spec
     contract = spec.contract.build()
     if resume:
+        if problem := _confirm_changed(store, run_id, confirm):
+            raise ResumeRefused(problem)
         own = _stored_contract(store, run_id)
         if own.hash != contract.hash:
             console.print(f"run {run_id} goes on under its own contract {own.name} ({own.hash}), not {contract.name} "
@@ -108,7 +111,7 @@ def _run_locked(loaded: LoadedSpec, store, reports_dir: Path, console, run_id: s
             "run_id": run_id, "spec_name": spec.name, "spec_path": str(loaded.path), "spec_hash": loaded.hash,
             "spec_text": loaded.text, "spec_settings": json.dumps(settings_as_written(loaded.text)),
             "overrides": json.dumps(list(loaded.overrides)) if loaded.overrides else None,
-            "contract_hash": contract.hash, "contract": json.dumps(contract.to_dict()),
+            "contract_hash": contract.hash, "contract": json.dumps(contract.to_dict()), "confirm": confirm,
             **provenance(loaded.path),
         })
     progress = run_progress(console)
@@ -158,6 +161,22 @@ def _stored_contract(store, run_id: str) -> Contract:
         raise ResumeRefused(f"run {run_id}: its stored contract does not rebuild to its hash {stored_hash}, "
                               "so it cannot be resumed in the same game")
     return contract
+
+
+def _confirm_changed(store, run_id: str, confirm: bool) -> str | None:
+    """Why a run cannot go on with `confirm` (None: it can): it began with the other, or, stored
+    before runs kept it, with drawn seeds whose pool says the other."""
+    with store.reader() as con:
+        began = con.execute("SELECT confirm FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
+        if began is None:
+            pools = {p for (p,) in con.execute("SELECT DISTINCT pool FROM drawn_seeds WHERE run_id = ?",
+                                                [run_id]).fetchall()}
+            began = pools == {"confirmation"} if pools else None
+    if began is None or began == confirm:
+        return None
+    then, now = ("with --confirm" if flag else "without --confirm" for flag in (began, confirm))
+    return (f"run {run_id} began {then} (its drawn seeds come from the {'confirmation' if began else 'check'} "
+            f"range): resume it {then}, not {now}")
 
 
 def _settings_changed_since(store, run_id: str, now: dict) -> list[str]:

@@ -76,10 +76,13 @@ def _decide(verdict: VerdictSpec, found: dict, unavailable_reason: str | None) -
 
 
 def evaluate_verdicts(store, run_id: str, spec, measured: set[str] | None = None) -> list[dict]:
-    """Compute the verdicts of a finished run's spec and append them to the store: every one, or
+    """Compute the verdicts of a finished run's spec and append those not stored yet (a resumed
+    run killed after storing them, before it was marked done, stores none twice): every one, or
     those on the measurements in `measured` (a run that --fail-fast stopped)."""
     rows = decide_verdicts(store, run_id, spec, measured)
-    store.append_rows("verdicts", rows)
+    with store.reader() as con:
+        stored = {v for (v,) in con.execute("SELECT verdict FROM verdicts WHERE run_id = ?", [run_id]).fetchall()}
+    store.append_rows("verdicts", [row for row in rows if row["verdict"] not in stored])
     return rows
 
 

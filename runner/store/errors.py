@@ -40,6 +40,12 @@ class RunNotRunning(StoreError):
     """A run that cannot be marked interrupted: unknown, or not running."""
 
 
+class StoredRowChanged(StoreError):
+    """A stored row that fails a check its own stored fields make (a key that is not the sha256
+    of what it says it keys, a game unlike the one recorded when it was played): edited after it
+    was stored, so nothing is read from it."""
+
+
 class StoreDamaged(StoreError):
     """The file cannot be read back (truncated, a block whose checksum fails, an IO error) or
     written (no space left on the device)."""

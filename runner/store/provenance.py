@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import socket
 import subprocess
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 
 from breakout_core.common.cores import usable_cores
 
+PROJECT = "breakout-runner"
+OWN_PACKAGES = ("breakout_core", "runner")  # the project's own code, beside each other wherever it is installed
 PACKAGES = ("torch", "numpy", "gymnasium", "ale-py", "onnx", "onnxruntime", "duckdb", "pydantic", "scipy", "altair")
 
 
@@ -27,6 +31,29 @@ def git_commit(where: Path) -> str | None:
         return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def sources_sha256(root: Path) -> str:
+    """sha256 over the path and bytes of every file of the project's own packages under `root`
+    (bytecode caches aside): the code itself, committed or not, from a checkout or a wheel."""
+    digest = hashlib.sha256()
+    for package in OWN_PACKAGES:
+        for path in sorted((root / package).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(f"{path.relative_to(root).as_posix()}\0{path.stat().st_size}\0".encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@cache
+def code_identity(root: Path = Path(__file__).resolve().parents[2]) -> dict:
+    """The code this process runs: the project's version, the commit of the checkout it comes from
+    ('-dirty' with tracked files changed; None outside git) and the sha256 of its packages' files."""
+    try:
+        version = metadata.version(PROJECT)
+    except metadata.PackageNotFoundError:
+        version = None
+    return {"version": version, "commit": git_commit(root), "sources_sha256": sources_sha256(root)}
 
 
 def memory_bytes() -> int:

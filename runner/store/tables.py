@@ -87,6 +87,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0007_runs_confirm",  # whether the run began with --confirm, which its --resume keeps (NULL: not stored)
+        """
+        ALTER TABLE runs ADD COLUMN confirm BOOLEAN;
+        """,
+    ),
 ]
 
 VIEWS = [

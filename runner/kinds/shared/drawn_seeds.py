@@ -87,6 +87,6 @@ def seeds_report(con, run_id: str, measurement: str) -> "list[Section]":
                                 html=table_html(drawn)))
     if not reused.empty:
         sections.append(Section(f"{measurement}: baseline games copied from earlier runs under the same key "
-                                "(runtime, file, CPU, packages and contract alike), not replayed",
+                                "(runtime, file, CPU, packages, contract and code alike), not replayed",
                                 html=table_html(reused)))
     return sections

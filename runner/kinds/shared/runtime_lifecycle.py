@@ -22,7 +22,8 @@ def open_runtime(ctx, measurement: str, name: str) -> Iterator[Any]:
     """Yield the loaded runtime `name` of the spec, or None when it cannot run here.
 
     Either way one runtime_status row records it: unavailable with the reason, or
-    available with describe() and the load time (never part of any measurement)."""
+    available with describe() and the load time (never part of any measurement); a --resume
+    that opens it again as it was adds none."""
     from breakout_core.runtimes.base import RuntimeUnavailable
 
     config = ctx.spec.runtimes[name]
@@ -50,10 +51,9 @@ def open_runtime(ctx, measurement: str, name: str) -> Iterator[Any]:
             except BaseException:
                 runtime.close()
                 raise
-    if ok:
-        runtime_status.record(ctx, row, ok, reason, runtime.describe(), runtime.actual())
-    else:
-        runtime_status.record(ctx, row, ok, reason)
+    # on --resume, the row the run stored when it first opened this runtime as now stands
+    if not ctx.already_stored("runtime_status", measurement, runtime=name, available=ok):
+        runtime_status.record(ctx, row, ok, reason, *((runtime.describe(), runtime.actual()) if ok else ()))
     if not ok:
         yield None
         return
