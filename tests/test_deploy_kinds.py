@@ -321,7 +321,7 @@ def test_repository_specs_validate_as_a_chain():
     for spec_file, maker, resolved in declared:
         assert produced.get(resolved) == maker, f"{spec_file}: {resolved} is not written by spec {maker!r}"
         assert (REPO / "specs" / f"{maker}.yaml").is_file()
-    from test_spec_validation import but_bf16_refused_here
+    from shipped_specs import but_bf16_refused_here
 
     problems = []
     for path in specs:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from latency_recording import compare_marks, read_recording, window_outcomes
+from shipped_specs import shipped_specs
 
 from runner.spec.document import load_spec
 from runner.spec.fields import VerdictSpec
@@ -75,8 +76,8 @@ def _shipped_latency_rules():
     from runner.kinds.shared.runtime_metrics import latency_interval_needs
 
     found = []
-    for path in sorted((REPO / "specs").glob("[!_]*.yaml")):
-        spec = load_spec(path).spec
+    for path, loaded in shipped_specs("[!_]*.yaml"):
+        spec = loaded.spec
         by_name = {m.name: m for m in spec.measurements}
         for verdict in spec.verdicts:
             m = by_name[verdict.measurement]

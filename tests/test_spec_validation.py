@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from shipped_specs import but_bf16_refused_here
 
 from breakout_core.game.contract import CONTRACTS
 from runner.cli.commands import main
@@ -360,10 +361,6 @@ WAITING = re.compile(r".*: file not found: (?P<path>.+); it is made by spec '(?P
                      r"run `runner run (?P=producer)` first")
 
 
-BF16_REFUSED = re.compile(r".*/learner_bf16_study\.yaml:\d+: measurements\[0\]\.sweep\.learner_precision.*: "
-                          r"learner_precision bf16 needs a CPU with AMX or avx512_bf16; .*")
-
-
 def test_repository_specs_validate():
     """Every spec in specs/ validates. On a fresh checkout a spec may read a file that another
     spec in specs/ writes and has not written yet: that is reported, naming the spec to run
@@ -383,13 +380,6 @@ def test_repository_specs_validate():
     for line, found in waiting:
         assert produced.get(str(Path(found["path"]).resolve())) == found["maker"], line
         assert Path(found["producer"]).resolve() == REPO / "specs" / f"{found['maker']}.yaml", line
-
-
-def but_bf16_refused_here(problems: list[str]) -> list[str]:
-    """`problems` less the bf16 study's refusal, on a CPU that would emulate bf16 (as it must be)."""
-    from test_learner_precision import this_cpu_runs_bf16
-
-    return problems if this_cpu_runs_bf16() else [line for line in problems if not BF16_REFUSED.fullmatch(line)]
 
 
 def test_a_file_another_spec_makes_says_run_it_first(write_spec, tmp_path):
