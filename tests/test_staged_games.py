@@ -259,11 +259,12 @@ def test_a_staged_run_killed_midway_resumes_without_a_game_or_a_look_twice(tmp_p
 
 
 def _staged_found(tmp_path, baseline: list[tuple[float, int]], candidate: list[tuple[float, int]],
-                  plan_games: int, margin: float) -> tuple[dict, object]:
-    """The episodes kind's metrics over stored games ((score, steps) per seed, both sides) and
-    the last look the staged test took of them; (metrics, that look)."""
+                  plan_games: int, margin: float, contract: str = "breakout-v3") -> tuple[dict, object]:
+    """The episodes kind's metrics over stored games ((score, steps) per seed, both sides) played
+    under the named contract, and the last look the staged test took of them; (metrics, that look)."""
     import numpy as np
 
+    from breakout_core.game.contract import CONTRACTS
     from breakout_core.statistics.sequential import SequentialPlan, SequentialTest
     from runner.kinds.episodes import EpisodesMeasurement, metrics
     from runner.store.database import Store
@@ -277,7 +278,8 @@ def _staged_found(tmp_path, baseline: list[tuple[float, int]], candidate: list[t
     look = test.looks[-1]
     tmp_path.mkdir(parents=True, exist_ok=True)
     store = Store(tmp_path / "r.duckdb")
-    store.begin_run({"run_id": "r1", "spec_name": "s", "spec_hash": "h", "spec_text": "name: s", "host": "h"})
+    store.begin_run({"run_id": "r1", "spec_name": "s", "spec_hash": "h", "spec_text": "name: s", "host": "h",
+                     "contract_hash": CONTRACTS[contract].hash, "contract": json.dumps(CONTRACTS[contract].to_dict())})
     game = {"run_id": "r1", "measurement": "games", "frames": 4, "ended_by": "game_over", "action_noop": 0,
             "action_fire": 0, "action_right": 0, "action_left": 0, "wall_s": 0.1, "contract_hash": "c"}
     store.append_rows("episodes", [{**game, "policy": policy, "seed": i, "score": score, "steps": steps}
@@ -315,16 +317,19 @@ def test_a_decision_one_game_carries_says_so_in_its_reason(tmp_path):
 def test_games_that_replay_a_few_games_decide_nothing(tmp_path):
     """Under a contract whose games are deterministic from their start, 50 seeds may replay 4
     games: the test's non-inferior rests on 4 distinct games, fewer than a stage of 50, and the
-    verdict is inconclusive and says so; the same scores as 50 different games decide."""
+    verdict is inconclusive and says so; the same scores as 50 different games decide, and so do
+    the same 4 games under sticky actions, where every seed's game is its own."""
     played = [(score, 900 + score) for score in (47.0, 58.0, 212.0, 126.0)] * 38
-    replayed, look = _staged_found(tmp_path / "few", played[:150], played[:150], 50, 8.0)
+    replayed, look = _staged_found(tmp_path / "few", played[:150], played[:150], 50, 8.0, "deepmind-noframeskip-v4")
     assert look.decision == "non-inferior" and replayed["distinct_paired_games"] == 4
     outcome, reason, _ = decide(_verdict(diff_plus_margin_ci_low="> 0"), replayed)
     assert outcome == "inconclusive"
     assert "the 50 games a runtime are only 4 distinct games" in reason and "fewer than a stage of 50" in reason
     different = [(score, steps + i) for i, (score, steps) in enumerate(played[:150])]
-    found, _ = _staged_found(tmp_path / "many", different, different, 50, 8.0)
+    found, _ = _staged_found(tmp_path / "many", different, different, 50, 8.0, "deepmind-noframeskip-v4")
     assert decide(_verdict(diff_plus_margin_ci_low="> 0"), found)[0] == "deployment-worthy"
+    sticky, _ = _staged_found(tmp_path / "sticky", played[:150], played[:150], 50, 8.0, "breakout-v3")
+    assert decide(_verdict(diff_plus_margin_ci_low="> 0"), sticky)[0] == "deployment-worthy"
 
 
 UNAVAILABLE_SPEC = f"""\

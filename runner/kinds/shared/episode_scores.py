@@ -136,14 +136,17 @@ def robust_figures_text(found: dict) -> str | None:
 
 
 def distinct_games(con, run_id: str, measurement: str, candidate: str, baseline: str) -> int:
-    """How many different paired games were played: pairs with the same scores and lengths on both
-    sides count once (under a contract without sticky actions a seed's game is a function of its
-    no-op start, so many seeds replay a few games)."""
+    """How many different paired games were played: pairs with the same score, length and action
+    counts on both sides count once (under a contract without sticky actions a seed's game is a
+    function of its no-op start, so many seeds replay a few games)."""
+    game = ", ".join(f"{side}.{column}" for side in ("c", "b") for column in
+                     ("score", "steps", "action_noop", "action_fire", "action_right", "action_left"))
     return con.execute(
-        "SELECT count(DISTINCT (c.score, c.steps, b.score, b.steps)) FROM episodes c JOIN episodes b "
+        f"SELECT count(DISTINCT ({game})) FROM episodes c JOIN episodes b "
         "ON c.run_id = b.run_id AND c.measurement = b.measurement AND c.seed = b.seed "
         "WHERE c.run_id = ? AND c.measurement = ? AND c.policy = ? AND b.policy = ?",
         [run_id, measurement, candidate, baseline]).fetchone()[0]
+
 
 def score_metrics(con, run_id: str, measurement: str, bootstrap: BootstrapSpec, candidate: str,
                   baseline: str) -> dict[str, float]:

@@ -209,7 +209,8 @@ def staged_metrics(con, run_id: str, measurement: str, candidate: str, baseline:
     figures = (f"mean difference {mean:+.2f}, {confidence:.4%} interval [{low:.2f}, {high:.2f}] against a margin of "
                f"-{margin:.2f} after {games} games a runtime in {stage} look(s)")
     stage_games = -(-cap // looks)
-    distinct = distinct_games(con, run_id, measurement, candidate, baseline)
+    distinct = distinct_games(con, run_id, measurement, candidate, baseline) if _replays_starts(con, run_id) \
+        else stage_games
     if decision in ("inconclusive", "continue"):
         found["undecided_metrics"] = INTERVAL_METRICS
         found["undecided_reason"] = (f"the cap of {cap} games was reached without a decision: {figures}"
@@ -224,6 +225,14 @@ def staged_metrics(con, run_id: str, measurement: str, candidate: str, baseline:
             f"counts as independent; the test said {decision}: {figures}")
     return found
 
+
+
+def _replays_starts(con, run_id: str) -> bool:
+    """Whether the run's contract plays a game as a function of its start (no sticky actions), so
+    that two seeds may play one game; with sticky actions every seed's game is its own."""
+    row = con.execute("SELECT CAST(contract->>'$.repeat_action_probability' AS DOUBLE) FROM runs WHERE run_id = ?",
+                      [run_id]).fetchone()
+    return row is not None and row[0] == 0.0
 
 
 def _fragility(con, run_id: str, measurement: str, candidate: str, baseline: str, last: tuple) -> str | None:
