@@ -352,3 +352,17 @@ def test_a_second_confirmation_of_the_same_content_is_refused_unless_confirm_aga
         rows = con.execute("SELECT model_content, confirm, confirm_again, passed FROM check_attempts "
                            "ORDER BY checked_at").fetchall()
     assert rows == [(content, True, False, False), (content, False, True, False)]  # stopped before its games
+
+
+def test_a_check_on_a_database_an_older_runner_wrote_upgrades_it_and_goes_on(tmp_path):
+    """A check reads its ledger and its games' rate before its run writes: from a file an older
+    runner wrote (without the ledger) it upgrades the file first, as its run would, not refuse it."""
+    perturbed_onnx(tmp_path / "perturbed.onnx")
+    with Store(tmp_path / "r.duckdb").writer() as con:
+        con.execute("DROP TABLE check_attempts")
+        con.execute("DELETE FROM schema_migrations WHERE name = '0700_check_attempts'")
+    result = cli("check", "perturbed.onnx", "--fail-fast", "--db", "r.duckdb", cwd=tmp_path)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.output, result.exception)
+    assert "check 1 of this model" in result.stdout
+    with Store(tmp_path / "r.duckdb").reader() as con:
+        assert con.execute("SELECT count(*) FROM check_attempts").fetchone()[0] == 1

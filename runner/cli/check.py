@@ -169,8 +169,12 @@ def _check(ctx: click.Context, request: CheckRequest, take_document=None) -> Che
                                 f"runner check {model} --baseline {baseline or 'YOUR_18_ACTION_FP32.onnx'} --set "
                                 "contract.full_action_space=true")),
             *chosen]
+    store = Store(request.db)
+    if store.path.exists():  # read as the run will write it: a file an older runner wrote is upgraded first
+        with store.writer():
+            pass
     content = model_content_sha256(model)
-    attempts = earlier_attempts(Store(request.db), content)
+    attempts = earlier_attempts(store, content)
     if request.confirm and attempts.confirmations and not request.confirm_again:
         fail(f"--confirm: this database confirmed MODEL {model}'s content ({content[:12]}) before; its confirmation "
              "games are drawn once per content and would be the same games: --confirm-again plays them again, "
@@ -186,8 +190,9 @@ def _check(ctx: click.Context, request: CheckRequest, take_document=None) -> Che
     sets += contract_sets(contract, baseline, (*sets, *overrides))  # the baseline's own states, if any, stand
     spec = load_or_exit(CHECK_SPEC, (*sets, *overrides), check_files=False).spec
     asked = question_for(spec, asked=request.question)
+    gating = asked.gating(spec)
     click.echo(f"question: {QUESTION_WORDS[asked.question]}; {asked.why}")
-    estimate = games_estimate(Store(request.db), spec)
+    estimate = games_estimate(store, spec)
     if estimate is not None:
         click.echo(estimate.words())
     run = ctx.find_root().command.get_command(ctx, "run")
@@ -195,11 +200,11 @@ def _check(ctx: click.Context, request: CheckRequest, take_document=None) -> Che
                           reports_dir=request.reports_dir, report=request.report, fail_on=frozenset(),
                           fail_fast=request.fail_fast,
                           as_json=take_document is not None, confirm=request.confirm,
-                          emit_document=take_document or emit_json, gating=frozenset(asked.gating(spec)))
-    outcome = CheckOutcome(asked, asked.gating(spec), verdicts, content, attempts.checks + 1,
+                          emit_document=take_document or emit_json, gating=frozenset(gating))
+    outcome = CheckOutcome(asked, gating, verdicts, content, attempts.checks + 1,
                            estimate.record() if estimate else None)
     if verdicts:  # a confirmation --fail-fast stopped before its games played none of its seeds
-        record_attempt(Store(request.db), content=content, run_id=verdicts[0]["run_id"], question=asked.question,
+        record_attempt(store, content=content, run_id=verdicts[0]["run_id"], question=asked.question,
                        confirm=request.confirm and not not_reached(spec, verdicts),
                        confirm_again=request.confirm_again, modified_gate=modified, passed=outcome.passed)
     shown = "; diagnostics, not gating: " + ", ".join(f"{v['verdict']} {v['outcome']}" for v in outcome.diagnostics)

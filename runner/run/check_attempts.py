@@ -52,13 +52,10 @@ class Attempts:
 
 
 def earlier_attempts(store, content: str) -> Attempts:
-    """The checks of `content` this database holds (none where it holds no ledger yet)."""
+    """The checks of `content` this database holds (none where there is no database yet)."""
     if not store.path.exists():
         return Attempts(0, 0)
     with store.reader() as con:
-        if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'check_attempts'"
-                           ).fetchone()[0]:
-            return Attempts(0, 0)
         checks, confirmations = con.execute(
             "SELECT count(*), count(*) FILTER (WHERE confirm) FROM check_attempts WHERE model_content = ?",
             [content]).fetchone()

@@ -49,9 +49,6 @@ def _games_per_minute(store, spec_name: str) -> float | None:
     if not store.path.exists():
         return None
     with store.reader() as con:
-        if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'episode_inference'"
-                           ).fetchone()[0]:
-            return None
         games, seconds = con.execute(
             "SELECT sum(i.episodes), sum(i.wall_s) FROM episode_inference i JOIN runs r USING (run_id) "
             "WHERE r.spec_name = ? AND r.host = ?", [spec_name, socket.gethostname()]).fetchone()
