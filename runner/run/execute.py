@@ -127,7 +127,7 @@ def _run_locked(loaded: LoadedSpec, store, reports_dir: Path, console, run_id: s
                 for measurement in fail_fast.order(spec, bool(files.outputs)) if fail_fast else spec.measurements:
                     KINDS[measurement.kind].execute(measurement, ctx)
                     measured.add(measurement.name)
-                    if fail_fast and (rejected := fail_fast.stopped_by(store, run_id, spec, measured)):
+                    if fail_fast and (rejected := fail_fast.stopped_by(store, run_id, spec, measurement.name)):
                         console.print(f"--fail-fast: verdict {rejected} is rejected; the run stops here",
                                       highlight=False)
                         break

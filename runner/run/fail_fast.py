@@ -24,11 +24,11 @@ class FailFast:
         read = {v.measurement for v in spec.verdicts if v.name in self.gating}
         return sorted(spec.measurements, key=lambda m: m.name not in read)  # stable: the spec's order within
 
-    def stopped_by(self, store, run_id: str, spec, measured: set[str]) -> str | None:
-        """The first gating verdict rejected on the measurements in `measured`, if any."""
+    def stopped_by(self, store, run_id: str, spec, measurement: str) -> str | None:
+        """The first gating verdict on `measurement`, just done, that is rejected, if any."""
         from runner.run.verdicts import decide_verdicts
 
-        return next((v["verdict"] for v in decide_verdicts(store, run_id, spec, measured)
+        return next((v["verdict"] for v in decide_verdicts(store, run_id, spec, {measurement})
                      if v["verdict"] in self.gating and v["outcome"] == "rejected"), None)
 
 
