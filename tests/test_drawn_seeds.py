@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from kill_server import KillServer
 from test_cli_inputs import assert_one_line_usage_error
 from test_end_to_end import cli
 
@@ -116,30 +117,22 @@ def test_a_resume_keeps_the_runs_confirm_and_refuses_another(tmp_path, checkpoin
     --confirm it draws from the confirmation range."""
     write_spec(SPEC)
     args = ["run", "spec.yaml", "--db", "r.duckdb", "--no-report"]
-    server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "kill_at.py")], text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def ask(extra: list[str], kill: list | None = None) -> subprocess.CompletedProcess:
-        server.stdin.write(json.dumps({"cwd": str(tmp_path), "args": [*args, *extra], "log": None, "kill": kill})
-                           + "\n")
-        server.stdin.flush()
-        reply = json.loads(server.stdout.readline())
+        reply = server.ask(tmp_path, [*args, *extra], kill=kill)
         return subprocess.CompletedProcess(args, reply["returncode"], "", reply["stderr"])
 
     def stored() -> list:
         with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
             return con.execute("SELECT pool, seeds FROM drawn_seeds").fetchall()
 
-    try:
+    with KillServer(600) as server:
         killed = ask(["--confirm"], kill=["database", 4])  # the 4th opening: the run row stored, nothing drawn
         assert killed.returncode == -9 and stored() == [], (killed, stored())
         assert_one_line_usage_error(ask(["--resume"]), "began with --confirm", "resume it with --confirm, "
                                     "not without --confirm")
         assert stored() == []
         resumed = ask(["--resume", "--confirm"])
-    finally:
-        server.stdin.close()
-        server.wait(timeout=60)
     assert resumed.returncode == 0, resumed.stderr
     [(pool, seeds)] = stored()
     assert pool == "confirmation" and all(s in CONFIRMATION_RANGE for s in json.loads(seeds))

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import duckdb
 import pytest
+from kill_server import KillServer
 from test_cli_inputs import assert_one_line_usage_error, cli
 from test_end_to_end import runner
 
@@ -225,27 +223,12 @@ def test_a_staged_run_killed_midway_resumes_without_a_game_or_a_look_twice(tmp_p
         (folder / "spec.yaml").write_text(SPEC.replace("{path: model.pt}", "{path: ../model.pt}"))
     args = ["run", "spec.yaml", "--db", "r.duckdb", "--no-report"]
     events = tmp_path / "events.txt"
-    server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "kill_at.py")], text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    limit = threading.Timer(900, server.kill)  # a run that hangs ends the server: its reply reads empty
-    limit.start()
-
-    def ask(request: dict) -> dict:
-        server.stdin.write(json.dumps(request) + "\n")
-        server.stdin.flush()
-        return json.loads(server.stdout.readline())
-
-    try:
-        whole = ask({"cwd": str(folders["whole"]), "args": args, "log": str(events), "kill": None})
+    with KillServer(900) as server:
+        whole = server.ask(folders["whole"], args, log=events)
         assert whole["returncode"] == 0, whole["stderr"]
         middle = events.read_text().split().count("database") // 2
-        cwd = str(folders["killed"])
-        killed = ask({"cwd": cwd, "args": args, "log": None, "kill": ["database", middle]})
-        resumed = ask({"cwd": cwd, "args": [*args, "--resume"], "log": None, "kill": None})
-    finally:
-        limit.cancel()
-        server.stdin.close()
-        server.wait(timeout=60)
+        killed = server.ask(folders["killed"], args, kill=["database", middle])
+        resumed = server.ask(folders["killed"], [*args, "--resume"])
     assert killed["returncode"] == -9 and resumed["returncode"] == 0, resumed["stderr"]
 
     def stored(folder: Path) -> tuple[list, list]:
@@ -408,20 +391,13 @@ def test_a_staged_run_killed_at_any_write_then_resumed_stores_what_an_uninterrup
     or stored twice."""
     args = ["run", "spec.yaml", "--db", "r.duckdb", "--no-report"]
     events = tmp_path / "events.txt"
-    server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "kill_at.py")], text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    limit = threading.Timer(3000, server.kill)  # a run that hangs ends the server: its reply reads empty
-    limit.start()
 
     def ask(folder: Path, extra: list[str], log: Path | None = None, kill: list | None = None) -> dict:
         folder.mkdir(exist_ok=True)
         (folder / "spec.yaml").write_text(KILLED_SPEC.replace("{path: model.pt}", "{path: ../model.pt}"))
-        server.stdin.write(json.dumps({"cwd": str(folder), "args": [*args, *extra], "log": log and str(log),
-                                       "kill": kill}) + "\n")
-        server.stdin.flush()
-        return json.loads(server.stdout.readline())
+        return server.ask(folder, [*args, *extra], log=log, kill=kill)
 
-    try:
+    with KillServer(3000) as server:
         whole = ask(tmp_path / "whole", [], log=events)
         assert whole["returncode"] == 0, whole["stderr"]
         log = events.read_text().splitlines()
@@ -446,7 +422,3 @@ def test_a_staged_run_killed_at_any_write_then_resumed_stores_what_an_uninterrup
             for table, rows in expected.items():
                 assert got[table] == rows, (n, table, len(got[table]), len(rows))
         assert len(ended) <= 2 and all(n > writes[-3] for n in ended), ended
-    finally:
-        limit.cancel()
-        server.stdin.close()
-        server.wait(timeout=60)
